@@ -1,0 +1,254 @@
+//! Jobs as nodeward understands them, after parsing and validation.
+//!
+//! Jobspecs arrive as HCL (Nomad's syntax, [`hcl`]) or as JSON in Nomad's API shape ([`json`]).
+//! Both parsers turn raw input into these domain types, apply defaults and validate once
+//! ([`validate`]); nothing past the parsers sees raw input. The domain types serialize to Nomad's API
+//! shape (PascalCase names, durations in nanoseconds): that is what `POST /v1/jobs/parse` answers,
+//! what the state file stores, and what [`json::parse_job`] accepts back unchanged.
+
+pub mod hcl;
+pub mod json;
+pub mod validate;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::util::duration::nanos;
+
+/// Why a jobspec was refused. Every message names what was wrong and, for HCL, the line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobspecError {
+    /// The input is not well-formed HCL or JSON.
+    #[error("{0}")]
+    Syntax(String),
+    /// A block or attribute nodeward does not know (HCL only).
+    #[error("{0}")]
+    Unknown(String),
+    /// A field has a value of the wrong type or an unusable value.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// `type = "service" | "batch" | "system"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum JobType {
+    #[default]
+    Service,
+    Batch,
+    System,
+}
+
+impl JobType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobType::Service => "service",
+            JobType::Batch => "batch",
+            JobType::System => "system",
+        }
+    }
+
+    /// The restart policy a group gets when it sets none (tasks.md).
+    pub fn default_restart_policy(self) -> RestartPolicy {
+        match self {
+            JobType::Service | JobType::System => RestartPolicy {
+                attempts: 2,
+                interval: Duration::from_secs(30 * 60),
+                delay: Duration::from_secs(15),
+                mode: RestartMode::Fail,
+            },
+            JobType::Batch => RestartPolicy {
+                attempts: 3,
+                interval: Duration::from_secs(24 * 3600),
+                delay: Duration::from_secs(15),
+                mode: RestartMode::Fail,
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Job {
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub name: String,
+    #[serde(rename = "Type")]
+    pub job_type: JobType,
+    pub task_groups: Vec<TaskGroup>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TaskGroup {
+    pub name: String,
+    pub count: u32,
+    /// The group's policy with the job type's defaults filled in.
+    pub restart_policy: RestartPolicy,
+    /// `volume "<name>" { ... }` blocks, keyed by the block label.
+    pub volumes: BTreeMap<String, VolumeRequest>,
+    pub tasks: Vec<Task>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RestartMode {
+    Fail,
+    Delay,
+}
+
+impl RestartMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartMode::Fail => "fail",
+            RestartMode::Delay => "delay",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RestartPolicy {
+    pub attempts: u32,
+    #[serde(with = "nanos")]
+    pub interval: Duration,
+    #[serde(with = "nanos")]
+    pub delay: Duration,
+    pub mode: RestartMode,
+}
+
+/// A group's `volume "<name>" { type = "host" source = "..." read_only = ... }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct VolumeRequest {
+    pub name: String,
+    #[serde(rename = "Type")]
+    pub volume_type: String,
+    pub source: String,
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Task {
+    pub name: String,
+    pub driver: String,
+    pub config: DriverConfig,
+    pub env: BTreeMap<String, String>,
+    /// Run as this user (the agent must be root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Signal name as written, normalised to `SIG...` (default `SIGINT`).
+    pub kill_signal: String,
+    #[serde(with = "nanos")]
+    pub kill_timeout: Duration,
+    /// The task's restart policy: the task's own override, else the group's.
+    pub restart_policy: RestartPolicy,
+    pub log_config: LogConfig,
+    pub volume_mounts: Vec<VolumeMount>,
+    #[serde(
+        rename = "CSIPluginConfig",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub csi_plugin: Option<CsiPluginConfig>,
+    pub resources: Resources,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverConfig {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct LogConfig {
+    pub max_files: u32,
+    #[serde(rename = "MaxFileSizeMB")]
+    pub max_file_size_mb: u32,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            max_files: 10,
+            max_file_size_mb: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct VolumeMount {
+    /// The label of a group `volume` block.
+    pub volume: String,
+    /// Path inside the task directory.
+    pub destination: String,
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CsiPluginType {
+    Node,
+    Controller,
+    Monolith,
+}
+
+impl CsiPluginType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CsiPluginType::Node => "node",
+            CsiPluginType::Controller => "controller",
+            CsiPluginType::Monolith => "monolith",
+        }
+    }
+    pub fn has_node(self) -> bool {
+        matches!(self, CsiPluginType::Node | CsiPluginType::Monolith)
+    }
+    pub fn has_controller(self) -> bool {
+        matches!(self, CsiPluginType::Controller | CsiPluginType::Monolith)
+    }
+}
+
+/// The `csi_plugin` block (csi.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CsiPluginConfig {
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "Type")]
+    pub plugin_type: CsiPluginType,
+    pub mount_dir: String,
+    pub stage_publish_base_dir: String,
+    #[serde(with = "nanos")]
+    pub health_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Resources {
+    #[serde(rename = "CPU")]
+    pub cpu: u32,
+    #[serde(rename = "MemoryMB")]
+    pub memory_mb: u32,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources {
+            cpu: 100,
+            memory_mb: 300,
+        }
+    }
+}
+
+/// A parsed jobspec together with what the parser wants the user to know (ignored JSON fields).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed {
+    pub job: Job,
+    pub warnings: Vec<String>,
+}

@@ -1,0 +1,13 @@
+//! nodeward: a node agent that runs tasks, supervises CSI plugins and manages dynamic host volumes.
+//!
+//! The binary (`main.rs`) only parses arguments and maps errors to exit codes; everything else lives
+//! here, one module per domain concept.
+
+pub mod alloc;
+pub mod csi;
+pub mod jobspec;
+pub mod state;
+pub mod task;
+pub mod thread;
+pub mod util;
+pub mod volume;

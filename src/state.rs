@@ -1,0 +1,329 @@
+//! The state file: `<data_dir>/state.json`, what must survive an agent restart.
+//!
+//! Protocol: every subsystem that owns persistent data (allocations, CSI plugins, host volumes)
+//! registers a [`Snapshot`] source. [`StateStore::save`] asks each source to fill a fresh
+//! [`StateFile`] (each takes its own registry lock only for that copy) and writes the whole file
+//! atomically and durably: temp file in the same directory, fsync, rename over the old file, fsync
+//! the directory. A crash at any instant leaves the old or the new file, never a mix.
+//!
+//! [`StateStore::save`] is synchronous: callers that acknowledge something to a user (a volume
+//! create) call it before answering. [`StateStore::save_soon`] marks the state dirty for the flusher
+//! thread, which coalesces bursts (task events) into one write within [`FLUSH_DELAY`].
+//!
+//! Lock: `write` serialises writers, so two saves never interleave on disk and the last write holds
+//! the newest snapshot. It is the only lock here held across I/O, by design; no registry lock is
+//! ever taken while it is held except inside `Snapshot::fill`, which copies and returns.
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use crate::jobspec::Job;
+
+/// The version this build writes. Older files are upgraded on load; newer ones are refused.
+pub const STATE_VERSION: u32 = 1;
+pub const STATE_FILE: &str = "state.json";
+/// How long the flusher waits to gather a burst of changes into one write.
+pub const FLUSH_DELAY: Duration = Duration::from_millis(50);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot read state file {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("state file {path} is corrupt: {reason}; it was left untouched. Start the agent with -fresh-state to move it aside (it is kept as {path}.corrupt-<time>) and start empty")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("state file {path} has version {found}, newer than this nodeward understands ({supported}); upgrade nodeward or restore an older state file")]
+    TooNew {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    #[error("cannot write state file {path}: {source}")]
+    Write { path: PathBuf, source: io::Error },
+}
+
+/// Everything in `state.json`. Sections belong to their subsystems; this file only stores them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct StateFile {
+    pub version: u32,
+    #[serde(rename = "NodeID")]
+    pub node_id: String,
+    #[serde(default)]
+    pub jobs: Vec<Job>,
+    #[serde(default)]
+    pub allocations: Vec<crate::alloc::AllocRecord>,
+    #[serde(default, rename = "CSIPlugins")]
+    pub csi_plugins: Vec<crate::csi::PluginRecord>,
+    #[serde(default)]
+    pub host_volumes: Vec<crate::volume::VolumeRecord>,
+}
+
+/// A subsystem that owns a section of the state file.
+pub trait Snapshot: Send + Sync {
+    /// Copies this subsystem's persistent data into `out`. Takes its own lock only for the copy.
+    fn fill(&self, out: &mut StateFile);
+}
+
+pub struct StateStore {
+    path: PathBuf,
+    node_id: String,
+    /// Guards: the file on disk (serialises writers); the value counts writes done.
+    write: Mutex<u64>,
+    /// Guards: the list of sources. Set up at start, read by every save.
+    sources: Mutex<Vec<Arc<dyn Snapshot>>>,
+    dirty: Sender<()>,
+    dirty_rx: Receiver<()>,
+}
+
+impl StateStore {
+    /// Opens `<data_dir>/state.json`, creating the data directory (0700) if needed. Returns the store
+    /// and what the file held (an empty state with a new node ID when there was no file).
+    /// A file that does not parse is never overwritten: unless `fresh` is set, that is an error; with
+    /// `fresh` it is renamed to `state.json.corrupt-<time>` and the agent starts empty.
+    pub fn open(data_dir: &Path, fresh: bool) -> Result<(Arc<StateStore>, StateFile), StateError> {
+        let path = data_dir.join(STATE_FILE);
+        let write_err = |source| StateError::Write {
+            path: path.clone(),
+            source,
+        };
+        fs::create_dir_all(data_dir).map_err(write_err)?;
+        fs::set_permissions(data_dir, fs::Permissions::from_mode(0o700)).map_err(write_err)?;
+        let state = match fs::read(&path) {
+            Ok(bytes) => match decode(&path, &bytes) {
+                Ok(state) => state,
+                Err(StateError::Corrupt { .. }) if fresh => {
+                    let aside = PathBuf::from(format!(
+                        "{}.corrupt-{}",
+                        path.display(),
+                        chrono::Utc::now().format("%Y%m%dT%H%M%SZ")
+                    ));
+                    fs::rename(&path, &aside).map_err(write_err)?;
+                    log::warn!(
+                        "state file {} was corrupt; kept it as {} and started empty",
+                        path.display(),
+                        aside.display()
+                    );
+                    new_state()
+                }
+                Err(e) => return Err(e),
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => new_state(),
+            Err(source) => return Err(StateError::Read { path, source }),
+        };
+        let (dirty, dirty_rx) = bounded(1);
+        let store = Arc::new(StateStore {
+            path,
+            node_id: state.node_id.clone(),
+            write: Mutex::new(0),
+            sources: Mutex::new(Vec::new()),
+            dirty,
+            dirty_rx,
+        });
+        Ok((store, state))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    pub fn register(&self, source: Arc<dyn Snapshot>) {
+        self.sources.lock().push(source);
+    }
+
+    /// Writes the current state now, durably. Returns once it is on disk.
+    pub fn save(&self) -> Result<(), StateError> {
+        let mut writes = self.write.lock();
+        let mut state = StateFile {
+            version: STATE_VERSION,
+            node_id: self.node_id.clone(),
+            ..StateFile::default()
+        };
+        let sources = self.sources.lock().clone();
+        for source in &sources {
+            source.fill(&mut state);
+        }
+        let bytes = serde_json::to_vec(&state).map_err(|e| StateError::Write {
+            path: self.path.clone(),
+            source: io::Error::other(e),
+        })?;
+        write_atomic(&self.path, &bytes).map_err(|source| StateError::Write {
+            path: self.path.clone(),
+            source,
+        })?;
+        *writes += 1;
+        Ok(())
+    }
+
+    /// Marks the state dirty; the flusher writes it within about [`FLUSH_DELAY`].
+    pub fn save_soon(&self) {
+        let _ = self.dirty.try_send(());
+    }
+
+    /// Writes done since start.
+    pub fn writes(&self) -> u64 {
+        *self.write.lock()
+    }
+
+    /// The flusher loop: run it on a thread of its own. Ends when `stop` disconnects, after a last
+    /// write if anything was pending.
+    pub fn run_flusher(&self, stop: Receiver<crate::task::hooks::Never>) {
+        loop {
+            crossbeam_channel::select! {
+                recv(self.dirty_rx) -> _ => {
+                    // Gather the burst, unless a stop comes first.
+                    crossbeam_channel::select! {
+                        recv(stop) -> _ => {
+                            self.flush_logged();
+                            return;
+                        }
+                        default(FLUSH_DELAY) => {}
+                    }
+                    let _ = self.dirty_rx.try_recv();
+                    self.flush_logged();
+                }
+                recv(stop) -> _ => {
+                    if self.dirty_rx.try_recv().is_ok() {
+                        self.flush_logged();
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn flush_logged(&self) {
+        if let Err(e) = self.save() {
+            log::error!("{e}");
+        }
+    }
+}
+
+fn new_state() -> StateFile {
+    StateFile {
+        version: STATE_VERSION,
+        node_id: uuid::Uuid::new_v4().to_string(),
+        ..StateFile::default()
+    }
+}
+
+/// Parses a state file, upgrading older versions and refusing newer ones.
+pub fn decode(path: &Path, bytes: &[u8]) -> Result<StateFile, StateError> {
+    let corrupt = |reason: String| StateError::Corrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+    let version = value
+        .get("Version")
+        .and_then(|v| v.as_u64())
+        .ok_or_else(|| corrupt("no Version field".to_string()))?;
+    if version > u64::from(STATE_VERSION) {
+        return Err(StateError::TooNew {
+            path: path.to_path_buf(),
+            found: version as u32,
+            supported: STATE_VERSION,
+        });
+    }
+    // Version 1 is the first format; later versions add their upgrade steps here, one per version.
+    let state: StateFile = serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
+    if uuid::Uuid::parse_str(&state.node_id).is_err() {
+        return Err(corrupt(format!("NodeID {:?} is not a UUID", state.node_id)));
+    }
+    Ok(state)
+}
+
+/// Writes `bytes` to `path` atomically and durably, with mode 0600: temp file in the same directory,
+/// fsync, rename over `path`, fsync the directory. Never truncates `path` in place.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other("state path has no file name"))?;
+    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tempdir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("nodeward-state-{}", uuid::Uuid::new_v4()));
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn new_state_gets_a_node_id_and_modes() {
+        let dir = tempdir().join("data");
+        let (store, state) = StateStore::open(&dir, false).unwrap();
+        assert!(uuid::Uuid::parse_str(&state.node_id).is_ok());
+        store.save().unwrap();
+        let mode = fs::metadata(store.path()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let dmode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(dmode, 0o700);
+        let (_, again) = StateStore::open(&dir, false).unwrap();
+        assert_eq!(again.node_id, state.node_id);
+    }
+
+    #[test]
+    fn corrupt_file_is_refused_and_kept() {
+        let dir = tempdir();
+        fs::write(dir.join(STATE_FILE), b"{\"Version\": 1, \"NodeID\": ").unwrap();
+        let err = StateStore::open(&dir, false).err().unwrap();
+        assert!(matches!(err, StateError::Corrupt { .. }), "{err}");
+        assert_eq!(
+            fs::read(dir.join(STATE_FILE)).unwrap(),
+            b"{\"Version\": 1, \"NodeID\": "
+        );
+        let (_, state) = StateStore::open(&dir, true).unwrap();
+        assert!(state.jobs.is_empty());
+        let kept = fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| e.file_name().to_string_lossy().contains(".corrupt-"));
+        assert!(kept);
+    }
+
+    #[test]
+    fn newer_version_is_refused() {
+        let dir = tempdir();
+        let body = format!(
+            "{{\"Version\": 99, \"NodeID\": \"{}\"}}",
+            uuid::Uuid::new_v4()
+        );
+        fs::write(dir.join(STATE_FILE), body).unwrap();
+        let err = StateStore::open(&dir, true).err().unwrap();
+        assert!(matches!(err, StateError::TooNew { found: 99, .. }), "{err}");
+    }
+}

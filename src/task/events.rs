@@ -1,0 +1,355 @@
+//! Task events and task state, in Nomad's API shape.
+//!
+//! Every event is built by one constructor here, so the exact `Type` and `DisplayMessage` strings of
+//! tasks.md live in one place. Constructors take the time as an argument (Unix nanoseconds): they
+//! are pure, and tests compare whole events.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crate::util::duration;
+
+/// How many events a task keeps; the oldest is dropped first.
+pub const MAX_EVENTS: usize = 10;
+
+pub const RECEIVED: &str = "Received";
+pub const TASK_SETUP: &str = "Task Setup";
+pub const STARTED: &str = "Started";
+pub const TERMINATED: &str = "Terminated";
+pub const RESTARTING: &str = "Restarting";
+pub const NOT_RESTARTING: &str = "Not Restarting";
+pub const KILLING: &str = "Killing";
+pub const KILLED: &str = "Killed";
+pub const RESTART_SIGNALED: &str = "Restart Signaled";
+pub const SIGNALING: &str = "Signaling";
+pub const DRIVER_FAILURE: &str = "Driver Failure";
+pub const SETUP_FAILURE: &str = "Setup Failure";
+pub const PLUGIN_HEALTHY: &str = "Plugin became healthy";
+pub const PLUGIN_UNHEALTHY: &str = "Plugin became unhealthy";
+
+/// The reason the restart tracker gives for an ordinary restart; its `Restarting` event shows no
+/// reason prefix.
+pub const REASON_WITHIN_POLICY: &str = "Restart within policy";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TaskEvent {
+    #[serde(rename = "Type")]
+    pub event_type: String,
+    /// Unix nanoseconds.
+    pub time: i64,
+    pub message: String,
+    pub display_message: String,
+    pub details: BTreeMap<String, String>,
+    pub fails_task: bool,
+    pub restart_reason: String,
+    pub setup_error: String,
+    pub driver_error: String,
+    pub exit_code: i32,
+    pub signal: i32,
+    pub kill_reason: String,
+    /// Nanoseconds.
+    pub kill_timeout: i64,
+    /// Nanoseconds.
+    pub start_delay: i64,
+    pub task_signal: String,
+    pub task_signal_reason: String,
+}
+
+impl TaskEvent {
+    fn new(event_type: &str, time: i64, display: String) -> TaskEvent {
+        TaskEvent {
+            event_type: event_type.to_string(),
+            time,
+            display_message: display,
+            ..TaskEvent::default()
+        }
+    }
+
+    fn detail(mut self, key: &str, value: impl ToString) -> TaskEvent {
+        self.details.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    fn failing(mut self) -> TaskEvent {
+        self.fails_task = true;
+        self.details.insert("fails_task".into(), "true".into());
+        self
+    }
+
+    pub fn received(time: i64) -> TaskEvent {
+        TaskEvent::new(RECEIVED, time, "Task received by client".into())
+    }
+
+    pub fn task_setup(time: i64) -> TaskEvent {
+        let mut e = TaskEvent::new(TASK_SETUP, time, "Building Task Directory".into());
+        e.message = "Building Task Directory".into();
+        e.detail("message", "Building Task Directory")
+    }
+
+    pub fn started(time: i64) -> TaskEvent {
+        TaskEvent::new(STARTED, time, "Task started by client".into())
+    }
+
+    /// `Exit Code: <n>`, `, Signal: <s>` when non-zero, `, Exit Message: "<m>"` when there is one.
+    pub fn terminated(time: i64, exit_code: i32, signal: i32, message: &str) -> TaskEvent {
+        let mut display = format!("Exit Code: {exit_code}");
+        if signal != 0 {
+            display.push_str(&format!(", Signal: {signal}"));
+        }
+        if !message.is_empty() {
+            display.push_str(&format!(", Exit Message: {message:?}"));
+        }
+        let mut e = TaskEvent::new(TERMINATED, time, display)
+            .detail("exit_code", exit_code)
+            .detail("signal", signal);
+        e.exit_code = exit_code;
+        e.signal = signal;
+        if !message.is_empty() {
+            e.message = message.to_string();
+            e = e.detail("exit_message", message);
+        }
+        e
+    }
+
+    /// A restart decided by the restart policy.
+    pub fn restarting(time: i64, delay: Duration, reason: &str) -> TaskEvent {
+        let mut display = format!("Task restarting in {}", duration::format(delay));
+        if !reason.is_empty() && reason != REASON_WITHIN_POLICY {
+            display = format!("{reason} - {display}");
+        }
+        let mut e = TaskEvent::new(RESTARTING, time, display)
+            .detail("start_delay", delay.as_nanos())
+            .detail("restart_reason", reason);
+        e.start_delay = delay.as_nanos() as i64;
+        e.restart_reason = reason.to_string();
+        e
+    }
+
+    /// A restart asked for by a hook (the CSI supervisor): the hook sets the message.
+    pub fn restarting_by_hook(time: i64, message: &str, failure: bool) -> TaskEvent {
+        let mut e = TaskEvent::new(RESTARTING, time, message.to_string())
+            .detail("restart_reason", message);
+        e.restart_reason = message.to_string();
+        if failure {
+            e = e.detail("failure", "true");
+        }
+        e
+    }
+
+    pub fn not_restarting(time: i64, reason: &str) -> TaskEvent {
+        let mut e = TaskEvent::new(NOT_RESTARTING, time, reason.to_string())
+            .detail("restart_reason", reason)
+            .failing();
+        e.restart_reason = reason.to_string();
+        e
+    }
+
+    pub fn killing(time: i64, kill_timeout: Duration) -> TaskEvent {
+        let display = format!(
+            "Sent interrupt. Waiting {} before force killing",
+            duration::format(kill_timeout)
+        );
+        let mut e =
+            TaskEvent::new(KILLING, time, display).detail("kill_timeout", kill_timeout.as_nanos());
+        e.kill_timeout = kill_timeout.as_nanos() as i64;
+        e
+    }
+
+    pub fn killed(time: i64) -> TaskEvent {
+        TaskEvent::new(KILLED, time, "Task successfully killed".into())
+    }
+
+    /// `reason` empty means a user's `alloc restart`.
+    pub fn restart_signaled(time: i64, reason: &str) -> TaskEvent {
+        let display = if reason.is_empty() {
+            "Task signaled to restart".to_string()
+        } else {
+            reason.to_string()
+        };
+        let mut e = TaskEvent::new(RESTART_SIGNALED, time, display.clone())
+            .detail("restart_reason", &display);
+        e.restart_reason = display;
+        e
+    }
+
+    pub fn signaling(time: i64, signal: &str, reason: &str) -> TaskEvent {
+        let mut e = TaskEvent::new(SIGNALING, time, "Task being sent a signal".into())
+            .detail("signal", signal);
+        e.task_signal = signal.to_string();
+        if !reason.is_empty() {
+            e.task_signal_reason = reason.to_string();
+            e = e.detail("reason", reason);
+        }
+        e
+    }
+
+    pub fn driver_failure(time: i64, error: &str) -> TaskEvent {
+        let mut e = TaskEvent::new(DRIVER_FAILURE, time, format!("Failed to start task: {error}"))
+            .detail("driver_error", error);
+        e.driver_error = error.to_string();
+        e
+    }
+
+    /// A prestart hook failed (a missing or invalid host volume, a task directory that cannot be
+    /// built). `fails` marks the task failed.
+    pub fn setup_failure(time: i64, error: &str, fails: bool) -> TaskEvent {
+        let mut e = TaskEvent::new(SETUP_FAILURE, time, error.to_string()).detail("setup_error", error);
+        e.setup_error = error.to_string();
+        if fails {
+            e = e.failing();
+        }
+        e
+    }
+
+    pub fn plugin_healthy(time: i64, plugin_id: &str) -> TaskEvent {
+        let msg = format!("plugin: {plugin_id}");
+        let mut e = TaskEvent::new(PLUGIN_HEALTHY, time, msg.clone()).detail("message", &msg);
+        e.message = msg;
+        e
+    }
+
+    /// `message` is the whole display text, e.g. `Error: CSI plugin failed probe: ...`.
+    pub fn plugin_unhealthy(time: i64, message: &str) -> TaskEvent {
+        let mut e =
+            TaskEvent::new(PLUGIN_UNHEALTHY, time, message.to_string()).detail("message", message);
+        e.message = message.to_string();
+        e
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStatus {
+    #[default]
+    Pending,
+    Running,
+    Dead,
+}
+
+impl TaskStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Running => "running",
+            TaskStatus::Dead => "dead",
+        }
+    }
+}
+
+/// One task's state as the API shows it and the state file keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TaskState {
+    pub state: TaskStatus,
+    pub failed: bool,
+    /// Restarts actually performed.
+    pub restarts: u64,
+    /// RFC 3339, or absent when the task never restarted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_restart: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    pub events: VecDeque<TaskEvent>,
+    /// The running process, so that an agent that crashed can find and stop it (not Nomad's).
+    #[serde(rename = "PID", skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
+    /// The process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), which tells
+    /// a reused PID apart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid_start_ticks: Option<u64>,
+}
+
+impl TaskState {
+    /// Appends an event, keeping the last [`MAX_EVENTS`]; an event that fails the task sets `Failed`.
+    pub fn push(&mut self, event: TaskEvent) {
+        if event.fails_task {
+            self.failed = true;
+        }
+        if self.events.len() == MAX_EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back(event);
+    }
+}
+
+/// Unix nanoseconds of the wall clock.
+pub fn now_nanos() -> i64 {
+    chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)
+}
+
+/// RFC 3339 of the wall clock, for `StartedAt` and friends.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminated_display_follows_nomad() {
+        assert_eq!(TaskEvent::terminated(1, 0, 0, "").display_message, "Exit Code: 0");
+        assert_eq!(
+            TaskEvent::terminated(1, 137, 9, "").display_message,
+            "Exit Code: 137, Signal: 9"
+        );
+        assert_eq!(
+            TaskEvent::terminated(1, 1, 0, "oom").display_message,
+            "Exit Code: 1, Exit Message: \"oom\""
+        );
+    }
+
+    #[test]
+    fn restarting_display_hides_the_ordinary_reason() {
+        let d = Duration::from_nanos(16_104_906_834);
+        assert_eq!(
+            TaskEvent::restarting(1, d, REASON_WITHIN_POLICY).display_message,
+            "Task restarting in 16.104906834s"
+        );
+        assert_eq!(
+            TaskEvent::restarting(1, Duration::from_secs(90), "Exceeded allowed attempts, applying a delay")
+                .display_message,
+            "Exceeded allowed attempts, applying a delay - Task restarting in 1m30s"
+        );
+        assert_eq!(
+            TaskEvent::restarting(1, Duration::ZERO, "").display_message,
+            "Task restarting in 0s"
+        );
+    }
+
+    #[test]
+    fn fixed_messages() {
+        assert_eq!(
+            TaskEvent::killing(1, Duration::from_secs(5)).display_message,
+            "Sent interrupt. Waiting 5s before force killing"
+        );
+        assert_eq!(TaskEvent::killed(1).display_message, "Task successfully killed");
+        assert_eq!(
+            TaskEvent::restart_signaled(1, "").display_message,
+            "Task signaled to restart"
+        );
+        assert_eq!(
+            TaskEvent::driver_failure(1, "no such file").display_message,
+            "Failed to start task: no such file"
+        );
+        assert_eq!(TaskEvent::plugin_healthy(1, "hp").display_message, "plugin: hp");
+    }
+
+    #[test]
+    fn keeps_the_last_ten_and_marks_failure() {
+        let mut s = TaskState::default();
+        for i in 0..15 {
+            s.push(TaskEvent::started(i));
+        }
+        assert_eq!(s.events.len(), MAX_EVENTS);
+        assert_eq!(s.events.front().unwrap().time, 5);
+        assert_eq!(s.events.back().unwrap().time, 14);
+        assert!(!s.failed);
+        s.push(TaskEvent::not_restarting(20, "x"));
+        assert!(s.failed);
+    }
+}

@@ -1,0 +1,157 @@
+//! Task hooks: the extension points of the task lifecycle.
+//!
+//! The task runner ([`super::runner`]) calls every hook of a task at these points:
+//!
+//! ```text
+//!  prestart ──► start ──► Started ──► poststart ──► (run) ──► exited ──► restart decision ─┐
+//!     ▲                                                                                      │
+//!     └──────────────────────────────── restart after the delay ◄────────────────────────────┘
+//!                                                 stop: once, when the task will not run again
+//! ```
+//!
+//! Guarantees a hook can rely on:
+//! - `prestart` runs before every start, on the runner thread; it may add environment variables.
+//!   An error is a `Setup Failure` event and the task fails without running.
+//! - `poststart` runs after every successful start with a [`RunHandle`] for that run. Long work
+//!   (the CSI supervisor) goes on a thread of the hook's own; it must end when
+//!   [`RunHandle::done`] or [`RunHandle::shutdown`] disconnects.
+//! - `exited` runs after every run ends, before the restart decision, after `done` disconnected.
+//! - `stop` runs exactly once, when the task is dead for good or the agent shuts down.
+
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::jobspec::{Job, Task};
+use crate::task::events::TaskEvent;
+
+/// What a hook knows about its task. Fixed for the task's lifetime.
+#[derive(Debug, Clone)]
+pub struct TaskContext {
+    pub alloc_id: String,
+    pub job: Arc<Job>,
+    pub group: String,
+    pub task: Task,
+    /// `<data_dir>/alloc/<alloc_id>`.
+    pub alloc_dir: PathBuf,
+    /// `<alloc_dir>/<task>`.
+    pub task_dir: PathBuf,
+    pub data_dir: PathBuf,
+    pub node_id: String,
+    pub node_name: String,
+}
+
+/// Why a hook failed; shown as the `Setup Failure` message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct HookError(pub String);
+
+/// Never sent: channels of this type only signal by disconnecting.
+#[derive(Debug, Clone, Copy)]
+pub enum Never {}
+
+pub trait TaskHook: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// Before every start. May add to the task's environment.
+    fn prestart(
+        &self,
+        _task: &TaskContext,
+        _env: &mut BTreeMap<String, String>,
+    ) -> Result<(), HookError> {
+        Ok(())
+    }
+
+    /// After every successful start.
+    fn poststart(&self, _task: &TaskContext, _run: RunHandle) {}
+
+    /// After every run ends, before the restart decision.
+    fn exited(&self, _task: &TaskContext) {}
+
+    /// Once, when the task will not run again (dead, or the agent shuts down).
+    fn stop(&self, _task: &TaskContext) {}
+}
+
+/// A request from a hook to the task runner.
+#[derive(Debug)]
+pub enum HookRequest {
+    /// Restart the run `run_id` (ignored if that run already ended or is being killed): record
+    /// `events` first, then stop the process; `failure` restarts count against the policy.
+    Restart {
+        run_id: u64,
+        events: Vec<TaskEvent>,
+        failure: bool,
+    },
+    /// Record an event now, if `run_id` is still the current run and not being killed.
+    Emit { run_id: u64, event: TaskEvent },
+}
+
+/// One run of a task, as seen by a hook's background work.
+#[derive(Clone)]
+pub struct RunHandle {
+    run_id: u64,
+    done: Receiver<Never>,
+    shutdown: Receiver<Never>,
+    requests: Sender<HookRequest>,
+}
+
+impl RunHandle {
+    pub fn new(
+        run_id: u64,
+        done: Receiver<Never>,
+        shutdown: Receiver<Never>,
+        requests: Sender<HookRequest>,
+    ) -> RunHandle {
+        RunHandle {
+            run_id,
+            done,
+            shutdown,
+            requests,
+        }
+    }
+
+    pub fn run_id(&self) -> u64 {
+        self.run_id
+    }
+
+    /// Disconnects when this run ends or a kill of the task begins. Use it in `select!`.
+    pub fn done(&self) -> &Receiver<Never> {
+        &self.done
+    }
+
+    /// Disconnects when the agent shuts down.
+    pub fn shutdown(&self) -> &Receiver<Never> {
+        &self.shutdown
+    }
+
+    /// True once the run ended, a kill began, or the agent shuts down.
+    pub fn is_over(&self) -> bool {
+        use crossbeam_channel::TryRecvError::Disconnected;
+        matches!(self.done.try_recv(), Err(Disconnected))
+            || matches!(self.shutdown.try_recv(), Err(Disconnected))
+    }
+
+    /// Records `event` on the task, unless the run is over by the time the runner sees it.
+    pub fn emit(&self, event: TaskEvent) {
+        let _ = self.requests.send(HookRequest::Emit {
+            run_id: self.run_id,
+            event,
+        });
+    }
+
+    /// Asks the runner to restart this run after recording `events`. The runner drops the request
+    /// if the run is over or a kill began, so a kill never races into a restart.
+    pub fn restart(&self, events: Vec<TaskEvent>, failure: bool) {
+        let _ = self.requests.send(HookRequest::Restart {
+            run_id: self.run_id,
+            events,
+            failure,
+        });
+    }
+}
+
+/// Builds the hooks of one task. The agent's factory knows the volume manager and the CSI registry.
+pub trait HookFactory: Send + Sync {
+    fn hooks_for(&self, task: &TaskContext) -> Vec<Arc<dyn TaskHook>>;
+}

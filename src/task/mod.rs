@@ -1,0 +1,5 @@
+//! Tasks: one runner thread per task, its hooks, its restart tracker and its events.
+
+pub mod events;
+pub mod hooks;
+pub mod restart;

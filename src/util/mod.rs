@@ -1,0 +1,3 @@
+//! Small helpers shared by every module.
+
+pub mod duration;

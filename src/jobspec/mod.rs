@@ -7,6 +7,7 @@
 //! what the state file stores, and what [`json::parse_job`] accepts back unchanged.
 
 pub mod hcl;
+pub mod interpolate;
 pub mod json;
 pub mod validate;
 

@@ -1,3 +1,4 @@
 //! Small helpers shared by every module.
 
 pub mod duration;
+pub mod systemd;

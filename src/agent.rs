@@ -1,0 +1,235 @@
+//! The agent: wires the subsystems together, restores state, serves the API, handles signals.
+//!
+//! Threads and how they stop:
+//! - the main thread runs [`run`]: it starts everything, then waits on the signal channel;
+//! - one signal thread (signal-hook) forwards SIGINT/SIGTERM/SIGHUP to the main thread; a second
+//!   SIGINT/SIGTERM during shutdown exits the process at once;
+//! - the state flusher, the API workers, the task runners (and their waiters and hooks' threads)
+//!   all watch the shutdown channel, a `Receiver<Never>` that disconnects when the agent drops its
+//!   sender.
+//!
+//! Shutdown order: stop taking API writes, tell systemd `STOPPING=1`, disconnect the shutdown
+//! channel (runners stop their tasks with kill signal and timeout, plugin calls and probes are
+//! cancelled), wait for the runners, write the state, stop the API, exit 0.
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::alloc::{AllocManager, Engine};
+use crate::config::AgentConfig;
+use crate::driver::RawExec;
+use crate::state::{StateError, StateStore};
+use crate::task::hooks::{HookFactory, Never, TaskContext, TaskHook};
+use crate::task::mounts::{HostVolume, VolumeLookup, VolumeMountHook};
+use crate::task::runner::RunnerDeps;
+use crate::task::taskdir::TaskDirHook;
+use crate::util::systemd;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("cannot start: {0}")]
+    Start(String),
+}
+
+/// Static host volumes from the configuration.
+pub struct StaticVolumes {
+    volumes: BTreeMap<String, HostVolume>,
+    /// Guards: subscribers to volume changes. Static volumes never change, so nothing is sent.
+    subscribers: Mutex<Vec<Sender<()>>>,
+}
+
+impl StaticVolumes {
+    pub fn new(config: &AgentConfig) -> StaticVolumes {
+        let volumes = config
+            .host_volumes
+            .iter()
+            .map(|(name, v)| {
+                (
+                    name.clone(),
+                    HostVolume {
+                        name: name.clone(),
+                        path: v.path.clone(),
+                        read_only: v.read_only,
+                        id: None,
+                    },
+                )
+            })
+            .collect();
+        StaticVolumes {
+            volumes,
+            subscribers: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl VolumeLookup for StaticVolumes {
+    fn lookup(&self, name: &str) -> Option<HostVolume> {
+        self.volumes.get(name).cloned()
+    }
+
+    fn changes(&self) -> Receiver<()> {
+        let (tx, rx) = bounded(1);
+        self.subscribers.lock().push(tx);
+        rx
+    }
+}
+
+/// Builds every task's hooks: task directory, volume mounts.
+pub struct AgentHooks {
+    pub volumes: Arc<dyn VolumeLookup>,
+}
+
+impl HookFactory for AgentHooks {
+    fn hooks_for(&self, _task: &TaskContext) -> Vec<Arc<dyn TaskHook>> {
+        vec![
+            Arc::new(TaskDirHook),
+            Arc::new(VolumeMountHook {
+                volumes: self.volumes.clone(),
+            }),
+        ]
+    }
+}
+
+/// A running agent's parts, shared with the API.
+pub struct Agent {
+    pub config: AgentConfig,
+    pub node_id: String,
+    pub store: Arc<StateStore>,
+    pub allocs: Arc<AllocManager>,
+    pub volumes: Arc<dyn VolumeLookup>,
+    pub started: std::time::Instant,
+    /// Dropped to shut everything down.
+    shutdown_tx: Mutex<Option<Sender<Never>>>,
+    pub shutdown: Receiver<Never>,
+}
+
+impl Agent {
+    /// Opens the state, restores allocations and returns the agent, ready to serve.
+    pub fn start(config: AgentConfig, fresh_state: bool) -> Result<Arc<Agent>, AgentError> {
+        let (store, state) = StateStore::open(&config.data_dir, fresh_state)?;
+        let (shutdown_tx, shutdown) = bounded::<Never>(0);
+        let volumes: Arc<dyn VolumeLookup> = Arc::new(StaticVolumes::new(&config));
+        let engine = Engine {
+            data_dir: config.data_dir.clone(),
+            node_id: store.node_id().to_string(),
+            node_name: config.name.clone(),
+            deps: RunnerDeps {
+                driver: Arc::new(RawExec),
+                store: store.clone(),
+                shutdown: shutdown.clone(),
+            },
+            hooks: Arc::new(AgentHooks {
+                volumes: volumes.clone(),
+            }),
+            volumes: volumes.clone(),
+        };
+        let allocs = AllocManager::new(engine, store.clone());
+        store.register(allocs.clone());
+        allocs.restore(&state);
+        store.save()?;
+        let flusher_store = store.clone();
+        let flusher_stop = shutdown.clone();
+        crate::thread::spawn("state-flusher", move || {
+            flusher_store.run_flusher(flusher_stop)
+        })
+        .map_err(|e| AgentError::Start(format!("cannot start the state flusher: {e}")))?;
+        Ok(Arc::new(Agent {
+            node_id: store.node_id().to_string(),
+            config,
+            store,
+            allocs,
+            volumes,
+            started: std::time::Instant::now(),
+            shutdown_tx: Mutex::new(Some(shutdown_tx)),
+            shutdown,
+        }))
+    }
+
+    /// Reloads what can be reloaded (SIGHUP).
+    pub fn reload(&self) {
+        log::info!("reloading");
+    }
+
+    /// Stops every task and writes the state. Idempotent.
+    pub fn shutdown(&self) {
+        let Some(tx) = self.shutdown_tx.lock().take() else {
+            return;
+        };
+        systemd::notify("STOPPING=1");
+        log::info!("shutting down: stopping tasks");
+        drop(tx);
+        self.allocs.join_all(self.longest_kill_timeout() + Duration::from_secs(5));
+        if let Err(e) = self.store.save() {
+            log::error!("{e}");
+        }
+        log::info!("shutdown complete");
+    }
+
+    fn longest_kill_timeout(&self) -> Duration {
+        Duration::from_secs(30)
+    }
+}
+
+/// Sets up logging: the configured level, unless `RUST_LOG` says otherwise.
+pub fn init_logging(level: &str) {
+    let env = env_logger::Env::default().default_filter_or(format!("nodeward={level},warn"));
+    let _ = env_logger::Builder::from_env(env)
+        .format_timestamp_millis()
+        .try_init();
+}
+
+/// Runs the agent until SIGINT or SIGTERM. Returns once the shutdown is complete.
+pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    init_logging(&config.log_level);
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|e| AgentError::Start(format!("cannot install signal handlers: {e}")))?;
+    let (sig_tx, sig_rx) = bounded::<i32>(16);
+    let signal_handle = signals.handle();
+    crate::thread::spawn("signals", move || {
+        let mut stopping = false;
+        for sig in signals.forever() {
+            if sig != SIGHUP {
+                if stopping {
+                    eprintln!("second signal received: exiting at once");
+                    std::process::exit(1);
+                }
+                stopping = true;
+            }
+            let _ = sig_tx.send(sig);
+        }
+    })
+    .map_err(|e| AgentError::Start(format!("cannot start the signal thread: {e}")))?;
+
+    if config.dev {
+        log::info!("dev mode: data in {}", config.data_dir.display());
+    }
+    let agent = Agent::start(config, fresh_state)?;
+    let api = crate::api::serve(agent.clone())
+        .map_err(|e| AgentError::Start(e.to_string()))?;
+    log::info!(
+        "nodeward agent started: node {} ({}), API on http://{}",
+        agent.node_id,
+        agent.config.name,
+        api.local_addr()
+    );
+    systemd::notify("READY=1");
+    for sig in sig_rx.iter() {
+        if sig == SIGHUP {
+            agent.reload();
+            continue;
+        }
+        log::info!("received signal {sig}");
+        break;
+    }
+    api.stop_writes();
+    agent.shutdown();
+    api.stop();
+    signal_handle.close();
+    Ok(())
+}

@@ -150,9 +150,16 @@ impl Agent {
         }))
     }
 
-    /// Reloads what can be reloaded (SIGHUP).
+    /// Reloads what can be reloaded (SIGHUP): the log level from the configuration files (unless
+    /// `RUST_LOG` rules), plugin fingerprints and unavailable volumes.
     pub fn reload(&self) {
-        log::info!("reloading");
+        log::info!("reloading (SIGHUP)");
+        if !self.config.sources.is_empty() {
+            match crate::config::load(&self.config.sources, self.config.dev) {
+                Ok(fresh) => set_log_level(&fresh.log_level),
+                Err(e) => log::error!("reload: {e}; keeping the running configuration"),
+            }
+        }
     }
 
     /// Stops every task and writes the state. Idempotent.
@@ -163,24 +170,41 @@ impl Agent {
         systemd::notify("STOPPING=1");
         log::info!("shutting down: stopping tasks");
         drop(tx);
-        self.allocs.join_all(self.longest_kill_timeout() + Duration::from_secs(5));
+        // Runners stop their tasks in parallel; each takes at most its kill_timeout and the reap.
+        self.allocs
+            .join_all(self.allocs.max_kill_timeout() + Duration::from_secs(35));
         if let Err(e) = self.store.save() {
             log::error!("{e}");
         }
         log::info!("shutdown complete");
     }
-
-    fn longest_kill_timeout(&self) -> Duration {
-        Duration::from_secs(30)
-    }
 }
 
-/// Sets up logging: the configured level, unless `RUST_LOG` says otherwise.
+/// Sets up logging: the configured level, unless `RUST_LOG` says otherwise. Logs go to stderr
+/// (the journal, under systemd).
 pub fn init_logging(level: &str) {
-    let env = env_logger::Env::default().default_filter_or(format!("nodeward={level},warn"));
-    let _ = env_logger::Builder::from_env(env)
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = env_logger::Builder::from_default_env()
+            .format_timestamp_millis()
+            .try_init();
+        return;
+    }
+    // nodeward's own records pass the filter at every level; the level in force is the global
+    // maximum, which SIGHUP can change.
+    let _ = env_logger::Builder::new()
+        .filter_level(log::LevelFilter::Warn)
+        .filter_module("nodeward", log::LevelFilter::Trace)
         .format_timestamp_millis()
         .try_init();
+    set_log_level(level);
+}
+
+fn set_log_level(level: &str) {
+    if std::env::var_os("RUST_LOG").is_some() {
+        return;
+    }
+    let filter = level.parse().unwrap_or(log::LevelFilter::Info);
+    log::set_max_level(filter);
 }
 
 /// Runs the agent until SIGINT or SIGTERM. Returns once the shutdown is complete.

@@ -605,6 +605,16 @@ impl AllocManager {
         }
     }
 
+    /// The longest `kill_timeout` of the tasks of allocations that should run.
+    pub fn max_kill_timeout(&self) -> Duration {
+        let reg = self.registry.lock();
+        reg.allocs
+            .values()
+            .flat_map(|a| a.group_spec().tasks.iter().map(|t| t.kill_timeout))
+            .max()
+            .unwrap_or(Duration::ZERO)
+    }
+
     /// Waits for every task runner to end (after a shutdown), at most `timeout`.
     pub fn join_all(&self, timeout: Duration) {
         let allocs: Vec<Arc<Allocation>> = self.registry.lock().allocs.values().cloned().collect();

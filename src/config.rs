@@ -45,6 +45,8 @@ pub struct AgentConfig {
     pub csi_probe_interval: Duration,
     pub host_volumes: BTreeMap<String, StaticVolume>,
     pub dev: bool,
+    /// The `-config` arguments, re-read on SIGHUP.
+    pub sources: Vec<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -173,7 +175,9 @@ pub fn load(paths: &[PathBuf], dev: bool) -> Result<AgentConfig, ConfigError> {
     for f in expand(paths)? {
         raw.merge(parse_file(&f)?);
     }
-    validate(raw, dev)
+    let mut config = validate(raw, dev)?;
+    config.sources = paths.to_vec();
+    Ok(config)
 }
 
 fn host_name() -> String {
@@ -187,10 +191,7 @@ fn host_name() -> String {
 fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
     let data_dir = match (&raw.data_dir, dev) {
         (Some(d), _) => PathBuf::from(d),
-        (None, true) => {
-            let d = std::env::temp_dir().join(format!("nodeward-dev-{}", uuid::Uuid::new_v4()));
-            d
-        }
+        (None, true) => std::env::temp_dir().join(format!("nodeward-dev-{}", uuid::Uuid::new_v4())),
         (None, false) => PathBuf::from("/var/lib/nodeward"),
     };
     if !data_dir.is_absolute() {
@@ -285,6 +286,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         csi_probe_interval,
         host_volumes,
         dev,
+        sources: Vec::new(),
     })
 }
 

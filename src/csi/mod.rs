@@ -1,5 +1,7 @@
 //! CSI plugin supervision (csi.md).
 
+pub mod proto;
+
 use serde::{Deserialize, Serialize};
 
 /// A registered CSI plugin as the state file keeps it.

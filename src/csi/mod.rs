@@ -1,5 +1,6 @@
 //! CSI plugin supervision (csi.md).
 
+pub mod client;
 pub mod proto;
 
 use serde::{Deserialize, Serialize};

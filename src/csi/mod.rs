@@ -13,7 +13,7 @@
 pub mod client;
 pub mod proto;
 pub mod registry;
-// pub mod supervisor;
+pub mod supervisor;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -21,6 +21,7 @@ use std::path::PathBuf;
 
 pub use client::{CsiClient, CsiError};
 pub use registry::PluginRegistry;
+pub use supervisor::{CsiPluginHook, CsiSettings};
 
 /// Which side of a plugin a registration is for. A `monolith` plugin registers both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -368,10 +368,8 @@ fn run(opts: Options) -> Result<ExitCode, String> {
             let _ = quit.recv();
             return Ok(ExitCode::SUCCESS);
         }
-        Mode::SocketAfterDelay => {
-            if !sleep_unless_quit(&quit, opts.delay) {
-                return Ok(ExitCode::SUCCESS);
-            }
+        Mode::SocketAfterDelay if !sleep_unless_quit(&quit, opts.delay) => {
+            return Ok(ExitCode::SUCCESS);
         }
         _ => {}
     }

@@ -415,12 +415,16 @@ fn run(opts: Options) -> Result<ExitCode, String> {
     eprintln!("csi-test-plugin: listening");
 
     let crash = opts.mode == Mode::CrashAfterHealthy;
-    let healthy_rx = if crash { healthy_rx } else { never() };
+    let mut healthy_rx = if crash { healthy_rx } else { never() };
     let mut crash_at = never();
     loop {
         select! {
             recv(quit) -> _ => break,
-            recv(healthy_rx) -> _ => crash_at = after(opts.delay),
+            recv(healthy_rx) -> _ => {
+                // Only the first healthy probe starts the countdown.
+                healthy_rx = never();
+                crash_at = after(opts.delay);
+            }
             recv(crash_at) -> _ => {
                 eprintln!("csi-test-plugin: crashing as asked");
                 // No cleanup and no graceful server shutdown: a crashed plugin leaves its

@@ -233,7 +233,14 @@ impl Setup {
     }
 
     fn prestart(&self) -> BTreeMap<String, String> {
-        let mut env = self.ctx.task.env.clone();
+        // As the runner does: the agent's environment (here one that has a CSI_ENDPOINT of its
+        // own, which must not count), then the task's env.
+        let mut env = BTreeMap::new();
+        env.insert(
+            "CSI_ENDPOINT".to_string(),
+            "unix:///agent/inherited.sock".to_string(),
+        );
+        env.extend(self.ctx.task.env.clone());
         self.hook.prestart(&self.ctx, &mut env).expect("prestart");
         env
     }

@@ -258,6 +258,22 @@ fn create_private_dir(dir: &Path) -> io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
+/// The longest path a unix socket can have (`sun_path` holds 108 bytes with the NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// A plugin cannot listen on a longer path: say so at setup, naming the fix, instead of letting
+/// the plugin fail in its own words.
+fn check_socket_path(socket: &Path) -> Result<(), HookError> {
+    let len = socket.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(HookError(format!(
+            "CSI plugin socket path {} is {len} bytes, longer than the {MAX_SOCKET_PATH} bytes a unix socket path may have; use a shorter data_dir",
+            socket.display()
+        )));
+    }
+    Ok(())
+}
+
 impl TaskHook for CsiPluginHook {
     fn name(&self) -> &'static str {
         "csi_plugin_supervisor"
@@ -277,13 +293,12 @@ impl TaskHook for CsiPluginHook {
             })?;
         }
         let own_socket = self.socket_dir.join(SOCKET_NAME);
-        let endpoint = env
-            .get(ENDPOINT_ENV)
-            .cloned()
-            .or_else(|| self.task_endpoint.clone());
-        let socket = match endpoint {
-            Some(endpoint) => endpoint_socket(&endpoint),
+        // Only the task's own `env` block counts: a CSI_ENDPOINT the agent itself inherited must
+        // not redirect every plugin task.
+        let socket = match &self.task_endpoint {
+            Some(endpoint) => endpoint_socket(endpoint),
             None => {
+                check_socket_path(&own_socket)?;
                 // A socket file left by a run that crashed would only answer "connection
                 // refused" until the new plugin replaces it; without it the first probes say
                 // plainly that the socket is not there yet.
@@ -626,6 +641,15 @@ mod tests {
             socket_dir(Path::new("/d"), "a1"),
             PathBuf::from("/d/client/csi/plugins/a1")
         );
+    }
+
+    #[test]
+    fn overlong_socket_paths_are_refused_at_setup() {
+        let ok = PathBuf::from(format!("/{}", "a".repeat(MAX_SOCKET_PATH - 1)));
+        assert!(check_socket_path(&ok).is_ok());
+        let long = PathBuf::from(format!("/{}", "a".repeat(MAX_SOCKET_PATH)));
+        let err = check_socket_path(&long).unwrap_err();
+        assert!(err.0.contains("use a shorter data_dir"), "{err}");
     }
 
     #[test]

@@ -747,3 +747,39 @@ fn interoperates_with_python_grpc() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// On agent shutdown the registration stays (the state file keeps it for the next agent), while a
+/// stop for good removes it.
+#[test]
+fn shutdown_keeps_the_registration_for_the_next_agent() {
+    let s = Setup::new(
+        CsiPluginType::Node,
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+    );
+    let alloc = s.ctx.alloc_id.clone();
+    let env = s.prestart();
+    let _plugin = PluginProcess::start(&env, "healthy", 0, &s.count_file("probes"));
+    let (mut run, handle) = Run::new(1);
+    s.hook.poststart(&s.ctx, handle);
+    assert_eq!(run.next_event().0, PLUGIN_HEALTHY);
+    wait_until("registered", || {
+        s.registry
+            .get("hostpath", &alloc, PluginKind::Node)
+            .is_some()
+    });
+    // Let phase 3 probe a few times; a steady plugin produces no events.
+    std::thread::sleep(Duration::from_millis(350));
+    drop(run.shutdown.take());
+    s.hook.stop(&s.ctx);
+    assert!(
+        run.rest().is_empty(),
+        "no events while healthy, none at shutdown"
+    );
+    assert_eq!(s.hook.live_supervisors(), 0);
+    assert!(s
+        .registry
+        .get("hostpath", &alloc, PluginKind::Node)
+        .is_some());
+    assert!(s.hook.socket_dir().exists());
+}

@@ -503,6 +503,28 @@ mod tests {
         assert!(reg.plugin_json("nope").is_none());
     }
 
+    /// Through the real state store: what a supervisor registered comes back, marked restored,
+    /// in the next agent.
+    #[test]
+    fn registrations_survive_an_agent_restart() {
+        let dir = std::env::temp_dir().join(format!("nodeward-csi-reg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (store, _) = StateStore::open(&dir, false).unwrap();
+        let reg = Arc::new(PluginRegistry::new("node-1"));
+        reg.attach_state(&store);
+        reg.register("hp", "a1", monolith("hp", "a1", true, "t1"));
+        store.save().unwrap();
+        drop((reg, store));
+
+        let (store, state) = StateStore::open(&dir, false).unwrap();
+        let reg = Arc::new(PluginRegistry::new("node-1"));
+        reg.restore(state.csi_plugins);
+        reg.attach_state(&store);
+        assert_eq!(reg.records(), monolith("hp", "a1", true, "t1"));
+        assert!(reg.is_restored("hp", "a1"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn records_round_trip_through_the_state_file() {
         let reg = PluginRegistry::new("node-1");

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nodeward::csi::client::StatusCode;
 use nodeward::csi::{CsiClient, CsiError, CsiPluginHook, CsiSettings, PluginKind, PluginRegistry};
 use nodeward::jobspec::{
     CsiPluginConfig, CsiPluginType, DriverConfig, Job, JobType, LogConfig, Resources, Task,
@@ -36,6 +37,15 @@ fn temp_dir() -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Removes a directory when dropped, also when a test fails.
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn task_context(
@@ -452,6 +462,7 @@ fn ready_false_is_not_healthy() {
 #[test]
 fn ready_absent_counts_as_healthy_on_the_tasks_own_endpoint() {
     let dir = temp_dir();
+    let _cleanup = Cleanup(dir.clone());
     let own = dir.join("own.sock");
     let mut env = BTreeMap::new();
     env.insert(
@@ -488,7 +499,6 @@ fn ready_absent_counts_as_healthy_on_the_tasks_own_endpoint() {
         .is_none());
     drop(run.done.take());
     s.hook.stop(&s.ctx);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -709,6 +719,7 @@ fn interoperates_with_python_grpc() {
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/py_csi_plugin.py");
     let dir = temp_dir();
+    let _cleanup = Cleanup(dir.clone());
     for (mode, expect) in [
         ("healthy", Ok(())),
         ("ready-absent", Ok(())),
@@ -723,10 +734,17 @@ fn interoperates_with_python_grpc() {
             .spawn()
             .expect("start python3");
         let _plugin = PluginProcess(child);
-        wait_until("the python plugin listens", || socket.exists());
         let client = CsiClient::new(&socket);
         let timeout = Duration::from_secs(5);
-        assert_eq!(client.probe(timeout, &[]), expect, "mode {mode}");
+        // Python's grpcio creates the socket file when it binds, a moment before it serves:
+        // until then the socket is missing or refuses connections.
+        let mut probed = Err(CsiError::NotReady);
+        wait_until("the python plugin serves", || {
+            probed = client.probe(timeout, &[]);
+            !matches!(&probed, Err(CsiError::Socket { .. }))
+                && probed.as_ref().err().and_then(CsiError::code) != Some(StatusCode::UNAVAILABLE)
+        });
+        assert_eq!(probed, expect, "mode {mode}");
         let info = client.get_plugin_info(timeout, &[]).unwrap();
         assert_eq!(info.name, "py.nodeward.test");
         assert_eq!(info.vendor_version, "0.9");
@@ -745,7 +763,6 @@ fn interoperates_with_python_grpc() {
             "{err}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// On agent shutdown the registration stays (the state file keeps it for the next agent), while a

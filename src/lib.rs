@@ -4,6 +4,7 @@
 //! here, one module per domain concept.
 
 pub mod alloc;
+pub mod api;
 pub mod csi;
 pub mod jobspec;
 pub mod state;

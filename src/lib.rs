@@ -5,6 +5,7 @@
 
 pub mod alloc;
 pub mod api;
+pub mod cli;
 pub mod csi;
 pub mod jobspec;
 pub mod state;

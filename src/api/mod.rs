@@ -1,11 +1,9 @@
 //! The HTTP API (agent.md "HTTP API"): JSON in Nomad's shape over HTTP/1.1 on loopback by default.
 //!
-//! [`router`] holds the pure part (requests, responses, errors, the route table, ID prefixes),
-//! [`server`] the threads that serve a [`Router`], [`logs`] the log reader behind
-//! `GET /v1/client/fs/logs/:alloc_id`. Route handlers that need the agent's engine register
-//! themselves on a [`Router`] before the server starts.
+//! [`router`] holds the pure part (requests, responses, errors, the route table, ID prefixes) and
+//! [`server`] the threads that serve a [`Router`]. The agent's endpoints register themselves on a
+//! [`Router`] before the server starts.
 
-pub mod logs;
 pub mod router;
 pub mod server;
 

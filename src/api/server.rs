@@ -24,7 +24,7 @@
 //! - a response is written under the write timeout per write call; a client reading very slowly
 //!   can still hold a worker while a large answer is written.
 
-use crossbeam_channel::{after, bounded, never, select, Receiver, Sender};
+use crossbeam_channel::{bounded, never, Receiver, Sender};
 use parking_lot::Mutex;
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -462,15 +462,6 @@ fn stream(mut out: Box<dyn Write + Send>, mut body: Box<dyn Read + Send>) -> io:
     }
     out.write_all(b"0\r\n\r\n")?;
     out.flush()
-}
-
-/// Waits up to `timeout` for `shutdown` to disconnect; true when it did. Stream readers use it to
-/// sleep between polls without missing the agent's shutdown.
-pub fn wait_shutdown(shutdown: &Receiver<Never>, timeout: Duration) -> bool {
-    select! {
-        recv(shutdown) -> _ => true,
-        recv(after(timeout)) -> _ => false,
-    }
 }
 
 /// A shutdown receiver that never fires, for requests built outside a server (tests).

@@ -32,6 +32,10 @@ fn router() -> Router {
             req.param("id")
         )))
     });
+    r.get(
+        "/v1/panic",
+        |_req: &Request| -> Result<Response, ApiError> { panic!("handler bug") },
+    );
     r.get("/v1/stream", |req: &Request| {
         let shutdown = req.shutdown();
         Ok(Response::Stream(Box::new(Ticker {
@@ -367,4 +371,18 @@ fn streams_run_beside_the_workers_and_end_at_stop() {
         assert!(n > 0, "stream closed without its last chunk: {rest:?}");
         rest.extend_from_slice(&buf[..n]);
     }
+}
+
+#[test]
+fn a_panicking_handler_is_a_500_and_the_worker_survives() {
+    let server = start(ServerConfig {
+        workers: 1,
+        ..ServerConfig::default()
+    });
+    let addr = server.local_addr();
+    for _ in 0..2 {
+        assert_eq!(get(addr, "/v1/panic", ""), (500, "internal error".into()));
+    }
+    assert_eq!(get(addr, "/v1/jobs", "").0, 200);
+    server.stop();
 }

@@ -291,6 +291,11 @@ fn bad_usage_exits_2_with_the_usage_and_help_exits_0() {
     let (code, out, _) = fx.cli("--help");
     assert_eq!(code, 0);
     assert!(out.contains("volume create"), "{out}");
+    let (code, out, _) = fx.cli("version");
+    assert_eq!(
+        (code, out),
+        (0, format!("nodeward v{}\n", env!("CARGO_PKG_VERSION")))
+    );
     assert!(fx.seen().is_empty(), "no request for bad usage");
 }
 

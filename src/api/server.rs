@@ -4,7 +4,7 @@
 //! which reads request heads (and bodies up to 1 KiB) and queues requests. A fixed pool of
 //! `workers` threads pulls them from that queue; per request a worker refuses unknown paths (404),
 //! shutting-down writes (503) and bad tokens (403), reads the body within the size and time limits
-//! (413, 408), runs the route's handler and writes the answer. A [`Response::Stream`] is handed to a
+//! (413, 408), runs the route's handler (a panic in it is a 500) and writes the answer. A [`Response::Stream`] is handed to a
 //! thread of its own (at most `max_streams`), so a log that is followed for hours never holds a worker.
 //!
 //! Stopping: [`ApiServer::stop_writes`] makes every later write a 503 `agent is shutting down`.
@@ -29,6 +29,7 @@ use parking_lot::Mutex;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -233,12 +234,32 @@ fn handle(shared: &Arc<Shared>, mut rq: tiny_http::Request) {
     let url = rq.url().to_string();
     let path = url.split('?').next().unwrap_or("").to_string();
     match prepare(shared, &mut rq, &method, &url, &path) {
-        Ok(mut request) => match shared.router.dispatch(&mut request) {
+        Ok(mut request) => match dispatch(&shared.router, &mut request) {
             Ok(Response::Stream(body)) => start_stream(shared, rq, &method, &path, body),
             Ok(response) => respond_ok(rq, &method, &path, response),
             Err(e) => respond_error(rq, &method, &path, &e, false),
         },
         Err((e, body_unread)) => respond_error(rq, &method, &path, &e, body_unread),
+    }
+}
+
+/// Runs the handler; a panic in it is a 500 for this request, not a worker lost for all the next.
+fn dispatch(router: &Router, request: &mut Request) -> Result<Response, ApiError> {
+    match catch_unwind(AssertUnwindSafe(|| router.dispatch(request))) {
+        Ok(result) => result,
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            log::error!(
+                "API handler for {} {} panicked: {msg}",
+                request.method(),
+                request.path()
+            );
+            Err(ApiError::Internal("internal error".into()))
+        }
     }
 }
 

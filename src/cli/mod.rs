@@ -61,6 +61,10 @@ pub fn run_with(args: &[String], env: &Env, out: &mut dyn Write, err: &mut dyn W
             let _ = write!(out, "{USAGE}");
             return 0;
         }
+        Lookup::Version => {
+            let _ = writeln!(out, "nodeward v{}", env!("CARGO_PKG_VERSION"));
+            return 0;
+        }
         Lookup::Group(group) => {
             let _ = write!(err, "{}", group_usage(group));
             return 2;
@@ -82,7 +86,7 @@ pub fn run_with(args: &[String], env: &Env, out: &mut dyn Write, err: &mut dyn W
         }
     };
     if parsed.args.len() < spec.args.0 || parsed.args.len() > spec.args.1 {
-        let _ = writeln!(err, "{}", usage_error(spec, &parsed));
+        let _ = writeln!(err, "{}", usage_error(spec));
         return 2;
     }
     let mut ctx = Ctx {
@@ -102,14 +106,13 @@ pub fn run_with(args: &[String], env: &Env, out: &mut dyn Write, err: &mut dyn W
     }
 }
 
-fn usage_error(spec: &Spec, parsed: &Parsed) -> String {
+fn usage_error(spec: &Spec) -> String {
     let expected = match spec.args {
         (0, 0) => "This command takes no arguments".to_string(),
         (a, b) if a == b => format!("This command takes {a} argument{}", plural(a)),
         (0, b) => format!("This command takes at most {b} argument{}", plural(b)),
         (a, b) => format!("This command takes {a} to {b} arguments"),
     };
-    let _ = parsed;
     format!("{expected}\n\n{}", spec.usage)
 }
 
@@ -182,6 +185,7 @@ fn commands() -> Vec<&'static Spec> {
 enum Lookup {
     Found(&'static Spec, usize),
     Help,
+    Version,
     /// A command group without a subcommand (`nodeward job`).
     Group(&'static str),
     Unknown,
@@ -191,6 +195,7 @@ fn find_command(words: &[&str]) -> Lookup {
     match words.first() {
         None => return Lookup::Group(""),
         Some(&("-h" | "-help" | "--help" | "help")) => return Lookup::Help,
+        Some(&("version" | "-v" | "-version" | "--version")) => return Lookup::Version,
         _ => {}
     }
     for spec in commands() {
@@ -242,6 +247,7 @@ Commands:
     volume status    List host volumes, or show one
     volume delete    Delete a host volume
     plugin status    List CSI plugins, or show one
+    version          Print the version
 
 Environment:
     NODEWARD_ADDR    The agent's API address (default http://127.0.0.1:4656)

@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use crate::alloc::{AllocManager, Engine};
 use crate::config::AgentConfig;
+use crate::csi::registry::PluginRegistry;
+use crate::csi::supervisor::{CsiPluginHook, CsiSettings};
 use crate::driver::RawExec;
 use crate::state::{StateError, StateStore};
 use crate::task::hooks::{HookFactory, Never, TaskContext, TaskHook};
@@ -79,19 +81,26 @@ impl VolumeLookup for StaticVolumes {
     }
 }
 
-/// Builds every task's hooks: task directory, volume mounts.
+/// Builds every task's hooks: task directory, volume mounts, and the CSI plugin supervisor for a
+/// task with a `csi_plugin` block.
 pub struct AgentHooks {
     pub volumes: Arc<dyn VolumeLookup>,
+    pub csi: Arc<PluginRegistry>,
+    pub csi_settings: CsiSettings,
 }
 
 impl HookFactory for AgentHooks {
-    fn hooks_for(&self, _task: &TaskContext) -> Vec<Arc<dyn TaskHook>> {
-        vec![
+    fn hooks_for(&self, task: &TaskContext) -> Vec<Arc<dyn TaskHook>> {
+        let mut hooks: Vec<Arc<dyn TaskHook>> = vec![
             Arc::new(TaskDirHook),
             Arc::new(VolumeMountHook {
                 volumes: self.volumes.clone(),
             }),
-        ]
+        ];
+        if let Some(csi) = CsiPluginHook::new(task, self.csi.clone(), self.csi_settings.clone()) {
+            hooks.push(Arc::new(csi));
+        }
+        hooks
     }
 }
 
@@ -102,6 +111,7 @@ pub struct Agent {
     pub store: Arc<StateStore>,
     pub allocs: Arc<AllocManager>,
     pub volumes: Arc<dyn VolumeLookup>,
+    pub csi: Arc<PluginRegistry>,
     pub started: std::time::Instant,
     /// Dropped to shut everything down.
     shutdown_tx: Mutex<Option<Sender<Never>>>,
@@ -114,6 +124,9 @@ impl Agent {
         let (store, state) = StateStore::open(&config.data_dir, fresh_state)?;
         let (shutdown_tx, shutdown) = bounded::<Never>(0);
         let volumes: Arc<dyn VolumeLookup> = Arc::new(StaticVolumes::new(&config));
+        let csi = Arc::new(PluginRegistry::new(store.node_id()));
+        csi.restore(state.csi_plugins.clone());
+        csi.attach_state(&store);
         let engine = Engine {
             data_dir: config.data_dir.clone(),
             node_id: store.node_id().to_string(),
@@ -125,12 +138,19 @@ impl Agent {
             },
             hooks: Arc::new(AgentHooks {
                 volumes: volumes.clone(),
+                csi: csi.clone(),
+                csi_settings: CsiSettings {
+                    probe_interval: config.csi_probe_interval,
+                },
             }),
             volumes: volumes.clone(),
         };
         let allocs = AllocManager::new(engine, store.clone());
         store.register(allocs.clone());
         allocs.restore(&state);
+        // A plugin registration whose allocation is gone has nobody to confirm it.
+        let known: std::collections::HashSet<String> = allocs.alloc_ids().into_iter().collect();
+        csi.retain_allocs(&|id| known.contains(id));
         store.save()?;
         let flusher_store = store.clone();
         let flusher_stop = shutdown.clone();
@@ -144,10 +164,41 @@ impl Agent {
             store,
             allocs,
             volumes,
+            csi,
             started: std::time::Instant::now(),
             shutdown_tx: Mutex::new(Some(shutdown_tx)),
             shutdown,
         }))
+    }
+
+    /// The node's attributes (`GET /v1/node/:id`).
+    pub fn node_attributes(&self) -> BTreeMap<String, String> {
+        let mut a = BTreeMap::new();
+        a.insert("kernel.name".to_string(), "linux".to_string());
+        if let Ok(r) = std::fs::read_to_string("/proc/sys/kernel/osrelease") {
+            a.insert("kernel.version".to_string(), r.trim().to_string());
+        }
+        a.insert("cpu.arch".to_string(), std::env::consts::ARCH.to_string());
+        if let Ok(n) = std::thread::available_parallelism() {
+            a.insert("cpu.numcores".to_string(), n.to_string());
+        }
+        a.insert("unique.hostname".to_string(), self.config.name.clone());
+        a.insert(
+            "nodeward.version".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        );
+        a.insert("driver.raw_exec".to_string(), "1".to_string());
+        a
+    }
+
+    /// `HostVolumes` of the node, keyed by name.
+    pub fn host_volumes_json(&self) -> serde_json::Value {
+        serde_json::Value::Object(Default::default())
+    }
+
+    /// `{"CSINodePlugins": ..., "CSIControllerPlugins": ...}`.
+    pub fn csi_json(&self) -> serde_json::Value {
+        self.csi.node_json()
     }
 
     /// Reloads what can be reloaded (SIGHUP): the log level from the configuration files (unless

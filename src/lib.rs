@@ -5,6 +5,8 @@
 
 pub mod agent;
 pub mod alloc;
+pub mod api;
+pub mod cli;
 pub mod config;
 pub mod csi;
 pub mod driver;

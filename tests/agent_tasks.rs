@@ -342,7 +342,7 @@ job "envy" {
       env { GREETING = "hello ${NOMAD_TASK_NAME}" }
       config {
         command = "/bin/sh"
-        args = ["-c", "echo $GREETING; echo ${NOMAD_JOB_NAME}/${node.unique.name}/${unknown.thing}; pwd; echo $NOMAD_TASK_DIR; ps -o pgid= -p $$; echo $$"]
+        args = ["-c", "echo $GREETING; echo '${NOMAD_JOB_NAME}/${node.unique.name}/${unknown.thing}'; pwd; echo $NOMAD_TASK_DIR; ps -o pgid= -p $$; echo $$"]
       }
     }
   }

@@ -98,6 +98,7 @@ fn check_volumes(agent: &Agent, job: &Job) -> Result<(), ApiError> {
 }
 
 fn node_json(agent: &Agent) -> Value {
+    let csi = agent.csi_json();
     json!({
         "ID": agent.node_id,
         "Name": agent.config.name,
@@ -107,8 +108,8 @@ fn node_json(agent: &Agent) -> Value {
         "SchedulingEligibility": "eligible",
         "Attributes": agent.node_attributes(),
         "HostVolumes": agent.host_volumes_json(),
-        "CSINodePlugins": agent.csi_node_plugins_json(),
-        "CSIControllerPlugins": agent.csi_controller_plugins_json(),
+        "CSINodePlugins": csi["CSINodePlugins"],
+        "CSIControllerPlugins": csi["CSIControllerPlugins"],
     })
 }
 
@@ -285,7 +286,7 @@ fn logs(agent: &Arc<Agent>, req: &Request) -> Result<Response, ApiError> {
     };
     let follow = req.query_bool("follow")?.then(|| Follow {
         alive: Arc::new(move || state.lock().state != TaskStatus::Dead),
-        shutdown: agent.shutdown.clone(),
+        shutdown: req.shutdown(),
     });
     let dir = agent
         .config

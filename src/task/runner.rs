@@ -304,7 +304,7 @@ impl TaskRunner {
                     }
                 },
                 recv(self.hook_rx) -> req => match req {
-                    Ok(HookRequest::Emit { run_id: r, event }) if r == run_id => self.emit(event),
+                    Ok(HookRequest::Emit { run_id: r, event }) if r == run_id => self.emit(*event),
                     Ok(HookRequest::Restart { run_id: r, events, failure }) if r == run_id => {
                         done_tx = None;
                         for e in events {

@@ -118,11 +118,10 @@ impl TestAgent {
     /// Starts the agent again on the same data directory and configuration.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the agent first");
-        let again = Self::launch(&self.dir, self.data_dir.clone(), self.config.clone(), &[]);
-        self.child = again.child;
+        let mut again = Self::launch(&self.dir, self.data_dir.clone(), self.config.clone(), &[]);
+        self.child = again.child.take();
         self.addr = again.addr.clone();
         self.log = again.log.clone();
-        std::mem::forget(again);
     }
 
     pub fn url(&self, path: &str) -> String {

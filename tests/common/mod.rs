@@ -38,7 +38,6 @@ pub struct TestAgent {
     pub config: PathBuf,
     pub addr: String,
     pub log: Arc<Mutex<Vec<String>>>,
-    http: ureq::Agent,
 }
 
 fn http_agent() -> ureq::Agent {
@@ -111,7 +110,6 @@ impl TestAgent {
             config,
             addr,
             log,
-            http: http_agent(),
         }
     }
 
@@ -130,11 +128,14 @@ impl TestAgent {
 
     pub fn request(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
         let url = self.url(path);
+        // A connection per request: tests send refused bodies after which the server closes the
+        // connection, and they must not depend on how a client pools.
+        let http = http_agent();
         let resp = match (method, body) {
-            ("GET", _) => self.http.get(&url).call(),
-            ("DELETE", _) => self.http.delete(&url).call(),
-            ("PUT", b) => self.http.put(&url).send(b.unwrap_or("")),
-            ("POST", b) => self.http.post(&url).send(b.unwrap_or("")),
+            ("GET", _) => http.get(&url).call(),
+            ("DELETE", _) => http.delete(&url).call(),
+            ("PUT", b) => http.put(&url).send(b.unwrap_or("")),
+            ("POST", b) => http.post(&url).send(b.unwrap_or("")),
             _ => panic!("method {method}"),
         };
         let mut resp = resp.unwrap_or_else(|e| panic!("{method} {path}: {e}"));

@@ -1,6 +1,8 @@
 use ascii::AsciiString;
 
 use std::io::Error as IoError;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::io::Result as IoResult;
 use std::io::{BufReader, BufWriter, ErrorKind, Read};
 
@@ -31,6 +33,10 @@ pub struct ClientConnection {
 
     // set to true if we know that the previous request is the last one
     no_more_requests: bool,
+
+    // nodeward patch: set when a request's body was dropped before its end; the bytes that follow
+    // on the socket are the rest of that body, not a request, so the connection must end.
+    poisoned: Arc<AtomicBool>,
 
     // true if the connection goes through SSL
     secure: bool,
@@ -64,6 +70,7 @@ impl ClientConnection {
             remote_addr,
             next_header_source: first_header,
             no_more_requests: false,
+            poisoned: Arc::new(AtomicBool::new(false)),
             secure,
         }
     }
@@ -107,7 +114,15 @@ impl ClientConnection {
         let (method, path, version, headers) = {
             // reading the request line
             let (method, path, version) = {
-                let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+                let line = self.read_next_line();
+                // nodeward patch: the previous body was left unread; what arrived is not a request.
+                if self.poisoned.load(Ordering::SeqCst) {
+                    return Err(ReadError::ReadIoError(IoError::new(
+                        ErrorKind::ConnectionAborted,
+                        "previous request body was not read",
+                    )));
+                }
+                let line = line.map_err(ReadError::ReadIoError)?;
 
                 parse_request_line(
                     line.as_str().trim(), // TODO: remove this conversion
@@ -153,6 +168,7 @@ impl ClientConnection {
             *self.remote_addr.as_ref().unwrap(),
             data_source,
             writer,
+            self.poisoned.clone(),
         )
         .map_err(|e| {
             use crate::request;

@@ -135,6 +135,7 @@ pub fn new_request<R, W>(
     remote_addr: Option<SocketAddr>,
     mut source_data: R,
     writer: W,
+    poisoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<Request, RequestCreationError>
 where
     R: Read + Send + 'static,
@@ -213,12 +214,16 @@ where
             Box::new(Cursor::new(buffer)) as Box<dyn Read + Send + 'static>
         } else {
             let (data_reader, _) = EqualReader::new(source_data, content_length); // TODO:
-            Box::new(FusedReader::new(data_reader)) as Box<dyn Read + Send + 'static>
+            Box::new(PoisonOnEarlyDrop::new(FusedReader::new(data_reader), poisoned))
+                as Box<dyn Read + Send + 'static>
         }
     } else if transfer_encoding.is_some() {
         // if a transfer-encoding was specified, then "chunked" is ALWAYS applied
         // over the message (RFC2616 #3.6)
-        Box::new(FusedReader::new(Decoder::new(source_data))) as Box<dyn Read + Send + 'static>
+        Box::new(PoisonOnEarlyDrop::new(
+            FusedReader::new(Decoder::new(source_data)),
+            poisoned,
+        )) as Box<dyn Read + Send + 'static>
     } else {
         // if we have neither a Content-Length nor a Transfer-Encoding,
         // assuming that we have no data
@@ -493,6 +498,43 @@ impl Drop for Request {
             if let Some(sender) = self.notify_when_responded.take() {
                 sender.send(()).unwrap();
             }
+        }
+    }
+}
+
+/// nodeward patch: a body reader that, when dropped before it reached the end of the body, marks
+/// the connection poisoned so that the rest of the body is never parsed as a request.
+struct PoisonOnEarlyDrop<R: Read> {
+    inner: R,
+    done: bool,
+    poisoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<R: Read> PoisonOnEarlyDrop<R> {
+    fn new(inner: R, poisoned: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        PoisonOnEarlyDrop {
+            inner,
+            done: false,
+            poisoned,
+        }
+    }
+}
+
+impl<R: Read> Read for PoisonOnEarlyDrop<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.done = true;
+        }
+        Ok(n)
+    }
+}
+
+impl<R: Read> Drop for PoisonOnEarlyDrop<R> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.poisoned
+                .store(true, std::sync::atomic::Ordering::SeqCst);
         }
     }
 }

@@ -39,16 +39,7 @@ use crate::util::duration;
 
 /// Parses a jobspec written in HCL, applies defaults and validates it.
 pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
-    let body = hcl::edit::parser::parse_body(src).map_err(|e| {
-        let loc = e.location();
-        JobspecError::Syntax(format!(
-            "HCL syntax error at line {}, column {}: {}",
-            loc.line(),
-            loc.column(),
-            e.message()
-        ))
-    })?;
-    let source = Source { text: src };
+    let (body, source) = parse_body(src)?;
     let top = source.items("the jobspec", &body, &[], &["job"])?;
     let jobs = top.blocks("job");
     let job_block = match jobs.as_slice() {
@@ -69,13 +60,53 @@ pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
     })
 }
 
+/// Parses `src` as HCL. Nomad's documentation (and tasks.md) writes several attributes on one
+/// line, `restart { attempts = 2  interval = "30m" }`, which HCL2 refuses; when the text does not
+/// parse as written, it is parsed again with such blocks split onto lines ([`split_one_line_blocks`]),
+/// and if that fails too, the error about the text as written is reported.
+fn parse_body(src: &str) -> Result<(Body, Source<'_>), JobspecError> {
+    let as_written = match hcl::edit::parser::parse_body(src) {
+        Ok(body) => {
+            let source = Source {
+                original: src,
+                parsed: src.to_string(),
+                inserted: Vec::new(),
+            };
+            return Ok((body, source));
+        }
+        Err(e) => e,
+    };
+    let (parsed, inserted) = split_one_line_blocks(src);
+    if !inserted.is_empty() {
+        if let Ok(body) = hcl::edit::parser::parse_body(&parsed) {
+            let source = Source {
+                original: src,
+                parsed,
+                inserted,
+            };
+            return Ok((body, source));
+        }
+    }
+    let loc = as_written.location();
+    Err(JobspecError::Syntax(format!(
+        "HCL syntax error at line {}, column {}: {}",
+        loc.line(),
+        loc.column(),
+        as_written.message()
+    )))
+}
+
 fn invalid(msg: impl Into<String>) -> JobspecError {
     JobspecError::Invalid(msg.into())
 }
 
-/// The text being parsed, to turn spans into line numbers.
+/// The text being parsed, to turn spans into line numbers and read `${...}` as written.
 struct Source<'a> {
-    text: &'a str,
+    /// What the user wrote: line numbers count in this.
+    original: &'a str,
+    /// What was parsed: `original` with newlines inserted at `inserted` (offsets in `parsed`).
+    parsed: String,
+    inserted: Vec<usize>,
 }
 
 /// The attributes and blocks of one block body, after checking that each is allowed there.
@@ -105,8 +136,9 @@ impl<'a> Source<'a> {
     /// parsed input).
     fn line(&self, span: Option<Range<usize>>) -> usize {
         span.map_or(0, |r| {
-            let end = r.start.min(self.text.len());
-            self.text.as_bytes()[..end]
+            let before = self.inserted.partition_point(|&at| at < r.start);
+            let end = (r.start - before).min(self.original.len());
+            self.original.as_bytes()[..end]
                 .iter()
                 .filter(|&&b| b == b'\n')
                 .count()
@@ -138,12 +170,8 @@ impl<'a> Source<'a> {
                             self.line(attr.span())
                         )));
                     }
-                    if items.attrs.insert(key, attr).is_some() {
-                        return Err(invalid(format!(
-                            "attribute {key:?} is set more than once in {what} (again at line {})",
-                            self.line(attr.span())
-                        )));
-                    }
+                    // The parser refuses an attribute given twice in one body.
+                    items.attrs.insert(key, attr);
                 }
                 Structure::Block(block) => {
                     let ident = block.ident.as_str();
@@ -238,7 +266,12 @@ impl<'a> Source<'a> {
         })
     }
 
-    fn group(&self, job: &str, job_type: JobType, block: &Block) -> Result<TaskGroup, JobspecError> {
+    fn group(
+        &self,
+        job: &str,
+        job_type: JobType,
+        block: &Block,
+    ) -> Result<TaskGroup, JobspecError> {
         let name = self.label(job, block)?;
         let what = format!("group {name:?}");
         let items = self.items(
@@ -252,7 +285,9 @@ impl<'a> Source<'a> {
             None => 1,
         };
         let restart_policy = match self.single(&items, "restart")? {
-            Some(b) => self.restart(&what, b)?.apply(job_type.default_restart_policy()),
+            Some(b) => self
+                .restart(&what, b)?
+                .apply(job_type.default_restart_policy()),
             None => job_type.default_restart_policy(),
         };
         let mut volumes = BTreeMap::new();
@@ -309,18 +344,30 @@ impl<'a> Source<'a> {
         })
     }
 
-    fn volume(&self, group: &str, label: &str, block: &Block) -> Result<VolumeRequest, JobspecError> {
+    fn volume(
+        &self,
+        group: &str,
+        label: &str,
+        block: &Block,
+    ) -> Result<VolumeRequest, JobspecError> {
         let what = format!("volume {label:?} of {group}");
         let items = self.items(&what, &block.body, &["type", "source", "read_only"], &[])?;
         Ok(VolumeRequest {
             name: label.to_string(),
             volume_type: self.opt_string(&what, &items, "type")?.unwrap_or_default(),
-            source: self.opt_string(&what, &items, "source")?.unwrap_or_default(),
+            source: self
+                .opt_string(&what, &items, "source")?
+                .unwrap_or_default(),
             read_only: self.opt_bool(&what, &items, "read_only")?.unwrap_or(false),
         })
     }
 
-    fn task(&self, group: &str, group_policy: RestartPolicy, block: &Block) -> Result<Task, JobspecError> {
+    fn task(
+        &self,
+        group: &str,
+        group_policy: RestartPolicy,
+        block: &Block,
+    ) -> Result<Task, JobspecError> {
         let name = self.label(group, block)?;
         let what = format!("task {name:?}");
         let items = self.items(
@@ -378,7 +425,9 @@ impl<'a> Source<'a> {
             None => Resources::default(),
         };
         Ok(Task {
-            driver: self.opt_string(&what, &items, "driver")?.unwrap_or_default(),
+            driver: self
+                .opt_string(&what, &items, "driver")?
+                .unwrap_or_default(),
             user: self.opt_string(&what, &items, "user")?,
             name,
             config,
@@ -397,7 +446,9 @@ impl<'a> Source<'a> {
         let what = format!("config block of {task}");
         let items = self.items(&what, &block.body, &["command", "args"], &[])?;
         Ok(DriverConfig {
-            command: self.opt_string(&what, &items, "command")?.unwrap_or_default(),
+            command: self
+                .opt_string(&what, &items, "command")?
+                .unwrap_or_default(),
             args: match items.attr("args") {
                 Some(attr) => self.strings(&what, attr)?,
                 None => Vec::new(),
@@ -416,13 +467,7 @@ impl<'a> Source<'a> {
                     let value = self.scalar_text(&attr.value).ok_or_else(|| {
                         self.wrong_type(&what, attr, "a string, number or bool")
                     })??;
-                    if env.insert(attr.key.to_string(), value).is_some() {
-                        return Err(invalid(format!(
-                            "attribute {:?} is set more than once in {what} (again at line {})",
-                            attr.key.as_str(),
-                            self.line(attr.span())
-                        )));
-                    }
+                    env.insert(attr.key.to_string(), value);
                 }
                 Structure::Block(b) => {
                     return Err(JobspecError::Unknown(format!(
@@ -441,7 +486,9 @@ impl<'a> Source<'a> {
         let items = self.items(&what, &block.body, &["max_files", "max_file_size"], &[])?;
         let defaults = LogConfig::default();
         Ok(LogConfig {
-            max_files: self.opt_u32(&what, &items, "max_files")?.unwrap_or(defaults.max_files),
+            max_files: self
+                .opt_u32(&what, &items, "max_files")?
+                .unwrap_or(defaults.max_files),
             max_file_size_mb: self
                 .opt_u32(&what, &items, "max_file_size")?
                 .unwrap_or(defaults.max_file_size_mb),
@@ -451,10 +498,19 @@ impl<'a> Source<'a> {
     fn volume_mount(&self, task: &str, block: &Block) -> Result<VolumeMount, JobspecError> {
         self.no_labels(task, block)?;
         let what = format!("volume_mount block of {task}");
-        let items = self.items(&what, &block.body, &["volume", "destination", "read_only"], &[])?;
+        let items = self.items(
+            &what,
+            &block.body,
+            &["volume", "destination", "read_only"],
+            &[],
+        )?;
         Ok(VolumeMount {
-            volume: self.opt_string(&what, &items, "volume")?.unwrap_or_default(),
-            destination: self.opt_string(&what, &items, "destination")?.unwrap_or_default(),
+            volume: self
+                .opt_string(&what, &items, "volume")?
+                .unwrap_or_default(),
+            destination: self
+                .opt_string(&what, &items, "destination")?
+                .unwrap_or_default(),
             read_only: self.opt_bool(&what, &items, "read_only")?.unwrap_or(false),
         })
     }
@@ -464,7 +520,13 @@ impl<'a> Source<'a> {
         let items = self.items(
             &what,
             &block.body,
-            &["id", "type", "mount_dir", "stage_publish_base_dir", "health_timeout"],
+            &[
+                "id",
+                "type",
+                "mount_dir",
+                "stage_publish_base_dir",
+                "health_timeout",
+            ],
             &[],
         )?;
         // Checked in csi.md's order: the id first, then the type.
@@ -502,7 +564,9 @@ impl<'a> Source<'a> {
         let defaults = Resources::default();
         Ok(Resources {
             cpu: self.opt_u32(&what, &items, "cpu")?.unwrap_or(defaults.cpu),
-            memory_mb: self.opt_u32(&what, &items, "memory")?.unwrap_or(defaults.memory_mb),
+            memory_mb: self
+                .opt_u32(&what, &items, "memory")?
+                .unwrap_or(defaults.memory_mb),
         })
     }
 
@@ -533,7 +597,7 @@ impl<'a> Source<'a> {
             match element {
                 Element::Literal(literal) => out.push_str(literal.as_str()),
                 Element::Interpolation(interp) => {
-                    match interp.span().and_then(|r| self.text.get(r)) {
+                    match interp.span().and_then(|r| self.parsed.get(r)) {
                         Some(raw) => out.push_str(raw),
                         None => out.push_str(&format!("${{{}}}", interp.expr)),
                     }
@@ -622,5 +686,848 @@ impl<'a> Source<'a> {
                 _ => Err(self.wrong_type(what, a, "true or false")),
             })
             .transpose()
+    }
+}
+
+/// Rewrites blocks that hold several attributes on one line, `restart { attempts = 2  mode = "fail" }`,
+/// into the multi-line form HCL2 accepts, by inserting newlines: after a block's `{`, before its
+/// `}`, after a block's `}` that has more on its line, and before an attribute that starts on the
+/// line of the previous attribute's value. Strings, `${...}`, heredocs and comments are copied
+/// untouched. Returns the new text and the offsets (in it) of the inserted newlines, so spans can
+/// be mapped back to lines of the original.
+fn split_one_line_blocks(src: &str) -> (String, Vec<usize>) {
+    let mut splitter = Splitter {
+        b: src.as_bytes(),
+        i: 0,
+        out: Vec::with_capacity(src.len() + 64),
+        inserted: Vec::new(),
+    };
+    splitter.body(false);
+    // Newlines only go in before or after ASCII bytes, so the result is still UTF-8.
+    match String::from_utf8(splitter.out) {
+        Ok(text) => (text, splitter.inserted),
+        Err(_) => (src.to_string(), Vec::new()),
+    }
+}
+
+struct Splitter<'a> {
+    b: &'a [u8],
+    i: usize,
+    out: Vec<u8>,
+    inserted: Vec<usize>,
+}
+
+fn is_ident_start(c: u8) -> bool {
+    c.is_ascii_alphabetic() || c == b'_'
+}
+
+fn is_ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c == b'-'
+}
+
+impl Splitter<'_> {
+    fn at(&self, j: usize) -> u8 {
+        self.b.get(j).copied().unwrap_or(0)
+    }
+
+    fn copy_to(&mut self, j: usize) {
+        let j = j.min(self.b.len()).max(self.i);
+        self.out.extend_from_slice(&self.b[self.i..j]);
+        self.i = j;
+    }
+
+    fn newline(&mut self) {
+        self.inserted.push(self.out.len());
+        self.out.push(b'\n');
+    }
+
+    fn skip_blanks(&self, mut j: usize) -> usize {
+        while matches!(self.at(j), b' ' | b'\t' | b'\r') {
+            j += 1;
+        }
+        j
+    }
+
+    fn ident_end(&self, mut j: usize) -> usize {
+        while is_ident(self.at(j)) {
+            j += 1;
+        }
+        j
+    }
+
+    /// Whether a comment, a newline or the end of the input starts at `j`.
+    fn line_ends_at(&self, j: usize) -> bool {
+        matches!(self.at(j), 0 | b'\n' | b'#')
+            || (self.at(j) == b'/' && matches!(self.at(j + 1), b'/' | b'*'))
+    }
+
+    fn comment_end(&self, j: usize) -> usize {
+        if self.at(j) == b'/' && self.at(j + 1) == b'*' {
+            let rest = &self.b[j + 2..];
+            return rest
+                .windows(2)
+                .position(|w| w == b"*/")
+                .map_or(self.b.len(), |p| j + 2 + p + 2);
+        }
+        self.b[j..]
+            .iter()
+            .position(|&c| c == b'\n')
+            .map_or(self.b.len(), |p| j + p)
+    }
+
+    /// `j` is at an opening `"`; returns the offset after the closing one.
+    fn string_end(&self, mut j: usize) -> usize {
+        j += 1;
+        loop {
+            match self.at(j) {
+                0 | b'\n' => return j,
+                b'\\' => j += 2,
+                b'"' => return j + 1,
+                b'$' | b'%' if self.at(j + 1) == self.at(j) && self.at(j + 2) == b'{' => j += 3,
+                b'$' | b'%' if self.at(j + 1) == b'{' => j = self.braces_end(j + 2),
+                _ => j += 1,
+            }
+        }
+    }
+
+    /// `j` is just inside a `${` or `%{`; returns the offset after the matching `}`.
+    fn braces_end(&self, mut j: usize) -> usize {
+        let mut depth = 1;
+        loop {
+            match self.at(j) {
+                0 => return j,
+                b'"' => j = self.string_end(j),
+                b'{' => {
+                    depth += 1;
+                    j += 1;
+                }
+                b'}' => {
+                    depth -= 1;
+                    j += 1;
+                    if depth == 0 {
+                        return j;
+                    }
+                }
+                _ => j += 1,
+            }
+        }
+    }
+
+    /// `j` is at `<<`; returns the offset after the heredoc's closing delimiter.
+    fn heredoc_end(&self, j: usize) -> usize {
+        let start = if self.at(j + 2) == b'-' { j + 3 } else { j + 2 };
+        let end = self.ident_end(start);
+        let delimiter = &self.b[start..end];
+        if delimiter.is_empty() {
+            return j + 2;
+        }
+        let mut line = self.comment_end(end);
+        while line < self.b.len() {
+            let next = self.comment_end(line + 1);
+            if self.b[line + 1..next].trim_ascii() == delimiter {
+                return next;
+            }
+            line = next;
+        }
+        self.b.len()
+    }
+
+    /// Copies the statements of a body; a nested body stops at its closing `}`.
+    fn body(&mut self, nested: bool) {
+        loop {
+            let c = self.at(self.i);
+            if c == 0 {
+                return;
+            }
+            if c.is_ascii_whitespace() {
+                self.copy_to(self.i + 1);
+            } else if self.line_ends_at(self.i) {
+                self.copy_to(self.comment_end(self.i));
+            } else if c == b'}' {
+                if nested {
+                    return;
+                }
+                self.copy_to(self.i + 1);
+            } else if is_ident_start(c) {
+                let k = self.skip_blanks(self.ident_end(self.i));
+                if self.at(k) == b'=' && self.at(k + 1) != b'=' {
+                    self.copy_to(k + 1);
+                    self.value();
+                } else {
+                    self.block(k);
+                }
+            } else {
+                self.copy_to(self.i + 1);
+            }
+        }
+    }
+
+    /// A block's labels start at `k`; copies the block, splitting its body onto lines.
+    fn block(&mut self, mut k: usize) {
+        while !matches!(self.at(k), 0 | b'\n' | b'{') {
+            k = if self.at(k) == b'"' {
+                self.string_end(k)
+            } else {
+                k + 1
+            };
+        }
+        if self.at(k) != b'{' {
+            self.copy_to(k);
+            return;
+        }
+        self.copy_to(k + 1);
+        let next = self.skip_blanks(self.i);
+        if !self.line_ends_at(next) && self.at(next) != b'}' {
+            self.newline();
+        }
+        self.body(true);
+        if self.at(self.i) != b'}' {
+            return;
+        }
+        let line_start = self
+            .out
+            .iter()
+            .rposition(|&c| c == b'\n')
+            .map_or(0, |p| p + 1);
+        if self.out[line_start..]
+            .iter()
+            .any(|c| !c.is_ascii_whitespace())
+            && self.out.last() != Some(&b'{')
+        {
+            self.newline();
+        }
+        self.copy_to(self.i + 1);
+        let next = self.skip_blanks(self.i);
+        if !self.line_ends_at(next) {
+            self.newline();
+        }
+    }
+
+    /// Copies an attribute's value up to the end of its line, or up to the next attribute or the
+    /// body's `}` on the same line.
+    fn value(&mut self) {
+        let mut depth = 0usize;
+        loop {
+            let c = self.at(self.i);
+            match c {
+                0 => return,
+                b'\n' if depth == 0 => return,
+                b'}' if depth == 0 => return,
+                b'"' => self.copy_to(self.string_end(self.i)),
+                b'<' if self.at(self.i + 1) == b'<' => self.copy_to(self.heredoc_end(self.i)),
+                b'#' => self.copy_to(self.comment_end(self.i)),
+                b'/' if matches!(self.at(self.i + 1), b'/' | b'*') => {
+                    self.copy_to(self.comment_end(self.i))
+                }
+                b'(' | b'[' | b'{' => {
+                    depth += 1;
+                    self.copy_to(self.i + 1);
+                }
+                b')' | b']' | b'}' => {
+                    depth = depth.saturating_sub(1);
+                    self.copy_to(self.i + 1);
+                }
+                _ if is_ident_start(c) => {
+                    let end = self.ident_end(self.i);
+                    let k = self.skip_blanks(end);
+                    let after_blank = self.i > 0 && matches!(self.b[self.i - 1], b' ' | b'\t');
+                    if depth == 0
+                        && after_blank
+                        && self.at(k) == b'='
+                        && !matches!(self.at(k + 1), b'=' | b'>')
+                    {
+                        self.newline();
+                        return;
+                    }
+                    self.copy_to(end);
+                }
+                _ => self.copy_to(self.i + 1),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::jobspec::{CsiPluginType, RestartMode};
+
+    /// The jobspec of tasks.md, as written there.
+    pub(crate) const EXAMPLE: &str = r#"
+job "example" {
+  type = "service"                 # service (default) | batch | system
+  group "group" {
+    count = 1
+    restart { attempts = 2  interval = "30m"  delay = "15s"  mode = "fail" }   # group level, task may override
+    volume "data" { type = "host"  source = "test"  read_only = false }
+    task "task" {
+      driver = "raw_exec"
+      config { command = "busybox"  args = ["httpd", "-f", "-p", "8001", "-h", "${NOMAD_TASK_DIR}"] }
+      env { GREETING = "hello" }
+      kill_signal  = "SIGINT"      # default SIGINT
+      kill_timeout = "5s"          # default 5s
+      logs { max_files = 10  max_file_size = 10 }     # MiB
+      volume_mount { volume = "data"  destination = "data"  read_only = false }
+      csi_plugin { id = "whatever"  type = "monolith"  health_timeout = "5s" }   # see csi.md
+      resources { cpu = 100  memory = 100 }           # accepted and recorded
+    }
+  }
+}
+"#;
+
+    pub(crate) fn example_job() -> Job {
+        let policy = RestartPolicy {
+            attempts: 2,
+            interval: Duration::from_secs(1800),
+            delay: Duration::from_secs(15),
+            mode: RestartMode::Fail,
+        };
+        Job {
+            id: "example".to_string(),
+            name: "example".to_string(),
+            job_type: JobType::Service,
+            task_groups: vec![TaskGroup {
+                name: "group".to_string(),
+                count: 1,
+                restart_policy: policy,
+                volumes: BTreeMap::from([(
+                    "data".to_string(),
+                    VolumeRequest {
+                        name: "data".to_string(),
+                        volume_type: "host".to_string(),
+                        source: "test".to_string(),
+                        read_only: false,
+                    },
+                )]),
+                tasks: vec![Task {
+                    name: "task".to_string(),
+                    driver: "raw_exec".to_string(),
+                    config: DriverConfig {
+                        command: "busybox".to_string(),
+                        args: ["httpd", "-f", "-p", "8001", "-h", "${NOMAD_TASK_DIR}"]
+                            .map(String::from)
+                            .to_vec(),
+                    },
+                    env: BTreeMap::from([("GREETING".to_string(), "hello".to_string())]),
+                    user: None,
+                    kill_signal: "SIGINT".to_string(),
+                    kill_timeout: Duration::from_secs(5),
+                    restart_policy: policy,
+                    log_config: LogConfig {
+                        max_files: 10,
+                        max_file_size_mb: 10,
+                    },
+                    volume_mounts: vec![VolumeMount {
+                        volume: "data".to_string(),
+                        destination: "data".to_string(),
+                        read_only: false,
+                    }],
+                    csi_plugin: Some(CsiPluginConfig {
+                        id: "whatever".to_string(),
+                        plugin_type: CsiPluginType::Monolith,
+                        mount_dir: "/csi".to_string(),
+                        stage_publish_base_dir: "/local/csi".to_string(),
+                        health_timeout: Duration::from_secs(5),
+                    }),
+                    resources: Resources {
+                        cpu: 100,
+                        memory_mb: 100,
+                    },
+                }],
+            }],
+        }
+    }
+
+    fn parse(src: &str) -> Result<Job, JobspecError> {
+        parse_job(src).map(|p| {
+            assert!(p.warnings.is_empty());
+            p.job
+        })
+    }
+
+    /// A job with one task; `group` and `task` are spliced into the group and task bodies.
+    fn job_with(group: &str, task: &str) -> String {
+        let config = if task.contains("config") {
+            ""
+        } else {
+            "command = \"true\""
+        };
+        format!(
+            "job \"j\" {{\n  group \"g\" {{\n{group}\n    task \"web\" {{\n      driver = \"raw_exec\"\n      {}\n{task}\n    }}\n  }}\n}}\n",
+            if config.is_empty() { String::new() } else { format!("config {{ {config} }}") }
+        )
+    }
+
+    fn err(src: &str) -> JobspecError {
+        parse(src).expect_err("the jobspec should be refused")
+    }
+
+    #[test]
+    fn parses_the_example_of_tasks_md() {
+        assert_eq!(parse(EXAMPLE).unwrap(), example_job());
+    }
+
+    #[test]
+    fn applies_defaults() {
+        let job = parse(&job_with("", "")).unwrap();
+        assert_eq!(job.id, "j");
+        assert_eq!(job.job_type, JobType::Service);
+        let group = &job.task_groups[0];
+        assert_eq!(group.count, 1);
+        assert_eq!(
+            group.restart_policy,
+            JobType::Service.default_restart_policy()
+        );
+        assert!(group.volumes.is_empty());
+        let task = &group.tasks[0];
+        assert_eq!(task.config.args, Vec::<String>::new());
+        assert_eq!(task.kill_signal, "SIGINT");
+        assert_eq!(task.kill_timeout, Duration::from_secs(5));
+        assert_eq!(task.restart_policy, group.restart_policy);
+        assert_eq!(task.log_config, LogConfig::default());
+        assert_eq!(task.resources, Resources::default());
+        assert_eq!(task.user, None);
+        assert_eq!(task.csi_plugin, None);
+
+        let job = parse(&job_with(
+            "",
+            "csi_plugin {\n id = \"p\"\n type = \"node\"\n }",
+        ))
+        .unwrap();
+        let csi = job.task_groups[0].tasks[0].csi_plugin.clone().unwrap();
+        assert_eq!(csi.mount_dir, "/csi");
+        assert_eq!(csi.stage_publish_base_dir, "/local/csi");
+        assert_eq!(csi.health_timeout, Duration::from_secs(30));
+        assert_eq!(csi.plugin_type, CsiPluginType::Node);
+    }
+
+    #[test]
+    fn restart_blocks_override_only_what_they_set() {
+        let src = r#"
+job "b" {
+  type = "batch"
+  group "g" {
+    restart { attempts = 5 }
+    task "inherits" {
+      driver = "raw_exec"
+      config { command = "true" }
+    }
+    task "overrides" {
+      driver = "raw_exec"
+      config { command = "true" }
+      restart {
+        delay = "1s"
+        mode = "delay"
+      }
+    }
+  }
+}
+"#;
+        let job = parse(src).unwrap();
+        let group = &job.task_groups[0];
+        let group_policy = RestartPolicy {
+            attempts: 5,
+            interval: Duration::from_secs(24 * 3600),
+            delay: Duration::from_secs(15),
+            mode: RestartMode::Fail,
+        };
+        assert_eq!(group.restart_policy, group_policy);
+        assert_eq!(group.tasks[0].restart_policy, group_policy);
+        assert_eq!(
+            group.tasks[1].restart_policy,
+            RestartPolicy {
+                delay: Duration::from_secs(1),
+                mode: RestartMode::Delay,
+                ..group_policy
+            }
+        );
+    }
+
+    #[test]
+    fn keeps_templates_as_written() {
+        let job = parse(&job_with(
+            "",
+            r#"
+      env {
+        DIR = "${NOMAD_TASK_DIR}/x"
+        NODE = "${ node.unique.id }"
+        ESCAPED = "$${HOME}"
+        QUOTED = "say \"hi\"\t${env.USER}"
+        PORT = 8080
+        ON = true
+        HEREDOC = <<EOT
+line ${NOMAD_ALLOC_DIR}
+EOT
+      }
+"#,
+        ))
+        .unwrap();
+        let env = &job.task_groups[0].tasks[0].env;
+        assert_eq!(env["DIR"], "${NOMAD_TASK_DIR}/x");
+        assert_eq!(env["NODE"], "${ node.unique.id }");
+        assert_eq!(env["ESCAPED"], "${HOME}");
+        assert_eq!(env["QUOTED"], "say \"hi\"\t${env.USER}");
+        assert_eq!(env["PORT"], "8080");
+        assert_eq!(env["ON"], "true");
+        assert_eq!(env["HEREDOC"], "line ${NOMAD_ALLOC_DIR}\n");
+    }
+
+    #[test]
+    fn unknown_blocks_and_attributes_name_the_line() {
+        let cases = [
+            (
+                job_with("", "      foo = 1"),
+                "unknown attribute \"foo\" in task \"web\" at line 7",
+            ),
+            (
+                job_with("    network { mode = \"bridge\" }", ""),
+                "unknown block \"network\" in group \"g\" at line 3",
+            ),
+            (
+                job_with("", "\n      meta { a = \"b\" }"),
+                "unknown block \"meta\" in task \"web\" at line 8",
+            ),
+            (
+                job_with("", "      config {\n command = \"x\"\n image = \"x\"\n }"),
+                "unknown attribute \"image\" in config block of task \"web\" at line 9",
+            ),
+            (
+                "job \"j\" {\n  datacenters = [\"dc1\"]\n}".to_string(),
+                "unknown attribute \"datacenters\" in job \"j\" at line 2",
+            ),
+            (
+                "variable \"x\" {}\n".to_string(),
+                "unknown block \"variable\" in the jobspec at line 1",
+            ),
+            (
+                job_with("", "      env {\n        inner { }\n      }"),
+                "unknown block \"inner\" in env block of task \"web\" at line 8",
+            ),
+            (
+                job_with("", "      resources {\n        memory_max = 5\n      }"),
+                "unknown attribute \"memory_max\" in resources block of task \"web\" at line 8",
+            ),
+        ];
+        for (src, want) in cases {
+            assert_eq!(err(&src), JobspecError::Unknown(want.to_string()), "{src}");
+        }
+    }
+
+    #[test]
+    fn syntax_errors_give_the_position() {
+        let e = err("job \"j\" {\n  group \"g\" {\n    count = \n}\n");
+        let JobspecError::Syntax(msg) = e else {
+            panic!("expected a syntax error, got {e:?}")
+        };
+        assert!(msg.starts_with("HCL syntax error at line "), "{msg}");
+        assert!(msg.contains(", column "), "{msg}");
+        let JobspecError::Syntax(msg) = err("job \"j\" {") else {
+            panic!("expected a syntax error")
+        };
+        assert!(
+            msg.starts_with("HCL syntax error at line 1, column "),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn bad_durations_name_the_field() {
+        assert_eq!(
+            err(&job_with("", "      kill_timeout = \"-5s\"")),
+            JobspecError::Invalid(
+                "invalid duration for \"kill_timeout\" in task \"web\" at line 7: negative duration \"-5s\" is not allowed"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            err(&job_with("    restart {\n      interval = \"soon\"\n    }", "")),
+            JobspecError::Invalid(
+                "invalid duration for \"interval\" in restart block of group \"g\" at line 4: invalid duration \"soon\""
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            err(&job_with("", "      csi_plugin {\n id = \"p\"\n type = \"node\"\n health_timeout = \"5\"\n }")),
+            JobspecError::Invalid(
+                "invalid duration for \"health_timeout\" in csi_plugin block of task \"web\" at line 10: missing unit in duration \"5\""
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            err(&job_with("", "      kill_timeout = 5")),
+            JobspecError::Invalid(
+                "attribute \"kill_timeout\" in task \"web\" at line 7 must be a duration string such as \"15s\""
+                    .to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn wrong_types_and_shapes() {
+        let invalid = |s: &str| JobspecError::Invalid(s.to_string());
+        assert_eq!(
+            err(&job_with("    count = \"2\"", "")),
+            invalid("attribute \"count\" in group \"g\" at line 3 must be a whole number from 0 to 4294967295")
+        );
+        assert_eq!(
+            err(&job_with("    count = -1", "")),
+            invalid("attribute \"count\" in group \"g\" at line 3 must be a whole number from 0 to 4294967295")
+        );
+        assert_eq!(
+            err(&job_with("    count = 1.5", "")),
+            invalid("attribute \"count\" in group \"g\" at line 3 must be a whole number from 0 to 4294967295")
+        );
+        assert_eq!(
+            err(&job_with("", "      user = root")),
+            invalid("attribute \"user\" in task \"web\" at line 7 must be a string")
+        );
+        assert_eq!(
+            err(&job_with("", "      config { args = \"-x\" }")),
+            invalid("attribute \"args\" in config block of task \"web\" at line 7 must be a list of strings")
+        );
+        assert_eq!(
+            err(&job_with("    volume \"v\" { read_only = \"yes\" }", "")),
+            invalid("attribute \"read_only\" in volume \"v\" of group \"g\" at line 3 must be true or false")
+        );
+        assert_eq!(
+            err(&job_with("    count = 1\n    count = 2", "")),
+            JobspecError::Syntax("HCL syntax error at line 4, column 5: invalid attribute; expected unique attribute key; found redefined attribute".to_string())
+        );
+        assert_eq!(
+            err(&job_with("", "      logs {}\n      logs {}")),
+            invalid("block \"logs\" is given more than once in task \"web\" (again at line 8)")
+        );
+        assert_eq!(
+            err(&job_with("    task {\n    }", "")),
+            invalid(
+                "block \"task\" in group \"g\" at line 3 must have exactly one label (its name)"
+            )
+        );
+        assert_eq!(
+            err(&job_with("", "      config \"x\" { command = \"true\" }")),
+            invalid("block \"config\" in task \"web\" at line 7 must not have labels")
+        );
+        assert_eq!(
+            err(&job_with(
+                "    volume \"v\" {\n type = \"host\"\n source = \"s\"\n }\n    volume \"v\" {\n }",
+                ""
+            )),
+            invalid("volume \"v\" is defined more than once in group \"g\" (again at line 7)")
+        );
+        assert_eq!(
+            err(&job_with(
+                "",
+                "      config { command = \"%{ if true }x%{ endif }\" }"
+            )),
+            invalid("template directives (%{...}) are not supported (line 7)")
+        );
+        assert_eq!(err(""), invalid("the jobspec has no job block"));
+        assert_eq!(
+            err("job \"a\" {}\njob \"b\" {}\n"),
+            invalid("the jobspec has more than one job block (second at line 2)")
+        );
+        assert_eq!(
+            err("job \"a\" {\n  type = \"cron\"\n}"),
+            invalid(
+                "job type must be \"service\", \"batch\" or \"system\", got: \"cron\" (line 2)"
+            )
+        );
+    }
+
+    #[test]
+    fn checks_raw_strings_where_it_sees_them() {
+        let invalid = |s: &str| JobspecError::Invalid(s.to_string());
+        assert_eq!(
+            err(&job_with("    restart { mode = \"sometimes\" }", "")),
+            invalid("Unsupported restart mode: \"sometimes\"")
+        );
+        assert_eq!(
+            err(&job_with("", "      restart { mode = \"never\" }")),
+            invalid("Unsupported restart mode: \"never\"")
+        );
+        assert_eq!(
+            err(&job_with("", "      csi_plugin { type = \"node\" }")),
+            invalid("csi_plugin must have a non-empty id")
+        );
+        assert_eq!(
+            err(&job_with("", "      csi_plugin { id = \"p\" }")),
+            invalid(
+                "csi_plugin type must be one of 'node', 'controller', or 'monolith', got: \"\""
+            )
+        );
+        assert_eq!(
+            err(&job_with("", "      csi_plugin {\n id = \"p\"\n type = \"storage\"\n }")),
+            invalid("csi_plugin type must be one of 'node', 'controller', or 'monolith', got: \"storage\"")
+        );
+        assert_eq!(
+            err(&job_with("", "      csi_plugin {\n id = \"p\"\n type = \"node\"\n stage_publish_base_dir = \"/csi/x\"\n }")),
+            invalid("csi_plugin stage_publish_base_dir must not be a subdirectory of mount_dir, got: stage_publish_base_dir=\"/csi/x\" mount_dir=\"/csi\"")
+        );
+        assert_eq!(
+            err(&job_with("", "      kill_signal = \"SIGNOPE\"")),
+            invalid("task \"web\": unknown kill_signal \"SIGNOPE\"")
+        );
+        let job = parse(&job_with("", "      kill_signal = \"TERM\"")).unwrap();
+        assert_eq!(job.task_groups[0].tasks[0].kill_signal, "SIGTERM");
+    }
+
+    #[test]
+    fn validates_the_result() {
+        let invalid = |s: &str| JobspecError::Invalid(s.to_string());
+        assert_eq!(
+            err("job \"../x\" {\n}"),
+            invalid("invalid job name \"../x\": may only contain the characters A-Z a-z 0-9 _ . -")
+        );
+        assert_eq!(
+            err("job \"ok\" {\n  group \".\" {\n  }\n}"),
+            invalid("invalid group name \".\": must not be \".\" or \"..\"")
+        );
+        assert_eq!(
+            err("job \"ok\" {\n  group \"g\" {\n    task \"\" {\n    }\n  }\n}"),
+            invalid("invalid task name \"\": must not be empty")
+        );
+        assert_eq!(
+            err(&job_with("    restart { interval = \"1s\" }", "")),
+            invalid("group \"g\" restart policy: interval can not be less than 5s (got 1s)")
+        );
+        assert_eq!(
+            err(&job_with("", "      volume_mount {\n volume = \"nope\"\n destination = \"x\"\n }")),
+            invalid("task \"web\": volume_mount names volume \"nope\", which group \"g\" does not define")
+        );
+        assert_eq!(
+            err(&job_with("", "      config { command = \"\" }")),
+            invalid("task \"web\": config must set a non-empty command")
+        );
+    }
+
+    #[test]
+    fn splits_one_line_blocks() {
+        let cases = [
+            ("a { b = 1 }\n", "a {\n b = 1 \n}\n"),
+            (
+                "a { b = 1  c = \"x y = z\" }\n",
+                "a {\n b = 1  \nc = \"x y = z\" \n}\n",
+            ),
+            ("a {}\n", "a {}\n"),
+            ("a { b { c = 1 } }\n", "a {\n b {\n c = 1 \n}\n }\n"),
+            (
+                "a { b = [1, 2]  c = { d = 1 }  e = x == y }\n",
+                "a {\n b = [1, 2]  \nc = { d = 1 }  \ne = x == y \n}\n",
+            ),
+            (
+                "a { b = \"${f(\"}\")}\"  c = 1 } # x = 1 }\n",
+                "a {\n b = \"${f(\"}\")}\"  \nc = 1 \n} # x = 1 }\n",
+            ),
+            (
+                "a \"l\" { b = <<EOT\nx = 1 }\nEOT\n}\n",
+                "a \"l\" {\n b = <<EOT\nx = 1 }\nEOT\n}\n",
+            ),
+        ];
+        for (input, want) in cases {
+            let (got, inserted) = split_one_line_blocks(input);
+            assert_eq!(got, want, "{input:?}");
+            assert_eq!(got.len(), input.len() + inserted.len());
+            for at in inserted {
+                assert_eq!(got.as_bytes()[at], b'\n');
+            }
+        }
+        let already = "job \"x\" {\n  group \"g\" {\n    count = 1\n  }\n}\n";
+        assert_eq!(
+            split_one_line_blocks(already),
+            (already.to_string(), vec![])
+        );
+    }
+
+    #[test]
+    fn one_line_blocks_keep_their_line_numbers() {
+        let src = "job \"j\" {\n  group \"g\" {\n    restart { attempts = 1  mode = \"fail\" }\n    task \"web\" {\n      driver = \"raw_exec\"\n      config { command = \"true\"  args = [\"${NOMAD_TASK_DIR}\"] }\n      logs { max_files = 1  bogus = 2 }\n    }\n  }\n}\n";
+        assert_eq!(
+            err(src),
+            JobspecError::Unknown(
+                "unknown attribute \"bogus\" in logs block of task \"web\" at line 7".to_string()
+            )
+        );
+        let fixed = src.replace("  bogus = 2", "");
+        let job = parse(&fixed).unwrap();
+        assert_eq!(job.task_groups[0].restart_policy.attempts, 1);
+        assert_eq!(
+            job.task_groups[0].tasks[0].config.args,
+            ["${NOMAD_TASK_DIR}"]
+        );
+    }
+
+    #[test]
+    fn parses_a_typical_nomad_jobspec() {
+        let src = r#"
+# A batch job, in the layout Nomad's documentation uses.
+job "docs" {
+  type = "batch"
+
+  group "example" {
+    count = 3
+
+    restart {
+      attempts = 3
+      delay    = "30s"
+      interval = "5m"
+      mode     = "fail"
+    }
+
+    volume "certs" {
+      type      = "host"
+      source    = "ca-certificates"
+      read_only = true
+    }
+
+    task "server" {
+      driver = "raw_exec"
+      user   = "nobody"
+
+      config {
+        command = "/bin/http-echo"
+        args = [
+          "-listen", ":5678",
+          "-text", "hello world", // trailing comment
+        ]
+      }
+
+      /* block comment */
+      env {
+        NODE = "${node.unique.name}"
+      }
+
+      volume_mount {
+        volume      = "certs"
+        destination = "local/certs"
+        read_only   = true
+      }
+
+      kill_signal  = "SIGTERM"
+      kill_timeout = "20s"
+
+      resources {
+        cpu    = 500
+        memory = 256
+      }
+    }
+  }
+}
+"#;
+        let job = parse(src).unwrap();
+        assert_eq!(job.job_type, JobType::Batch);
+        let group = &job.task_groups[0];
+        assert_eq!(group.count, 3);
+        assert_eq!(group.restart_policy.interval, Duration::from_secs(300));
+        assert!(group.volumes["certs"].read_only);
+        let task = &group.tasks[0];
+        assert_eq!(task.user.as_deref(), Some("nobody"));
+        assert_eq!(
+            task.config.args,
+            ["-listen", ":5678", "-text", "hello world"]
+        );
+        assert_eq!(task.env["NODE"], "${node.unique.name}");
+        assert_eq!(task.kill_signal, "SIGTERM");
+        assert_eq!(task.kill_timeout, Duration::from_secs(20));
+        assert_eq!(task.resources.memory_mb, 256);
     }
 }

@@ -208,11 +208,13 @@ fn non_empty(value: Option<String>) -> Option<String> {
 fn nanos(path: &str, value: Option<i64>) -> Result<Option<Duration>, JobspecError> {
     match value {
         None => Ok(None),
-        Some(n) => u64::try_from(n).map(|n| Some(Duration::from_nanos(n))).map_err(|_| {
-            invalid(format!(
-                "invalid duration for \"{path}\": negative duration {n} is not allowed"
-            ))
-        }),
+        Some(n) => u64::try_from(n)
+            .map(|n| Some(Duration::from_nanos(n)))
+            .map_err(|_| {
+                invalid(format!(
+                    "invalid duration for \"{path}\": negative duration {n} is not allowed"
+                ))
+            }),
     }
 }
 

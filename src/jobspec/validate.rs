@@ -446,7 +446,10 @@ mod tests {
         );
         let mut j = job();
         j.task_groups[0].name = ".".to_string();
-        assert_eq!(err(&j), "invalid group name \".\": must not be \".\" or \"..\"");
+        assert_eq!(
+            err(&j),
+            "invalid group name \".\": must not be \".\" or \"..\""
+        );
         let mut j = job();
         j.name = String::new();
         assert_eq!(err(&j), "invalid job name \"\": must not be empty");
@@ -508,7 +511,10 @@ mod tests {
         );
         let mut j = job();
         j.task_groups[0].tasks[0].config.command = String::new();
-        assert_eq!(err(&j), "task \"task\": config must set a non-empty command");
+        assert_eq!(
+            err(&j),
+            "task \"task\": config must set a non-empty command"
+        );
         let mut j = job();
         j.task_groups[0].tasks[0].user = Some(String::new());
         assert_eq!(err(&j), "task \"task\": user must not be empty");
@@ -575,7 +581,11 @@ mod tests {
     #[test]
     fn volumes() {
         let mut j = job();
-        j.task_groups[0].volumes.get_mut("data").unwrap().volume_type = "csi".to_string();
+        j.task_groups[0]
+            .volumes
+            .get_mut("data")
+            .unwrap()
+            .volume_type = "csi".to_string();
         assert_eq!(
             err(&j),
             "volume \"data\" in group \"group\": type must be \"host\", got: \"csi\""

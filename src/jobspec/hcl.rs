@@ -36,6 +36,7 @@ use super::{
     DEFAULT_KILL_SIGNAL, DEFAULT_KILL_TIMEOUT,
 };
 use crate::util::duration;
+use crate::util::hcl_lines::{self, LineMap};
 
 /// Parses a jobspec written in HCL, applies defaults and validates it.
 pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
@@ -62,27 +63,25 @@ pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
 
 /// Parses `src` as HCL. Nomad's documentation (and tasks.md) writes several attributes on one
 /// line, `restart { attempts = 2  interval = "30m" }`, which HCL2 refuses; when the text does not
-/// parse as written, it is parsed again with such blocks split onto lines ([`split_one_line_blocks`]),
+/// parse as written, it is parsed again with such blocks split onto lines ([`hcl_lines::normalize`]),
 /// and if that fails too, the error about the text as written is reported.
-fn parse_body(src: &str) -> Result<(Body, Source<'_>), JobspecError> {
+fn parse_body(src: &str) -> Result<(Body, Source), JobspecError> {
     let as_written = match hcl::edit::parser::parse_body(src) {
         Ok(body) => {
             let source = Source {
-                original: src,
                 parsed: src.to_string(),
-                inserted: Vec::new(),
+                lines: None,
             };
             return Ok((body, source));
         }
         Err(e) => e,
     };
-    let (parsed, inserted) = split_one_line_blocks(src);
-    if !inserted.is_empty() {
+    let (parsed, lines) = hcl_lines::normalize(src);
+    if parsed != src {
         if let Ok(body) = hcl::edit::parser::parse_body(&parsed) {
             let source = Source {
-                original: src,
                 parsed,
-                inserted,
+                lines: Some(lines),
             };
             return Ok((body, source));
         }
@@ -101,12 +100,11 @@ fn invalid(msg: impl Into<String>) -> JobspecError {
 }
 
 /// The text being parsed, to turn spans into line numbers and read `${...}` as written.
-struct Source<'a> {
-    /// What the user wrote: line numbers count in this.
-    original: &'a str,
-    /// What was parsed: `original` with newlines inserted at `inserted` (offsets in `parsed`).
+struct Source {
+    /// What was parsed: the input, or the input with one-line blocks split.
     parsed: String,
-    inserted: Vec<usize>,
+    /// Lines of `parsed` to lines of the input, when they differ.
+    lines: Option<LineMap>,
 }
 
 /// The attributes and blocks of one block body, after checking that each is allowed there.
@@ -131,18 +129,18 @@ impl<'b> Items<'b> {
     }
 }
 
-impl<'a> Source<'a> {
+impl Source {
     /// 1-based line of the start of `span`; 0 when the parser gave no span (it always does for
     /// parsed input).
     fn line(&self, span: Option<Range<usize>>) -> usize {
         span.map_or(0, |r| {
-            let before = self.inserted.partition_point(|&at| at < r.start);
-            let end = (r.start - before).min(self.original.len());
-            self.original.as_bytes()[..end]
+            let end = r.start.min(self.parsed.len());
+            let line = self.parsed.as_bytes()[..end]
                 .iter()
                 .filter(|&&b| b == b'\n')
                 .count()
-                + 1
+                + 1;
+            self.lines.as_ref().map_or(line, |map| map.original(line))
         })
     }
 
@@ -689,264 +687,6 @@ impl<'a> Source<'a> {
     }
 }
 
-/// Rewrites blocks that hold several attributes on one line, `restart { attempts = 2  mode = "fail" }`,
-/// into the multi-line form HCL2 accepts, by inserting newlines: after a block's `{`, before its
-/// `}`, after a block's `}` that has more on its line, and before an attribute that starts on the
-/// line of the previous attribute's value. Strings, `${...}`, heredocs and comments are copied
-/// untouched. Returns the new text and the offsets (in it) of the inserted newlines, so spans can
-/// be mapped back to lines of the original.
-fn split_one_line_blocks(src: &str) -> (String, Vec<usize>) {
-    let mut splitter = Splitter {
-        b: src.as_bytes(),
-        i: 0,
-        out: Vec::with_capacity(src.len() + 64),
-        inserted: Vec::new(),
-    };
-    splitter.body(false);
-    // Newlines only go in before or after ASCII bytes, so the result is still UTF-8.
-    match String::from_utf8(splitter.out) {
-        Ok(text) => (text, splitter.inserted),
-        Err(_) => (src.to_string(), Vec::new()),
-    }
-}
-
-struct Splitter<'a> {
-    b: &'a [u8],
-    i: usize,
-    out: Vec<u8>,
-    inserted: Vec<usize>,
-}
-
-fn is_ident_start(c: u8) -> bool {
-    c.is_ascii_alphabetic() || c == b'_'
-}
-
-fn is_ident(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_' || c == b'-'
-}
-
-impl Splitter<'_> {
-    fn at(&self, j: usize) -> u8 {
-        self.b.get(j).copied().unwrap_or(0)
-    }
-
-    fn copy_to(&mut self, j: usize) {
-        let j = j.min(self.b.len()).max(self.i);
-        self.out.extend_from_slice(&self.b[self.i..j]);
-        self.i = j;
-    }
-
-    fn newline(&mut self) {
-        self.inserted.push(self.out.len());
-        self.out.push(b'\n');
-    }
-
-    fn skip_blanks(&self, mut j: usize) -> usize {
-        while matches!(self.at(j), b' ' | b'\t' | b'\r') {
-            j += 1;
-        }
-        j
-    }
-
-    fn ident_end(&self, mut j: usize) -> usize {
-        while is_ident(self.at(j)) {
-            j += 1;
-        }
-        j
-    }
-
-    /// Whether a comment, a newline or the end of the input starts at `j`.
-    fn line_ends_at(&self, j: usize) -> bool {
-        matches!(self.at(j), 0 | b'\n' | b'#')
-            || (self.at(j) == b'/' && matches!(self.at(j + 1), b'/' | b'*'))
-    }
-
-    fn comment_end(&self, j: usize) -> usize {
-        if self.at(j) == b'/' && self.at(j + 1) == b'*' {
-            let rest = &self.b[j + 2..];
-            return rest
-                .windows(2)
-                .position(|w| w == b"*/")
-                .map_or(self.b.len(), |p| j + 2 + p + 2);
-        }
-        self.b[j..]
-            .iter()
-            .position(|&c| c == b'\n')
-            .map_or(self.b.len(), |p| j + p)
-    }
-
-    /// `j` is at an opening `"`; returns the offset after the closing one.
-    fn string_end(&self, mut j: usize) -> usize {
-        j += 1;
-        loop {
-            match self.at(j) {
-                0 | b'\n' => return j,
-                b'\\' => j += 2,
-                b'"' => return j + 1,
-                b'$' | b'%' if self.at(j + 1) == self.at(j) && self.at(j + 2) == b'{' => j += 3,
-                b'$' | b'%' if self.at(j + 1) == b'{' => j = self.braces_end(j + 2),
-                _ => j += 1,
-            }
-        }
-    }
-
-    /// `j` is just inside a `${` or `%{`; returns the offset after the matching `}`.
-    fn braces_end(&self, mut j: usize) -> usize {
-        let mut depth = 1;
-        loop {
-            match self.at(j) {
-                0 => return j,
-                b'"' => j = self.string_end(j),
-                b'{' => {
-                    depth += 1;
-                    j += 1;
-                }
-                b'}' => {
-                    depth -= 1;
-                    j += 1;
-                    if depth == 0 {
-                        return j;
-                    }
-                }
-                _ => j += 1,
-            }
-        }
-    }
-
-    /// `j` is at `<<`; returns the offset after the heredoc's closing delimiter.
-    fn heredoc_end(&self, j: usize) -> usize {
-        let start = if self.at(j + 2) == b'-' { j + 3 } else { j + 2 };
-        let end = self.ident_end(start);
-        let delimiter = &self.b[start..end];
-        if delimiter.is_empty() {
-            return j + 2;
-        }
-        let mut line = self.comment_end(end);
-        while line < self.b.len() {
-            let next = self.comment_end(line + 1);
-            if self.b[line + 1..next].trim_ascii() == delimiter {
-                return next;
-            }
-            line = next;
-        }
-        self.b.len()
-    }
-
-    /// Copies the statements of a body; a nested body stops at its closing `}`.
-    fn body(&mut self, nested: bool) {
-        loop {
-            let c = self.at(self.i);
-            if c == 0 {
-                return;
-            }
-            if c.is_ascii_whitespace() {
-                self.copy_to(self.i + 1);
-            } else if self.line_ends_at(self.i) {
-                self.copy_to(self.comment_end(self.i));
-            } else if c == b'}' {
-                if nested {
-                    return;
-                }
-                self.copy_to(self.i + 1);
-            } else if is_ident_start(c) {
-                let k = self.skip_blanks(self.ident_end(self.i));
-                if self.at(k) == b'=' && self.at(k + 1) != b'=' {
-                    self.copy_to(k + 1);
-                    self.value();
-                } else {
-                    self.block(k);
-                }
-            } else {
-                self.copy_to(self.i + 1);
-            }
-        }
-    }
-
-    /// A block's labels start at `k`; copies the block, splitting its body onto lines.
-    fn block(&mut self, mut k: usize) {
-        while !matches!(self.at(k), 0 | b'\n' | b'{') {
-            k = if self.at(k) == b'"' {
-                self.string_end(k)
-            } else {
-                k + 1
-            };
-        }
-        if self.at(k) != b'{' {
-            self.copy_to(k);
-            return;
-        }
-        self.copy_to(k + 1);
-        let next = self.skip_blanks(self.i);
-        if !self.line_ends_at(next) && self.at(next) != b'}' {
-            self.newline();
-        }
-        self.body(true);
-        if self.at(self.i) != b'}' {
-            return;
-        }
-        let line_start = self
-            .out
-            .iter()
-            .rposition(|&c| c == b'\n')
-            .map_or(0, |p| p + 1);
-        if self.out[line_start..]
-            .iter()
-            .any(|c| !c.is_ascii_whitespace())
-            && self.out.last() != Some(&b'{')
-        {
-            self.newline();
-        }
-        self.copy_to(self.i + 1);
-        let next = self.skip_blanks(self.i);
-        if !self.line_ends_at(next) {
-            self.newline();
-        }
-    }
-
-    /// Copies an attribute's value up to the end of its line, or up to the next attribute or the
-    /// body's `}` on the same line.
-    fn value(&mut self) {
-        let mut depth = 0usize;
-        loop {
-            let c = self.at(self.i);
-            match c {
-                0 => return,
-                b'\n' if depth == 0 => return,
-                b'}' if depth == 0 => return,
-                b'"' => self.copy_to(self.string_end(self.i)),
-                b'<' if self.at(self.i + 1) == b'<' => self.copy_to(self.heredoc_end(self.i)),
-                b'#' => self.copy_to(self.comment_end(self.i)),
-                b'/' if matches!(self.at(self.i + 1), b'/' | b'*') => {
-                    self.copy_to(self.comment_end(self.i))
-                }
-                b'(' | b'[' | b'{' => {
-                    depth += 1;
-                    self.copy_to(self.i + 1);
-                }
-                b')' | b']' | b'}' => {
-                    depth = depth.saturating_sub(1);
-                    self.copy_to(self.i + 1);
-                }
-                _ if is_ident_start(c) => {
-                    let end = self.ident_end(self.i);
-                    let k = self.skip_blanks(end);
-                    let after_blank = self.i > 0 && matches!(self.b[self.i - 1], b' ' | b'\t');
-                    if depth == 0
-                        && after_blank
-                        && self.at(k) == b'='
-                        && !matches!(self.at(k + 1), b'=' | b'>')
-                    {
-                        self.newline();
-                        return;
-                    }
-                    self.copy_to(end);
-                }
-                _ => self.copy_to(self.i + 1),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -1397,44 +1137,6 @@ EOT
         assert_eq!(
             err(&job_with("", "      config { command = \"\" }")),
             invalid("task \"web\": config must set a non-empty command")
-        );
-    }
-
-    #[test]
-    fn splits_one_line_blocks() {
-        let cases = [
-            ("a { b = 1 }\n", "a {\n b = 1 \n}\n"),
-            (
-                "a { b = 1  c = \"x y = z\" }\n",
-                "a {\n b = 1  \nc = \"x y = z\" \n}\n",
-            ),
-            ("a {}\n", "a {}\n"),
-            ("a { b { c = 1 } }\n", "a {\n b {\n c = 1 \n}\n }\n"),
-            (
-                "a { b = [1, 2]  c = { d = 1 }  e = x == y }\n",
-                "a {\n b = [1, 2]  \nc = { d = 1 }  \ne = x == y \n}\n",
-            ),
-            (
-                "a { b = \"${f(\"}\")}\"  c = 1 } # x = 1 }\n",
-                "a {\n b = \"${f(\"}\")}\"  \nc = 1 \n} # x = 1 }\n",
-            ),
-            (
-                "a \"l\" { b = <<EOT\nx = 1 }\nEOT\n}\n",
-                "a \"l\" {\n b = <<EOT\nx = 1 }\nEOT\n}\n",
-            ),
-        ];
-        for (input, want) in cases {
-            let (got, inserted) = split_one_line_blocks(input);
-            assert_eq!(got, want, "{input:?}");
-            assert_eq!(got.len(), input.len() + inserted.len());
-            for at in inserted {
-                assert_eq!(got.as_bytes()[at], b'\n');
-            }
-        }
-        let already = "job \"x\" {\n  group \"g\" {\n    count = 1\n  }\n}\n";
-        assert_eq!(
-            split_one_line_blocks(already),
-            (already.to_string(), vec![])
         );
     }
 

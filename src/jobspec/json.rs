@@ -436,3 +436,343 @@ fn csi_plugin(
         health_timeout,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobspec::hcl::tests::{example_job, EXAMPLE};
+    use crate::jobspec::{CsiPluginType, RestartMode};
+    use serde_json::json;
+
+    fn parse(value: &Value) -> Result<Parsed, JobspecError> {
+        parse_job(value.to_string().as_bytes())
+    }
+
+    fn invalid(msg: &str) -> JobspecError {
+        JobspecError::Invalid(msg.to_string())
+    }
+
+    /// The smallest job: everything else comes from defaults.
+    fn minimal() -> Value {
+        json!({
+            "ID": "j",
+            "TaskGroups": [{
+                "Name": "g",
+                "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "true"}}]
+            }]
+        })
+    }
+
+    #[test]
+    fn round_trips_what_the_domain_types_serialize_to() {
+        let job = example_job();
+        let bytes = serde_json::to_vec(&job).unwrap();
+        let parsed = parse_job(&bytes).unwrap();
+        assert_eq!(parsed.job, job);
+        assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+
+        let wrapped = serde_json::to_vec(&json!({ "Job": job })).unwrap();
+        assert_eq!(parse_job(&wrapped).unwrap().job, job);
+
+        // And with a user, no CSI plugin and a task-level restart override.
+        let mut job = example_job();
+        let task = &mut job.task_groups[0].tasks[0];
+        task.user = Some("nobody".to_string());
+        task.csi_plugin = None;
+        task.restart_policy.mode = RestartMode::Delay;
+        task.kill_signal = "SIGTERM".to_string();
+        job.job_type = JobType::Batch;
+        let bytes = serde_json::to_vec(&job).unwrap();
+        assert_eq!(parse_job(&bytes).unwrap().job, job);
+    }
+
+    #[test]
+    fn hcl_and_json_of_the_same_job_are_equal() {
+        let from_hcl = crate::jobspec::hcl::parse_job(EXAMPLE).unwrap().job;
+        // What Nomad's API would carry for the same job, durations in ns, with fields nodeward
+        // does not know left empty.
+        let nomad = json!({
+            "Job": {
+                "ID": "example",
+                "Name": "example",
+                "Type": "service",
+                "Region": null,
+                "Datacenters": [],
+                "Meta": null,
+                "TaskGroups": [{
+                    "Name": "group",
+                    "Count": 1,
+                    "RestartPolicy": {
+                        "Attempts": 2,
+                        "Interval": 1_800_000_000_000u64,
+                        "Delay": 15_000_000_000u64,
+                        "Mode": "fail",
+                        "RenderTemplates": false
+                    },
+                    "Volumes": {
+                        "data": {"Name": "data", "Type": "host", "Source": "test", "ReadOnly": false}
+                    },
+                    "Networks": null,
+                    "Tasks": [{
+                        "Name": "task",
+                        "Driver": "raw_exec",
+                        "Config": {
+                            "command": "busybox",
+                            "args": ["httpd", "-f", "-p", "8001", "-h", "${NOMAD_TASK_DIR}"]
+                        },
+                        "Env": {"GREETING": "hello"},
+                        "User": "",
+                        "KillSignal": "SIGINT",
+                        "KillTimeout": 5_000_000_000u64,
+                        "LogConfig": {"MaxFiles": 10, "MaxFileSizeMB": 10, "Disabled": false},
+                        "VolumeMounts": [
+                            {"Volume": "data", "Destination": "data", "ReadOnly": false}
+                        ],
+                        "CSIPluginConfig": {
+                            "ID": "whatever",
+                            "Type": "monolith",
+                            "MountDir": "",
+                            "HealthTimeout": 5_000_000_000u64
+                        },
+                        "Resources": {"CPU": 100, "MemoryMB": 100, "Networks": null},
+                        "Services": null,
+                        "Leader": false
+                    }]
+                }]
+            }
+        });
+        let parsed = parse(&nomad).unwrap();
+        assert_eq!(parsed.job, from_hcl);
+        assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+    }
+
+    #[test]
+    fn unsupported_fields_are_listed_as_warnings() {
+        let mut job = minimal();
+        job["Datacenters"] = json!(["dc1"]);
+        job["TaskGroups"][0]["Networks"] = json!([{"Mode": "bridge"}]);
+        job["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{"Name": "web"}]);
+        job["TaskGroups"][0]["Tasks"][0]["Config"]["pid_mode"] = json!("host");
+        job["TaskGroups"][0]["Tasks"][0]["Resources"] = json!({"CPU": 200, "MemoryMaxMB": 512});
+        job["TaskGroups"][0]["Tasks"][0]["Templates"] = json!(null);
+        let parsed = parse(&json!({"Job": job, "EnforceIndex": true})).unwrap();
+        let field = |f: &str| format!("field \"{f}\" is not supported by nodeward and was ignored");
+        assert_eq!(
+            parsed.warnings,
+            vec![
+                field("EnforceIndex"),
+                field("Datacenters"),
+                field("TaskGroups[0].Networks"),
+                field("TaskGroups[0].Tasks[0].Services"),
+                field("TaskGroups[0].Tasks[0].Config.pid_mode"),
+                field("TaskGroups[0].Tasks[0].Resources.MemoryMaxMB"),
+            ]
+        );
+        assert_eq!(parsed.job.task_groups[0].tasks[0].resources.cpu, 200);
+    }
+
+    #[test]
+    fn missing_and_null_fields_get_defaults() {
+        let parsed = parse(&minimal()).unwrap();
+        let job = &parsed.job;
+        assert_eq!((job.id.as_str(), job.name.as_str()), ("j", "j"));
+        assert_eq!(job.job_type, JobType::Service);
+        let group = &job.task_groups[0];
+        assert_eq!(group.count, 1);
+        assert_eq!(
+            group.restart_policy,
+            JobType::Service.default_restart_policy()
+        );
+        let task = &group.tasks[0];
+        assert_eq!(task.kill_signal, DEFAULT_KILL_SIGNAL);
+        assert_eq!(task.kill_timeout, DEFAULT_KILL_TIMEOUT);
+        assert_eq!(task.log_config, LogConfig::default());
+        assert_eq!(task.resources, Resources::default());
+        assert_eq!(task.restart_policy, group.restart_policy);
+
+        let mut nulls = minimal();
+        nulls["Name"] = Value::Null;
+        nulls["Type"] = Value::Null;
+        nulls["TaskGroups"][0]["Count"] = Value::Null;
+        nulls["TaskGroups"][0]["RestartPolicy"] = Value::Null;
+        nulls["TaskGroups"][0]["Volumes"] = Value::Null;
+        nulls["TaskGroups"][0]["Tasks"][0]["KillTimeout"] = Value::Null;
+        nulls["TaskGroups"][0]["Tasks"][0]["Env"] = Value::Null;
+        nulls["TaskGroups"][0]["Tasks"][0]["LogConfig"] = json!({"MaxFiles": null});
+        assert_eq!(parse(&nulls).unwrap(), parsed);
+
+        let mut named = minimal();
+        named.as_object_mut().unwrap().remove("ID");
+        named["Name"] = json!("by-name");
+        assert_eq!(parse(&named).unwrap().job.id, "by-name");
+
+        // A batch job's group override keeps the batch defaults for what it does not set; a task's
+        // override starts from its group's policy.
+        let mut batch = minimal();
+        batch["Type"] = json!("batch");
+        batch["TaskGroups"][0]["RestartPolicy"] = json!({"Attempts": 1});
+        batch["TaskGroups"][0]["Tasks"][0]["RestartPolicy"] = json!({"Mode": "delay"});
+        let job = parse(&batch).unwrap().job;
+        let want = RestartPolicy {
+            attempts: 1,
+            ..JobType::Batch.default_restart_policy()
+        };
+        assert_eq!(job.task_groups[0].restart_policy, want);
+        assert_eq!(
+            job.task_groups[0].tasks[0].restart_policy,
+            RestartPolicy {
+                mode: RestartMode::Delay,
+                ..want
+            }
+        );
+
+        let mut csi = minimal();
+        csi["TaskGroups"][0]["Tasks"][0]["CSIPluginConfig"] =
+            json!({"ID": "p", "Type": "node", "HealthTimeout": 0, "StagePublishBaseDir": null});
+        let plugin = parse(&csi).unwrap().job.task_groups[0].tasks[0]
+            .csi_plugin
+            .clone()
+            .unwrap();
+        assert_eq!(
+            plugin,
+            CsiPluginConfig {
+                id: "p".to_string(),
+                plugin_type: CsiPluginType::Node,
+                mount_dir: DEFAULT_CSI_MOUNT_DIR.to_string(),
+                stage_publish_base_dir: DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR.to_string(),
+                health_timeout: DEFAULT_CSI_HEALTH_TIMEOUT,
+            }
+        );
+    }
+
+    #[test]
+    fn refuses_malformed_input() {
+        let e = parse_job(b"{\"Job\": {").unwrap_err();
+        assert!(
+            matches!(&e, JobspecError::Syntax(m) if m.starts_with("invalid JSON: ") && m.contains("line 1")),
+            "{e:?}"
+        );
+        assert_eq!(
+            parse_job(b"[1]").unwrap_err(),
+            invalid("the job must be a JSON object")
+        );
+        assert_eq!(
+            parse(&json!({"Job": null})).unwrap_err(),
+            invalid("the job must be a JSON object")
+        );
+        assert_eq!(
+            parse(&json!({"Type": "service"})).unwrap_err(),
+            invalid("the job has no ID")
+        );
+
+        let mut job = minimal();
+        job["TaskGroups"][0]["Count"] = json!("two");
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid(
+                "invalid field \"TaskGroups[0].Count\": invalid type: string \"two\", expected i64"
+            )
+        );
+        let mut job = minimal();
+        job["TaskGroups"][0]["Tasks"][0]["RestartPolicy"] = json!(5);
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid("invalid field \"TaskGroups[0].Tasks[0].RestartPolicy\": invalid type: integer `5`, expected a RestartPolicy object")
+        );
+        let mut job = minimal();
+        job["TaskGroups"][0]["Count"] = json!(-1);
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid("\"TaskGroups[0].Count\" must be a whole number from 0 to 4294967295, got: -1")
+        );
+        let mut job = minimal();
+        job["TaskGroups"][0]["Count"] = json!(20000);
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid("group \"g\": count 20000 is more than the maximum of 10000")
+        );
+    }
+
+    #[test]
+    fn bad_durations_name_the_field() {
+        let mut job = minimal();
+        job["TaskGroups"][0]["Tasks"][0]["KillTimeout"] = json!(-5);
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid("invalid duration for \"TaskGroups[0].Tasks[0].KillTimeout\": negative duration -5 is not allowed")
+        );
+        let mut job = minimal();
+        job["TaskGroups"][0]["RestartPolicy"] = json!({"Interval": -1});
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid("invalid duration for \"TaskGroups[0].RestartPolicy.Interval\": negative duration -1 is not allowed")
+        );
+        let mut job = minimal();
+        job["TaskGroups"][0]["RestartPolicy"] = json!({"Delay": "15s"});
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid("invalid field \"TaskGroups[0].RestartPolicy.Delay\": invalid type: string \"15s\", expected i64")
+        );
+    }
+
+    #[test]
+    fn checks_raw_strings_and_validates() {
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut job = minimal();
+            f(&mut job);
+            parse(&job).unwrap_err()
+        };
+        assert_eq!(
+            with(&|j| j["TaskGroups"][0]["RestartPolicy"] = json!({"Mode": "sometimes"})),
+            invalid("Unsupported restart mode: \"sometimes\"")
+        );
+        assert_eq!(
+            with(&|j| j["Type"] = json!("cron")),
+            invalid("job type must be \"service\", \"batch\" or \"system\", got: \"cron\"")
+        );
+        assert_eq!(
+            with(&|j| j["TaskGroups"][0]["Tasks"][0]["CSIPluginConfig"] = json!({"Type": "node"})),
+            invalid("csi_plugin must have a non-empty id")
+        );
+        assert_eq!(
+            with(&|j| j["TaskGroups"][0]["Tasks"][0]["CSIPluginConfig"] =
+                json!({"ID": "p", "Type": "storage"})),
+            invalid("csi_plugin type must be one of 'node', 'controller', or 'monolith', got: \"storage\"")
+        );
+        assert_eq!(
+            with(&|j| j["TaskGroups"][0]["Tasks"][0]["KillSignal"] = json!("SIGNOPE")),
+            invalid("task \"t\": unknown kill_signal \"SIGNOPE\"")
+        );
+        assert_eq!(
+            with(&|j| j["TaskGroups"][0]["Tasks"][0]["Name"] = json!("../x")),
+            invalid(
+                "invalid task name \"../x\": may only contain the characters A-Z a-z 0-9 _ . -"
+            )
+        );
+        assert_eq!(
+            with(&|j| j["TaskGroups"][0]["Tasks"][0]["Driver"] = json!("docker")),
+            invalid(
+                "task \"t\": driver \"docker\" is not supported, nodeward only has \"raw_exec\""
+            )
+        );
+        assert_eq!(
+            with(&|j| j["TaskGroups"] = json!([])),
+            invalid("job \"j\" must have at least one group")
+        );
+        assert_eq!(
+            with(&|j| {
+                j["TaskGroups"][0]["Volumes"] =
+                    json!({"v": {"Type": "host", "Source": "s", "ReadOnly": true}});
+                j["TaskGroups"][0]["Tasks"][0]["VolumeMounts"] =
+                    json!([{"Volume": "v", "Destination": "v"}]);
+            }),
+            invalid("task \"t\": volume_mount of volume \"v\" is read-write but the group's volume is read-only")
+        );
+        let mut ok = minimal();
+        ok["TaskGroups"][0]["Tasks"][0]["KillSignal"] = json!("TERM");
+        assert_eq!(
+            parse(&ok).unwrap().job.task_groups[0].tasks[0].kill_signal,
+            "SIGTERM"
+        );
+    }
+}

@@ -4,7 +4,9 @@
 //! Both parsers turn raw input into these domain types, apply defaults and validate once
 //! ([`validate`]); nothing past the parsers sees raw input. The domain types serialize to Nomad's API
 //! shape (PascalCase names, durations in nanoseconds): that is what `POST /v1/jobs/parse` answers,
-//! what the state file stores, and what [`json::parse_job`] accepts back unchanged.
+//! what the state file stores, and what [`json::parse_job`] accepts back unchanged. `${...}` in
+//! `command`, `args` and `env` stays as written and is replaced when the task starts
+//! ([`interpolate`]).
 
 pub mod hcl;
 pub mod interpolate;
@@ -31,7 +33,9 @@ pub const DEFAULT_CSI_HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
 /// this one node, so a typo like `count = 100000` is refused instead of forking the node to death.
 pub const MAX_GROUP_COUNT: u32 = 10_000;
 
-/// Why a jobspec was refused. Every message names what was wrong and, for HCL, the line.
+/// Why a jobspec was refused. Every message names what was wrong and where: the HCL line for
+/// syntax, unknown and wrongly typed fields, the JSON path for JSON fields, the job, group or task
+/// name for validation rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JobspecError {
     /// The input is not well-formed HCL or JSON.

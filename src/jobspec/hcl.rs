@@ -1232,4 +1232,25 @@ job "docs" {
         assert_eq!(task.kill_timeout, Duration::from_secs(20));
         assert_eq!(task.resources.memory_mb, 256);
     }
+
+    #[test]
+    fn nested_one_line_blocks_parse() {
+        let src = "job \"x\" { group \"g\" { task \"t\" { driver = \"raw_exec\"\n config { command = \"true\" } } } }";
+        let job = parse(src).unwrap();
+        assert_eq!(job.task_groups[0].tasks[0].config.command, "true");
+        assert_eq!(
+            err(&src.replace("job \"x\"", "job \"../x\"")),
+            JobspecError::Invalid(
+                "invalid job name \"../x\": may only contain the characters A-Z a-z 0-9 _ . -"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            err(&src.replace("\n config", "\n kill_timeout = \"-5s\"\n config")),
+            JobspecError::Invalid(
+                "invalid duration for \"kill_timeout\" in task \"t\" at line 2: negative duration \"-5s\" is not allowed"
+                    .to_string()
+            )
+        );
+    }
 }

@@ -11,12 +11,14 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_nodeward");
 
-/// A fresh temporary directory, removed when dropped.
+/// A fresh temporary directory, removed when dropped. Its path is short: CSI sockets live under
+/// `<data_dir>/client/csi/plugins/<alloc id>/` and a unix socket path has at most 107 bytes.
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("nodeward-test-{tag}-{}", uuid::Uuid::new_v4()));
+        let short = &uuid::Uuid::new_v4().simple().to_string()[..10];
+        let p = std::env::temp_dir().join(format!("nw-{}-{short}", &tag[..tag.len().min(6)]));
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
     }

@@ -158,8 +158,11 @@ impl TestAgent {
 
     /// Registers a job given as HCL through the API (parse, then register); returns the job ID.
     pub fn run_hcl(&self, hcl: &str) -> String {
-        let (status, job) =
-            self.request("POST", "/v1/jobs/parse", Some(&serde_json::json!({"JobHCL": hcl}).to_string()));
+        let (status, job) = self.request(
+            "POST",
+            "/v1/jobs/parse",
+            Some(&serde_json::json!({"JobHCL": hcl}).to_string()),
+        );
         assert_eq!(status, 200, "parse: {job}");
         let job: Value = serde_json::from_str(&job).unwrap();
         let (status, body) = self.put_json("/v1/jobs", &serde_json::json!({"Job": job}));
@@ -264,7 +267,9 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(s) => {
-            let state = s.rsplit_once(')').map(|(_, r)| r.trim_start().chars().next());
+            let state = s
+                .rsplit_once(')')
+                .map(|(_, r)| r.trim_start().chars().next());
             !matches!(state, Some(Some('Z')) | Some(Some('X')))
         }
         Err(_) => false,

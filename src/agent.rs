@@ -97,7 +97,7 @@ impl HookFactory for AgentHooks {
                 volumes: self.volumes.clone(),
             }),
         ];
-        if let Some(csi) = CsiPluginHook::new(task, self.csi.clone(), self.csi_settings.clone()) {
+        if let Some(csi) = CsiPluginHook::new(task, self.csi.clone(), self.csi_settings) {
             hooks.push(Arc::new(csi));
         }
         hooks
@@ -285,8 +285,7 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
         log::info!("dev mode: data in {}", config.data_dir.display());
     }
     let agent = Agent::start(config, fresh_state)?;
-    let api = crate::api::serve(agent.clone())
-        .map_err(|e| AgentError::Start(e.to_string()))?;
+    let api = crate::api::serve(agent.clone()).map_err(|e| AgentError::Start(e.to_string()))?;
     log::info!(
         "nodeward agent started: node {} ({}), API on http://{}",
         agent.node_id,

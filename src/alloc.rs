@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::driver;
 use crate::jobspec::{validate::signal_number, Job, TaskGroup};
-use crate::state::{StateFile, StateStore, Snapshot};
+use crate::state::{Snapshot, StateFile, StateStore};
 use crate::task::events::{now_nanos, TaskState, TaskStatus};
 use crate::task::hooks::{HookFactory, Never, TaskContext};
 use crate::task::mounts::VolumeLookup;
@@ -388,7 +388,8 @@ impl AllocManager {
             .cloned()
             .ok_or(AllocError::JobNotFound)?;
         let allocs = self.allocs_of(id);
-        let mut v = serde_json::to_value(&record.job).map_err(|e| AllocError::Internal(e.to_string()))?;
+        let mut v =
+            serde_json::to_value(&record.job).map_err(|e| AllocError::Internal(e.to_string()))?;
         v["Namespace"] = json!("default");
         v["Status"] = json!(Self::job_status(&record, &allocs));
         v["Stop"] = json!(record.stop);
@@ -621,7 +622,9 @@ impl AllocManager {
         let deadline = Instant::now() + timeout;
         for alloc in allocs {
             let mut runners: Vec<TaskRunnerHandle> =
-                std::mem::take(&mut alloc.inner.lock().runners).into_values().collect();
+                std::mem::take(&mut alloc.inner.lock().runners)
+                    .into_values()
+                    .collect();
             for r in &mut runners {
                 while !r.is_finished() && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(5));
@@ -776,9 +779,21 @@ mod tests {
     fn client_status_follows_nomad() {
         use TaskStatus::*;
         assert_eq!(client_status([(Pending, false)].into_iter()), "pending");
-        assert_eq!(client_status([(Running, false), (Pending, false)].into_iter()), "pending");
-        assert_eq!(client_status([(Running, false), (Dead, false)].into_iter()), "running");
-        assert_eq!(client_status([(Dead, false), (Dead, false)].into_iter()), "complete");
-        assert_eq!(client_status([(Running, false), (Dead, true)].into_iter()), "failed");
+        assert_eq!(
+            client_status([(Running, false), (Pending, false)].into_iter()),
+            "pending"
+        );
+        assert_eq!(
+            client_status([(Running, false), (Dead, false)].into_iter()),
+            "running"
+        );
+        assert_eq!(
+            client_status([(Dead, false), (Dead, false)].into_iter()),
+            "complete"
+        );
+        assert_eq!(
+            client_status([(Running, false), (Dead, true)].into_iter()),
+            "failed"
+        );
     }
 }

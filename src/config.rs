@@ -101,7 +101,8 @@ impl RawConfig {
         }
         take!(data_dir, name, node_pool, bind_addr, log_level);
         if let Some(p) = other.ports {
-            self.ports.get_or_insert_with(Default::default).http = p.http.or(self.ports.as_ref().and_then(|x| x.http));
+            self.ports.get_or_insert_with(Default::default).http =
+                p.http.or(self.ports.as_ref().and_then(|x| x.http));
         }
         if let Some(a) = other.acl {
             let mine = self.acl.get_or_insert_with(Default::default);
@@ -124,7 +125,9 @@ impl RawConfig {
                 mine.csi_probe_interval = c.csi_probe_interval;
             }
             if let Some(v) = c.host_volume {
-                mine.host_volume.get_or_insert_with(Default::default).extend(v);
+                mine.host_volume
+                    .get_or_insert_with(Default::default)
+                    .extend(v);
             }
         }
     }
@@ -138,12 +141,22 @@ fn parse_file(path: &Path) -> Result<RawConfig, ConfigError> {
     let parsed = if path.extension().is_some_and(|e| e == "json") {
         serde_json::from_str::<RawConfig>(&text).map_err(|e| e.to_string())
     } else {
-        hcl::from_str::<RawConfig>(&text).map_err(|e| e.to_string())
+        hcl::from_str::<RawConfig>(&text).or_else(|strict| {
+            // One-line blocks with several attributes, as the documentation writes them.
+            let (normal, map) = crate::util::hcl_lines::normalize(&text);
+            hcl::from_str::<RawConfig>(&normal)
+                .map_err(|e| map.fix_message(&e.to_string()))
+                .map_err(|e| if is_syntax(&e) { strict.to_string() } else { e })
+        })
     };
     parsed.map_err(|reason| ConfigError::Parse {
         path: path.to_path_buf(),
         reason,
     })
+}
+
+fn is_syntax(message: &str) -> bool {
+    message.contains("expected") && message.contains("line")
 }
 
 /// The files named by `-config` arguments: a directory contributes its `*.hcl` and `*.json`
@@ -232,7 +245,9 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
             })?;
             let t = t.trim().to_string();
             if t.is_empty() {
-                return Err(ConfigError::Invalid(format!("acl token_file {f:?} is empty")));
+                return Err(ConfigError::Invalid(format!(
+                    "acl token_file {f:?} is empty"
+                )));
             }
             (Some(t), enforce_reads.unwrap_or(false))
         }
@@ -344,8 +359,13 @@ client {
         assert_eq!(c.name, "b");
         assert_eq!(c.http_port, 1);
         let bad = write("bad.hcl", "nmae = \"x\"\n");
-        let err = load(&[bad.clone()], false).unwrap_err().to_string();
-        assert!(err.contains("nmae") && err.contains(&bad.display().to_string()), "{err}");
+        let err = load(std::slice::from_ref(&bad), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("nmae") && err.contains(&bad.display().to_string()),
+            "{err}"
+        );
         let bad = write("bad2.hcl", "log_level = \"loud\"\n");
         assert!(load(&[bad], false).is_err());
     }

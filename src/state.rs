@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-
 /// The version this build writes. Older files are upgraded on load; newer ones are refused.
 pub const STATE_VERSION: u32 = 1;
 pub const STATE_FILE: &str = "state.json";

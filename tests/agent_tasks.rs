@@ -10,7 +10,11 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn marker() -> String {
     // A unique sleep length marks this test's processes in /proc.
-    format!("{}.{}", 100_000 + fastrand::u32(0..100_000), fastrand::u32(1..999_999))
+    format!(
+        "{}.{}",
+        100_000 + fastrand::u32(0..100_000),
+        fastrand::u32(1..999_999)
+    )
 }
 
 #[test]
@@ -53,7 +57,11 @@ job "crash" {
         "{events:#?}"
     );
     assert_eq!(events[2].1, "Exit Code: 3");
-    assert!(events[3].1.starts_with("Task restarting in 1"), "{}", events[3].1);
+    assert!(
+        events[3].1.starts_with("Task restarting in 1"),
+        "{}",
+        events[3].1
+    );
     assert_eq!(
         events[9].1,
         "Exceeded allowed attempts 2 in interval 1m0s and mode is \"fail\""
@@ -65,7 +73,12 @@ job "crash" {
     assert_eq!(a["ClientStatus"], "failed");
     // The restart delay honours the policy: 100ms plus up to 25% jitter.
     let raw = agent.task_state(&alloc, "t")["Events"].clone();
-    for e in raw.as_array().unwrap().iter().filter(|e| e["Type"] == "Restarting") {
+    for e in raw
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["Type"] == "Restarting")
+    {
         let d = e["StartDelay"].as_i64().unwrap();
         assert!((100_000_000..125_000_000).contains(&d), "{d}");
     }
@@ -111,11 +124,16 @@ job "stubborn" {{
                 "Killing".to_string(),
                 "Sent interrupt. Waiting 1s before force killing".to_string()
             ),
-            ("Terminated".to_string(), "Exit Code: 137, Signal: 9".to_string()),
+            (
+                "Terminated".to_string(),
+                "Exit Code: 137, Signal: 9".to_string()
+            ),
             ("Killed".to_string(), "Task successfully killed".to_string()),
         ]
     );
-    wait_for(Duration::from_secs(5), "child gone", || (!alive(child)).then_some(()));
+    wait_for(Duration::from_secs(5), "child gone", || {
+        (!alive(child)).then_some(())
+    });
     assert!(pids_with(&m).is_empty());
     assert_eq!(agent.task_state(&alloc, "t")["Failed"], false);
     assert_eq!(
@@ -197,11 +215,18 @@ fn sigterm_stops_tasks_and_restart_runs_them_again() {
     let m = marker();
     let job = agent.run_hcl(&sleeper(&m));
     let alloc = agent.alloc_id(&job);
-    wait_for(WAIT, "sleep running", || (pids_with(&m).len() == 1).then_some(()));
-    assert_eq!(agent.stop_with(libc::SIGTERM, Duration::from_secs(20)), Some(0));
+    wait_for(WAIT, "sleep running", || {
+        (pids_with(&m).len() == 1).then_some(())
+    });
+    assert_eq!(
+        agent.stop_with(libc::SIGTERM, Duration::from_secs(20)),
+        Some(0)
+    );
     assert!(pids_with(&m).is_empty(), "task outlived the agent");
     agent.restart();
-    wait_for(WAIT, "sleep running again", || (pids_with(&m).len() == 1).then_some(()));
+    wait_for(WAIT, "sleep running again", || {
+        (pids_with(&m).len() == 1).then_some(())
+    });
     assert_eq!(agent.alloc_id(&job), alloc);
     wait_for(WAIT, "task running", || {
         (agent.task_state(&alloc, "t")["State"] == "running").then_some(())
@@ -224,7 +249,9 @@ fn sigkill_of_the_agent_never_leaves_a_task_running_twice() {
     let second = wait_for(WAIT, "a new sleep", || {
         pids_with(&m).into_iter().find(|p| *p != first)
     });
-    wait_for(Duration::from_secs(10), "old process gone", || (!alive(first)).then_some(()));
+    wait_for(Duration::from_secs(10), "old process gone", || {
+        (!alive(first)).then_some(())
+    });
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(pids_with(&m), vec![second]);
     assert_eq!(agent.alloc_id(&job), alloc);
@@ -293,7 +320,10 @@ fn user_restart_is_immediate_and_not_counted() {
     assert_eq!(events[n - 4].0, "Restart Signaled");
     assert_eq!(events[n - 4].1, "Task signaled to restart");
     assert_eq!(events[n - 3].0, "Terminated");
-    assert_eq!(events[n - 2], ("Restarting".into(), "Task restarting in 0s".into()));
+    assert_eq!(
+        events[n - 2],
+        ("Restarting".into(), "Task restarting in 0s".into())
+    );
     assert_eq!(events[n - 1].0, "Started");
     let state = agent.task_state(&alloc, "t");
     assert_eq!(state["Restarts"], 1);
@@ -364,5 +394,8 @@ job "envy" {
     for d in ["local", "secrets"] {
         assert!(task_dir.join(d).is_dir());
     }
-    assert!(agent.data_dir.join(format!("alloc/{alloc}/alloc/logs")).is_dir());
+    assert!(agent
+        .data_dir
+        .join(format!("alloc/{alloc}/alloc/logs"))
+        .is_dir());
 }

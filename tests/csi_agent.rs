@@ -64,7 +64,10 @@ job "plugin" {{
     // Twelve events happened; the last ten are kept, starting with the first Started.
     let start = 0;
     let restarting_delay = seen[start + 4].1.to_string();
-    assert!(restarting_delay.starts_with("Task restarting in 1"), "{seen:#?}");
+    assert!(
+        restarting_delay.starts_with("Task restarting in 1"),
+        "{seen:#?}"
+    );
     assert_eq!(
         seen[start..],
         [
@@ -136,7 +139,10 @@ fn healthy_plugin_is_registered_on_the_node() {
             .contains(&("Plugin became healthy".into(), "plugin: hostpath".into()))
             .then_some(())
     });
-    let node_id = agent.get("/v1/nodes")[0]["ID"].as_str().unwrap().to_string();
+    let node_id = agent.get("/v1/nodes")[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let node = wait_for(WAIT, "registration", || {
         let n = agent.get(&format!("/v1/node/{}", &node_id[..8]));
         (n["CSINodePlugins"]["hostpath"]["Healthy"] == true
@@ -164,10 +170,7 @@ fn healthy_plugin_is_registered_on_the_node() {
     assert_eq!(s, 200);
     wait_for(WAIT, "deregistered", || {
         let n = agent.get(&format!("/v1/node/{node_id}"));
-        n["CSINodePlugins"]
-            .get("hostpath")
-            .is_none()
-            .then_some(())
+        n["CSINodePlugins"].get("hostpath").is_none().then_some(())
     });
     assert!(!sock.parent().unwrap().exists());
 }
@@ -194,7 +197,12 @@ fn kill_while_waiting_for_health_neither_restarts_nor_reports_unhealthy() {
         .into_iter()
         .map(|(t, _)| t)
         .collect();
-    assert!(!types.iter().any(|t| t == "Plugin became unhealthy" || t == "Restarting"), "{types:?}");
+    assert!(
+        !types
+            .iter()
+            .any(|t| t == "Plugin became unhealthy" || t == "Restarting"),
+        "{types:?}"
+    );
     assert_eq!(types.last().unwrap(), "Killed");
 }
 
@@ -210,7 +218,10 @@ fn agent_shutdown_during_a_hanging_probe_is_prompt() {
     // Let the supervisor get into a probe that the plugin never answers.
     std::thread::sleep(Duration::from_millis(800));
     let t0 = Instant::now();
-    assert_eq!(agent.stop_with(libc::SIGTERM, Duration::from_secs(20)), Some(0));
+    assert_eq!(
+        agent.stop_with(libc::SIGTERM, Duration::from_secs(20)),
+        Some(0)
+    );
     let took = t0.elapsed();
     println!("agent shutdown with a hanging probe took {took:?}");
     assert!(took < Duration::from_secs(5), "{took:?}");

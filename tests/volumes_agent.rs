@@ -46,11 +46,17 @@ fn create(agent: &TestAgent, name: &str, plugin: &str) -> (u16, Value) {
         "/v1/volume/host/create",
         &json!({"Volume": {"Name": name, "PluginID": plugin, "Parameters": {"mode": "0755"}}}),
     );
-    (s, serde_json::from_str(&body).unwrap_or(Value::String(body)))
+    (
+        s,
+        serde_json::from_str(&body).unwrap_or(Value::String(body)),
+    )
 }
 
 fn host_volumes(agent: &TestAgent) -> Value {
-    let id = agent.get("/v1/nodes")[0]["ID"].as_str().unwrap().to_string();
+    let id = agent.get("/v1/nodes")[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
     agent.get(&format!("/v1/node/{id}"))["HostVolumes"].clone()
 }
 
@@ -76,11 +82,23 @@ fn create_shows_in_the_node_survives_restarts_and_deletes() {
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{out:?}");
     let first = stdout.lines().next().unwrap();
-    assert!(first.starts_with("==> Created host volume test with ID "), "{stdout}");
+    assert!(
+        first.starts_with("==> Created host volume test with ID "),
+        "{stdout}"
+    );
     let id = first.rsplit(' ').next().unwrap().to_string();
-    assert!(stdout.contains(&format!("  ✓ Host volume \"{}\" ready", &id[..8])), "{stdout}");
+    assert!(
+        stdout.contains(&format!("  ✓ Host volume \"{}\" ready", &id[..8])),
+        "{stdout}"
+    );
     assert!(stdout.contains("State     = ready"), "{stdout}");
-    assert!(stdout.contains(&format!("Host Path = {}", agent.data_dir.join("host_volumes").join(&id).display())), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "Host Path = {}",
+            agent.data_dir.join("host_volumes").join(&id).display()
+        )),
+        "{stdout}"
+    );
 
     let (s, ext) = create(&agent, "other", "ext");
     assert_eq!(s, 200, "{ext}");
@@ -92,7 +110,10 @@ fn create_shows_in_the_node_survives_restarts_and_deletes() {
     assert_eq!(hv["test"]["ReadOnly"], false);
     assert_eq!(hv["other"]["ID"], ext_id.as_str());
     assert_eq!(hv["ro"]["ReadOnly"], true);
-    let node_id = agent.get("/v1/nodes")[0]["ID"].as_str().unwrap().to_string();
+    let node_id = agent.get("/v1/nodes")[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let attrs = agent.get(&format!("/v1/node/{node_id}"))["Attributes"].clone();
     assert_eq!(attrs["plugins.host_volume.mkdir.version"], "0.0.1");
     assert_eq!(attrs["plugins.host_volume.ext.version"], "0.1.0");
@@ -144,7 +165,10 @@ fn restore_is_partial_and_sighup_retries() {
     assert!(v.to_string().contains("no such plugin"), "{v}");
     assert!(host_volumes(&agent).get("lost").is_none());
     let state = std::fs::read_to_string(agent.data_dir.join("state.json")).unwrap();
-    assert!(state.contains(&b), "an unavailable volume stays in the state file");
+    assert!(
+        state.contains(&b),
+        "an unavailable volume stays in the state file"
+    );
     std::fs::rename(&stash, plugins.join("flaky")).unwrap();
     unsafe { libc::kill(agent.pid(), libc::SIGHUP) };
     wait_for(WAIT, "volume ready after SIGHUP", || {
@@ -161,21 +185,25 @@ fn shutdown_cancels_a_plugin_call() {
     let mut agent = start(&dir);
     let addr = agent.url("/v1/volume/host/create");
     let client = std::thread::spawn(move || {
-        let _ = ureq::put(&addr).send(
-            json!({"Volume": {"Name": "slow", "PluginID": "slow"}}).to_string(),
-        );
+        let _ = ureq::put(&addr)
+            .send(json!({"Volume": {"Name": "slow", "PluginID": "slow"}}).to_string());
     });
     wait_for(WAIT, "plugin running", || {
         (!pids_with("/bin/sleep 30").is_empty()).then_some(())
     });
     let sleepers = pids_with("/bin/sleep 30");
     let t0 = Instant::now();
-    assert_eq!(agent.stop_with(libc::SIGTERM, Duration::from_secs(20)), Some(0));
+    assert_eq!(
+        agent.stop_with(libc::SIGTERM, Duration::from_secs(20)),
+        Some(0)
+    );
     let took = t0.elapsed();
     println!("shutdown during a plugin create took {took:?}");
     assert!(took < Duration::from_secs(2), "{took:?}");
     for p in sleepers {
-        wait_for(Duration::from_secs(5), "plugin child killed", || (!alive(p)).then_some(()));
+        wait_for(Duration::from_secs(5), "plugin child killed", || {
+            (!alive(p)).then_some(())
+        });
     }
     let _ = client.join();
     // The volume is recorded whole or not at all; the agent starts on that state.
@@ -183,7 +211,13 @@ fn shutdown_cancels_a_plugin_call() {
     let vols = agent.get("/v1/volumes?type=host");
     for v in vols.as_array().unwrap() {
         assert_eq!(v["Name"], "slow");
-        assert!(matches!(v["State"].as_str(), Some("ready" | "unavailable" | "pending")), "{v}");
+        assert!(
+            matches!(
+                v["State"].as_str(),
+                Some("ready" | "unavailable" | "pending")
+            ),
+            "{v}"
+        );
     }
 }
 
@@ -210,24 +244,37 @@ job "user" {
     assert_eq!(a["ClientStatus"], "pending");
     assert_eq!(a["ClientDescription"], "missing host volume \"later\"");
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(agent.get(&format!("/v1/allocation/{alloc}"))["ClientStatus"], "pending");
+    assert_eq!(
+        agent.get(&format!("/v1/allocation/{alloc}"))["ClientStatus"],
+        "pending"
+    );
     let (s, v) = create(&agent, "later", "mkdir");
     assert_eq!(s, 200, "{v}");
     let path = v["Volume"]["HostPath"].as_str().unwrap().to_string();
     wait_for(WAIT, "job complete", || {
         (agent.get(&format!("/v1/allocation/{alloc}"))["ClientStatus"] == "complete").then_some(())
     });
-    assert_eq!(std::fs::read_to_string(Path::new(&path).join("hello")).unwrap(), "hi\n");
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&path).join("hello")).unwrap(),
+        "hi\n"
+    );
     let (_, out) = agent.request("GET", &format!("/v1/client/fs/logs/{alloc}?task=t"), None);
     assert_eq!(out.trim(), path);
-    let v = agent.get(&format!("/v1/volume/host/{}", v["Volume"]["ID"].as_str().unwrap()));
-    assert!(v.to_string().contains(&alloc), "the volume lists its allocation: {v}");
+    let v = agent.get(&format!(
+        "/v1/volume/host/{}",
+        v["Volume"]["ID"].as_str().unwrap()
+    ));
+    assert!(
+        v.to_string().contains(&alloc),
+        "the volume lists its allocation: {v}"
+    );
 
     // A read-write mount of a read-only static volume is refused at submission.
     let (s, body) = agent.request(
         "POST",
         "/v1/jobs/parse",
-        Some(&json!({"JobHCL": r#"
+        Some(
+            &json!({"JobHCL": r#"
 job "rw" {
   group "g" {
     volume "v" { type = "host"  source = "ro" }
@@ -237,10 +284,15 @@ job "rw" {
       config { command = "true" }
     }
   }
-}"#}).to_string()),
+}"#})
+            .to_string(),
+        ),
     );
     assert_eq!(s, 200, "{body}");
-    let (s, body) = agent.put_json("/v1/jobs", &json!({"Job": serde_json::from_str::<Value>(&body).unwrap()}));
+    let (s, body) = agent.put_json(
+        "/v1/jobs",
+        &json!({"Job": serde_json::from_str::<Value>(&body).unwrap()}),
+    );
     assert_eq!(s, 400, "{body}");
     assert!(body.contains("read-only"), "{body}");
     assert_eq!(agent.request("GET", "/v1/job/rw", None).0, 404);

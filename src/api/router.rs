@@ -346,7 +346,7 @@ impl Router {
                 .iter()
                 .filter(|s| matches!(s, Segment::Literal(_)))
                 .count();
-            if best.as_ref().map_or(true, |(n, _, _)| literals > *n) {
+            if best.as_ref().is_none_or(|(n, _, _)| literals > *n) {
                 best = Some((literals, route, params));
             }
         }

@@ -17,7 +17,9 @@ use crate::task::events::TaskStatus;
 impl From<AllocError> for ApiError {
     fn from(e: AllocError) -> ApiError {
         match e {
-            AllocError::JobNotFound | AllocError::AllocNotFound => ApiError::NotFound(e.to_string()),
+            AllocError::JobNotFound | AllocError::AllocNotFound => {
+                ApiError::NotFound(e.to_string())
+            }
             AllocError::BadRequest(m) => ApiError::BadRequest(m),
             AllocError::Internal(m) => ApiError::Internal(m),
         }
@@ -198,7 +200,9 @@ pub fn router(agent: Arc<Agent>) -> Router {
     });
 
     let a = agent.clone();
-    r.get("/v1/allocations", move |_| Response::json(a.allocs.allocations()));
+    r.get("/v1/allocations", move |_| {
+        Response::json(a.allocs.allocations())
+    });
     let a = agent.clone();
     r.get("/v1/allocation/:id", move |req| {
         Response::json(a.allocs.allocation(&alloc_id(&a, req, "id")?)?)
@@ -210,7 +214,8 @@ pub fn router(agent: Arc<Agent>) -> Router {
         } else {
             req.json()?
         };
-        let task = (!body.all_tasks && !body.task_name.is_empty()).then_some(body.task_name.as_str());
+        let task =
+            (!body.all_tasks && !body.task_name.is_empty()).then_some(body.task_name.as_str());
         a.allocs.restart(&alloc_id(&a, req, "id")?, task)?;
         Response::json(json!({}))
     });
@@ -222,7 +227,8 @@ pub fn router(agent: Arc<Agent>) -> Router {
             req.json()?
         };
         let task = (!body.task.is_empty()).then_some(body.task.as_str());
-        a.allocs.signal(&alloc_id(&a, req, "id")?, &body.signal, task)?;
+        a.allocs
+            .signal(&alloc_id(&a, req, "id")?, &body.signal, task)?;
         Response::json(json!({}))
     });
     for method in ["post", "put"] {
@@ -255,11 +261,10 @@ fn logs(agent: &Arc<Agent>, req: &Request) -> Result<Response, ApiError> {
         _ if alloc.tasks.len() == 1 => alloc.tasks.keys().next().cloned().unwrap_or_default(),
         _ => return Err(ApiError::BadRequest("missing task name".to_string())),
     };
-    let state = alloc
-        .tasks
-        .get(&task)
-        .cloned()
-        .ok_or_else(|| ApiError::BadRequest(format!("task {task:?} not found in allocation")))?;
+    let state =
+        alloc.tasks.get(&task).cloned().ok_or_else(|| {
+            ApiError::BadRequest(format!("task {task:?} not found in allocation"))
+        })?;
     let stream = match req.query("type").unwrap_or("stdout") {
         "stdout" => Stream::Stdout,
         "stderr" => Stream::Stderr,

@@ -420,7 +420,11 @@ pub fn find_task_processes(alloc_ids: &std::collections::HashSet<String>) -> Vec
         return found;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         if pid == me {

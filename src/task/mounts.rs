@@ -80,9 +80,10 @@ impl TaskHook for VolumeMountHook {
                     mount.volume
                 ))
             })?;
-            let volume = self.volumes.lookup(&request.source).ok_or_else(|| {
-                HookError(format!("missing host volume {:?}", request.source))
-            })?;
+            let volume = self
+                .volumes
+                .lookup(&request.source)
+                .ok_or_else(|| HookError(format!("missing host volume {:?}", request.source)))?;
             let link = inside(&task.task_dir, &mount.destination).ok_or_else(|| {
                 HookError(format!(
                     "volume_mount destination {:?} must be a relative path inside the task directory",
@@ -90,9 +91,8 @@ impl TaskHook for VolumeMountHook {
                 ))
             })?;
             if let Some(parent) = link.parent() {
-                fs::create_dir_all(parent).map_err(|e| {
-                    HookError(format!("cannot create {}: {e}", parent.display()))
-                })?;
+                fs::create_dir_all(parent)
+                    .map_err(|e| HookError(format!("cannot create {}: {e}", parent.display())))?;
             }
             match fs::symlink_metadata(&link) {
                 Ok(m) if m.file_type().is_symlink() => {
@@ -107,7 +107,11 @@ impl TaskHook for VolumeMountHook {
                 Err(_) => {}
             }
             std::os::unix::fs::symlink(&volume.path, &link).map_err(|e| {
-                HookError(format!("cannot link volume {:?} at {}: {e}", request.source, link.display()))
+                HookError(format!(
+                    "cannot link volume {:?} at {}: {e}",
+                    request.source,
+                    link.display()
+                ))
             })?;
             env.insert(
                 volume_env_name(&mount.volume),
@@ -132,7 +136,10 @@ mod tests {
     fn destinations_stay_inside() {
         let base = Path::new("/t");
         assert_eq!(inside(base, "data"), Some(PathBuf::from("/t/data")));
-        assert_eq!(inside(base, "local/data"), Some(PathBuf::from("/t/local/data")));
+        assert_eq!(
+            inside(base, "local/data"),
+            Some(PathBuf::from("/t/local/data"))
+        );
         assert_eq!(inside(base, "../x"), None);
         assert_eq!(inside(base, "/etc"), None);
         assert_eq!(inside(base, "a/../../b"), None);

@@ -97,7 +97,11 @@ pub fn spawn(
         origin: Instant::now(),
         run_id: 0,
     };
-    let name = format!("task-{}-{}", short(&runner.ctx.alloc_id), runner.ctx.task.name);
+    let name = format!(
+        "task-{}-{}",
+        short(&runner.ctx.alloc_id),
+        runner.ctx.task.name
+    );
     let join = crate::thread::spawn(name, move || runner.run(restored))?;
     Ok(TaskRunnerHandle {
         commands,

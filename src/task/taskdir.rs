@@ -16,7 +16,12 @@ pub struct TaskDirHook;
 fn make(dir: &Path, mode: u32) -> Result<(), HookError> {
     fs::create_dir_all(dir)
         .and_then(|_| fs::set_permissions(dir, fs::Permissions::from_mode(mode)))
-        .map_err(|e| HookError(format!("failed to build task directory {}: {e}", dir.display())))
+        .map_err(|e| {
+            HookError(format!(
+                "failed to build task directory {}: {e}",
+                dir.display()
+            ))
+        })
 }
 
 /// Creates the allocation's shared directories (also used before any task starts).

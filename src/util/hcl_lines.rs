@@ -15,10 +15,7 @@ pub struct LineMap(Vec<usize>);
 impl LineMap {
     /// The original line of normalised line `line` (both 1-based).
     pub fn original(&self, line: usize) -> usize {
-        self.0
-            .get(line.saturating_sub(1))
-            .copied()
-            .unwrap_or(line)
+        self.0.get(line.saturating_sub(1)).copied().unwrap_or(line)
     }
 
     /// Rewrites every `line N` in `message` to the original line number.
@@ -224,8 +221,13 @@ fn starts_attribute(s: &[char]) -> bool {
         return false;
     }
     let rest = &s[name..];
-    let blanks = rest.iter().take_while(|c| **c == ' ' || **c == '\t').count();
-    rest.get(blanks) == Some(&'=') && rest.get(blanks + 1) != Some(&'=') && rest.get(blanks + 1) != Some(&'>')
+    let blanks = rest
+        .iter()
+        .take_while(|c| **c == ' ' || **c == '\t')
+        .count();
+    rest.get(blanks) == Some(&'=')
+        && rest.get(blanks + 1) != Some(&'=')
+        && rest.get(blanks + 1) != Some(&'>')
 }
 
 #[cfg(test)]
@@ -234,23 +236,28 @@ mod tests {
 
     #[test]
     fn splits_one_line_blocks() {
-        let (out, map) = normalize(
-            "restart { attempts = 2  interval = \"30m\"  mode = \"fail\" }\nx = 1\n",
-        );
+        let (out, map) =
+            normalize("restart { attempts = 2  interval = \"30m\"  mode = \"fail\" }\nx = 1\n");
         assert_eq!(
             out,
             "restart {\n attempts = 2  \ninterval = \"30m\"  \nmode = \"fail\" \n}\nx = 1\n"
         );
         assert_eq!(map.original(4), 1);
         assert_eq!(map.original(6), 2);
-        assert_eq!(map.fix_message("bad at line 6, column 1"), "bad at line 2, column 1");
+        assert_eq!(
+            map.fix_message("bad at line 6, column 1"),
+            "bad at line 2, column 1"
+        );
     }
 
     #[test]
     fn leaves_strings_lists_and_comments_alone() {
         let src = "config { command = \"sh\"  args = [\"-c\", \"a = b; x { y = z }\", \"${NOMAD_TASK_DIR}\"] } # c = d { }\n";
         let (out, _) = normalize(src);
-        assert!(out.contains("args = [\"-c\", \"a = b; x { y = z }\", \"${NOMAD_TASK_DIR}\"]"), "{out}");
+        assert!(
+            out.contains("args = [\"-c\", \"a = b; x { y = z }\", \"${NOMAD_TASK_DIR}\"]"),
+            "{out}"
+        );
         assert!(out.contains("# c = d { }"), "{out}");
         assert!(out.contains("command = \"sh\"  \nargs"), "{out}");
     }
@@ -268,6 +275,9 @@ mod tests {
         let src = "t {\n  x = <<EOF\n  a = b { c = d }\nEOF\n  y = 1\n}\n";
         let (out, map) = normalize(src);
         assert!(out.contains("  a = b { c = d }\nEOF\n"), "{out}");
-        assert_eq!(map.original(out.lines().position(|l| l.contains("y = 1")).unwrap() + 1), 5);
+        assert_eq!(
+            map.original(out.lines().position(|l| l.contains("y = 1")).unwrap() + 1),
+            5
+        );
     }
 }

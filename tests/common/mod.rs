@@ -11,12 +11,14 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_nodeward");
 
-/// A fresh temporary directory, removed when dropped.
+/// A fresh temporary directory, removed when dropped. Its path is short: CSI sockets live under
+/// `<data_dir>/client/csi/plugins/<alloc id>/` and a unix socket path has at most 107 bytes.
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("nodeward-test-{tag}-{}", uuid::Uuid::new_v4()));
+        let short = &uuid::Uuid::new_v4().simple().to_string()[..10];
+        let p = std::env::temp_dir().join(format!("nw-{}-{short}", &tag[..tag.len().min(6)]));
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
     }
@@ -156,8 +158,11 @@ impl TestAgent {
 
     /// Registers a job given as HCL through the API (parse, then register); returns the job ID.
     pub fn run_hcl(&self, hcl: &str) -> String {
-        let (status, job) =
-            self.request("POST", "/v1/jobs/parse", Some(&serde_json::json!({"JobHCL": hcl}).to_string()));
+        let (status, job) = self.request(
+            "POST",
+            "/v1/jobs/parse",
+            Some(&serde_json::json!({"JobHCL": hcl}).to_string()),
+        );
         assert_eq!(status, 200, "parse: {job}");
         let job: Value = serde_json::from_str(&job).unwrap();
         let (status, body) = self.put_json("/v1/jobs", &serde_json::json!({"Job": job}));
@@ -262,7 +267,9 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(s) => {
-            let state = s.rsplit_once(')').map(|(_, r)| r.trim_start().chars().next());
+            let state = s
+                .rsplit_once(')')
+                .map(|(_, r)| r.trim_start().chars().next());
             !matches!(state, Some(Some('Z')) | Some(Some('X')))
         }
         Err(_) => false,

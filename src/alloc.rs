@@ -271,6 +271,7 @@ impl AllocManager {
             let version = reg.jobs.get(&job.id).map(|j| j.version + 1).unwrap_or(0);
             for alloc in reg.allocs.values().filter(|a| a.job.id == job.id) {
                 stop_alloc(alloc);
+                self.engine.volumes.release(&alloc.id);
             }
             let job_arc = Arc::new(job.clone());
             let now = now_nanos();
@@ -311,6 +312,7 @@ impl AllocManager {
             record.stop = true;
             for alloc in reg.allocs.values().filter(|a| a.job.id == id) {
                 stop_alloc(alloc);
+                self.engine.volumes.release(&alloc.id);
             }
             if purge {
                 reg.jobs.remove(id);
@@ -487,6 +489,7 @@ impl AllocManager {
     pub fn stop(&self, id: &str) -> Result<String, AllocError> {
         let alloc = self.get(id)?;
         stop_alloc(&alloc);
+        self.engine.volumes.release(&alloc.id);
         self.save()?;
         Ok(uuid::Uuid::new_v4().to_string())
     }

@@ -29,6 +29,10 @@ pub trait VolumeLookup: Send + Sync {
     fn lookup(&self, name: &str) -> Option<HostVolume>;
     /// Receives a message (coalesced) whenever the set of ready volumes may have changed.
     fn changes(&self) -> Receiver<()>;
+    /// Records that allocation `alloc_id` uses the volume named `name`.
+    fn claim(&self, _name: &str, _alloc_id: &str) {}
+    /// Forgets every use by allocation `alloc_id`.
+    fn release(&self, _alloc_id: &str) {}
 }
 
 pub struct VolumeMountHook {
@@ -117,6 +121,7 @@ impl TaskHook for VolumeMountHook {
                 volume_env_name(&mount.volume),
                 volume.path.display().to_string(),
             );
+            self.volumes.claim(&request.source, &task.alloc_id);
         }
         Ok(())
     }

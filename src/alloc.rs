@@ -69,8 +69,10 @@ pub struct AllocRecord {
     pub desired_status: DesiredStatus,
     pub create_time: i64,
     pub modify_time: i64,
-    /// The job version this allocation runs.
-    pub job: Job,
+    /// The job this allocation runs, kept only when it is not the job's current version (the
+    /// state file then holds each job once, not once per allocation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<Job>,
     pub task_states: BTreeMap<String, TaskState>,
 }
 
@@ -126,7 +128,8 @@ impl Allocation {
         }))
     }
 
-    pub fn record(&self) -> AllocRecord {
+    /// The allocation as the state file keeps it; `current` is the registered version of its job.
+    pub fn record(&self, current: Option<&Job>) -> AllocRecord {
         let inner = self.inner.lock();
         AllocRecord {
             id: self.id.clone(),
@@ -137,7 +140,7 @@ impl Allocation {
             desired_status: inner.desired,
             create_time: self.create_time,
             modify_time: inner.modify_time,
-            job: (*self.job).clone(),
+            job: (current != Some(&*self.job)).then(|| (*self.job).clone()),
             task_states: self.task_states(),
         }
     }
@@ -234,8 +237,14 @@ impl Snapshot for AllocManager {
                 r.allocs.values().cloned().collect::<Vec<_>>(),
             )
         };
+        out.allocations = allocs
+            .iter()
+            .map(|a| {
+                let current = jobs.iter().find(|j| j.job.id == a.job.id).map(|j| &j.job);
+                a.record(current)
+            })
+            .collect();
         out.jobs = jobs;
-        out.allocations = allocs.iter().map(|a| a.record()).collect();
     }
 }
 
@@ -498,7 +507,11 @@ impl AllocManager {
     /// are stopped first, then allocations that should run are started again.
     pub fn restore(self: &Arc<Self>, state: &StateFile) {
         let ids: HashSet<String> = state.allocations.iter().map(|a| a.id.clone()).collect();
-        stop_leftovers(&driver::find_task_processes(&ids), &state.allocations);
+        stop_leftovers(
+            &driver::find_task_processes(&ids),
+            &state.allocations,
+            &state.jobs,
+        );
         let mut to_start = Vec::new();
         {
             let mut reg = self.registry.lock();
@@ -506,7 +519,8 @@ impl AllocManager {
                 reg.jobs.insert(j.job.id.clone(), j.clone());
             }
             for rec in &state.allocations {
-                let Some(alloc) = restored_alloc(rec) else {
+                let current = reg.jobs.get(&rec.job_id).map(|j| &j.job);
+                let Some(alloc) = restored_alloc(rec, current) else {
                     log::error!("allocation {} names a group its job lacks; skipped", rec.id);
                     continue;
                 };
@@ -697,8 +711,8 @@ fn new_alloc(job: &Arc<Job>, group: &TaskGroup, index: u32, now: i64) -> Allocat
     }
 }
 
-fn restored_alloc(rec: &AllocRecord) -> Option<Allocation> {
-    let job = Arc::new(rec.job.clone());
+fn restored_alloc(rec: &AllocRecord, current: Option<&Job>) -> Option<Allocation> {
+    let job = Arc::new(rec.job.as_ref().or(current)?.clone());
     let group = job.task_groups.iter().find(|g| g.name == rec.task_group)?;
     let tasks = group
         .tasks
@@ -728,7 +742,7 @@ fn restored_alloc(rec: &AllocRecord) -> Option<Allocation> {
 
 /// Stops task processes that an agent which crashed left running: every group gets its task's
 /// kill signal at once, then SIGKILL after the longest kill timeout.
-fn stop_leftovers(found: &[driver::Leftover], allocs: &[AllocRecord]) {
+fn stop_leftovers(found: &[driver::Leftover], allocs: &[AllocRecord], jobs: &[JobRecord]) {
     if found.is_empty() {
         return;
     }
@@ -738,7 +752,13 @@ fn stop_leftovers(found: &[driver::Leftover], allocs: &[AllocRecord]) {
         let task = allocs
             .iter()
             .find(|a| a.id == l.alloc_id)
-            .and_then(|a| a.job.task_groups.iter().find(|g| g.name == a.task_group))
+            .and_then(|a| {
+                let job = a
+                    .job
+                    .as_ref()
+                    .or_else(|| jobs.iter().find(|j| j.job.id == a.job_id).map(|j| &j.job))?;
+                job.task_groups.iter().find(|g| g.name == a.task_group)
+            })
             .and_then(|g| g.tasks.iter().find(|t| t.name == l.task));
         let (signal, timeout) = task
             .map(|t| {

@@ -30,6 +30,9 @@ pub const STATE_VERSION: u32 = 1;
 pub const STATE_FILE: &str = "state.json";
 /// How long the flusher waits to gather a burst of changes into one write.
 pub const FLUSH_DELAY: Duration = Duration::from_millis(50);
+/// The least time between two background writes: each rewrites the whole file, so a thousand
+/// crash-looping tasks must not turn into a thousand writes a second.
+pub const FLUSH_SPACING: Duration = Duration::from_millis(500);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -156,7 +159,11 @@ impl StateStore {
             path: self.path.clone(),
             source: io::Error::other(e),
         })?;
-        write_atomic(&self.path, &bytes).map_err(|source| StateError::Write {
+        drop(state);
+        let written = write_atomic(&self.path, &bytes);
+        drop(bytes);
+        release_free_memory();
+        written.map_err(|source| StateError::Write {
             path: self.path.clone(),
             source,
         })?;
@@ -177,19 +184,24 @@ impl StateStore {
     /// The flusher loop: run it on a thread of its own. Ends when `stop` disconnects, after a last
     /// write if anything was pending.
     pub fn run_flusher(&self, stop: Receiver<crate::task::hooks::Never>) {
+        let mut last_write: Option<std::time::Instant> = None;
         loop {
             crossbeam_channel::select! {
                 recv(self.dirty_rx) -> _ => {
-                    // Gather the burst, unless a stop comes first.
+                    // Gather the burst, and keep background writes apart, unless a stop comes.
+                    let spacing = last_write
+                        .map(|t| FLUSH_SPACING.saturating_sub(t.elapsed()))
+                        .unwrap_or_default();
                     crossbeam_channel::select! {
                         recv(stop) -> _ => {
                             self.flush_logged();
                             return;
                         }
-                        default(FLUSH_DELAY) => {}
+                        default(FLUSH_DELAY.max(spacing)) => {}
                     }
                     let _ = self.dirty_rx.try_recv();
                     self.flush_logged();
+                    last_write = Some(std::time::Instant::now());
                 }
                 recv(stop) -> _ => {
                     if self.dirty_rx.try_recv().is_ok() {
@@ -205,6 +217,16 @@ impl StateStore {
         if let Err(e) = self.save() {
             log::error!("{e}");
         }
+    }
+}
+
+/// A save copies and serialises the whole state, then frees it all; give those pages back so the
+/// agent's footprint is what it keeps, not its high-water mark.
+fn release_free_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns free memory to the system.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

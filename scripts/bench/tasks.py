@@ -84,6 +84,12 @@ def cpu_ns(pid):
             pass
     return total
 
+def ticks(pid):
+    """utime + stime of the whole process in clock ticks (10 ms): a coarse cross-check."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
@@ -93,6 +99,8 @@ def run_size(binary, n, kills):
     agent, addr, data = start_agent(binary, tmp)
     res = {"N": n}
     try:
+        time.sleep(1)
+        res["baseline"] = memory(agent.pid)
         marker = f"{100000 + n}.{uuid.uuid4().int % 999999}"
         t0 = time.perf_counter()
         req(addr, "PUT", "/v1/jobs", job("sleepers", n, ["sleep", marker]))
@@ -101,11 +109,12 @@ def run_size(binary, n, kills):
         res["start_s"] = time.perf_counter() - t0
         time.sleep(2)
         res.update(memory(agent.pid))
-        c0 = cpu_ns(agent.pid); time.sleep(10); c1 = cpu_ns(agent.pid)
+        c0, t0 = cpu_ns(agent.pid), ticks(agent.pid); time.sleep(10); c1, t1 = cpu_ns(agent.pid), ticks(agent.pid)
         res["idle_cpu_ms_per_10s"] = (c1 - c0) / 1e6
+        res["idle_cpu_ticks_per_10s"] = t1 - t0
         # Crash -> restart, with N tasks running beside it.
         pidfile = os.path.join(tmp, "probe.pid")
-        req(addr, "PUT", "/v1/jobs", job("probe", 1, ["/bin/sh", "-c", f"echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; exec sleep 1000000"],
+        req(addr, "PUT", "/v1/jobs", job("probe", 1, ["/bin/sh", "-c", f"echo $$ > {pidfile}; exec sleep 1000000"],
                                          delay="0s", attempts=10000, mode="delay"))
         def read_pid():
             try:
@@ -118,13 +127,14 @@ def run_size(binary, n, kills):
         lat = []
         for _ in range(kills):
             old = read_pid()
-            time.sleep(0.05)
+            time.sleep(0.1)
             t0 = time.perf_counter()
             os.kill(old, signal.SIGKILL)
             while True:
                 p = read_pid()
                 if p and p != old:
                     break
+                os.sched_yield()
             lat.append((time.perf_counter() - t0) * 1000)
         res["restart_ms_median"] = statistics.median(lat)
         res["restart_ms_p90"] = pct(lat, 90)
@@ -158,6 +168,9 @@ def main():
     if not os.path.exists(a.bin):
         raise SystemExit(f"{a.bin} not found: run 'cargo build --release' first")
     results = [run_size(a.bin, int(n), a.kills) for n in a.sizes.split(",")]
+    for r in results:
+        b = r["baseline"]
+        print(f"idle agent before the N={r['N']} run: RSS {b['Rss']:.1f} MB, PSS {b['Pss']:.1f} MB, {b['Threads']} threads")
     print(f"{'N':>5} {'start s':>8} {'restart med ms':>15} {'p90 ms':>7} {'RSS MB':>7} {'PSS MB':>7} {'threads':>8} {'idle CPU ms/10s':>16}")
     for r in results:
         print(f"{r['N']:>5} {r['start_s']:>8.3f} {r['restart_ms_median']:>15.2f} {r['restart_ms_p90']:>7.2f} "

@@ -193,10 +193,7 @@ impl Driver for RawExec {
                 .take()
                 .map(|s| (std::fs::File::from(OwnedFd::from(s)), stderr)),
         };
-        let spawned = crate::thread::spawn(spec.thread_name.clone(), move || {
-            let status = waiter.run(child);
-            let _ = tx.send(status);
-        });
+        let spawned = crate::thread::spawn(spec.thread_name.clone(), move || waiter.run(child, tx));
         if let Err(e) = spawned {
             let _ = signal_group(pid, libc::SIGKILL);
             return Err(DriverError::Watch { pid, source: e });
@@ -320,10 +317,15 @@ struct Waiter {
 /// child that escaped the process group) before it gives up on them.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 
+/// Bytes read from a task's pipe at a time; allocated when the task first writes.
+const PIPE_CHUNK: usize = 16 * 1024;
+
 impl Waiter {
-    fn run(mut self, mut child: Child) -> ExitStatus {
-        let mut status = None;
-        let mut buf = vec![0u8; 64 * 1024];
+    /// Pumps output and watches the process; sends its status as soon as it is reaped (output
+    /// still in flight is drained afterwards).
+    fn run(mut self, mut child: Child, exited: crossbeam_channel::Sender<ExitStatus>) {
+        let mut status: Option<ExitStatus> = None;
+        let mut buf: Vec<u8> = Vec::new();
         let mut drain_deadline: Option<std::time::Instant> = None;
         loop {
             let mut fds = Vec::with_capacity(3);
@@ -375,9 +377,11 @@ impl Waiter {
                 }
                 match w {
                     2 => {
-                        status = Some(reap(&mut child));
+                        let st = reap(&mut child);
+                        status = Some(st);
                         // Whatever the task started and left behind dies with it.
                         let _ = signal_group(self.pid, libc::SIGKILL);
+                        let _ = exited.send(st);
                         drain_deadline = Some(std::time::Instant::now() + DRAIN_AFTER_EXIT);
                     }
                     i => {
@@ -387,6 +391,9 @@ impl Waiter {
                             &mut self.stderr
                         };
                         if let Some((pipe, file)) = slot {
+                            if buf.is_empty() {
+                                buf.resize(PIPE_CHUNK, 0);
+                            }
                             // poll said readable: this read returns at once.
                             match pipe.read(&mut buf) {
                                 Ok(0) => *slot = None,
@@ -403,7 +410,9 @@ impl Waiter {
                 }
             }
         }
-        status.unwrap_or_else(|| reap(&mut child))
+        if status.is_none() {
+            let _ = exited.send(reap(&mut child));
+        }
     }
 }
 

@@ -129,8 +129,8 @@ impl TaskEvent {
 
     /// A restart asked for by a hook (the CSI supervisor): the hook sets the message.
     pub fn restarting_by_hook(time: i64, message: &str, failure: bool) -> TaskEvent {
-        let mut e = TaskEvent::new(RESTARTING, time, message.to_string())
-            .detail("restart_reason", message);
+        let mut e =
+            TaskEvent::new(RESTARTING, time, message.to_string()).detail("restart_reason", message);
         e.restart_reason = message.to_string();
         if failure {
             e = e.detail("failure", "true");
@@ -186,8 +186,12 @@ impl TaskEvent {
     }
 
     pub fn driver_failure(time: i64, error: &str) -> TaskEvent {
-        let mut e = TaskEvent::new(DRIVER_FAILURE, time, format!("Failed to start task: {error}"))
-            .detail("driver_error", error);
+        let mut e = TaskEvent::new(
+            DRIVER_FAILURE,
+            time,
+            format!("Failed to start task: {error}"),
+        )
+        .detail("driver_error", error);
         e.driver_error = error.to_string();
         e
     }
@@ -195,7 +199,8 @@ impl TaskEvent {
     /// A prestart hook failed (a missing or invalid host volume, a task directory that cannot be
     /// built). `fails` marks the task failed.
     pub fn setup_failure(time: i64, error: &str, fails: bool) -> TaskEvent {
-        let mut e = TaskEvent::new(SETUP_FAILURE, time, error.to_string()).detail("setup_error", error);
+        let mut e =
+            TaskEvent::new(SETUP_FAILURE, time, error.to_string()).detail("setup_error", error);
         e.setup_error = error.to_string();
         if fails {
             e = e.failing();
@@ -292,7 +297,10 @@ mod tests {
 
     #[test]
     fn terminated_display_follows_nomad() {
-        assert_eq!(TaskEvent::terminated(1, 0, 0, "").display_message, "Exit Code: 0");
+        assert_eq!(
+            TaskEvent::terminated(1, 0, 0, "").display_message,
+            "Exit Code: 0"
+        );
         assert_eq!(
             TaskEvent::terminated(1, 137, 9, "").display_message,
             "Exit Code: 137, Signal: 9"
@@ -311,8 +319,12 @@ mod tests {
             "Task restarting in 16.104906834s"
         );
         assert_eq!(
-            TaskEvent::restarting(1, Duration::from_secs(90), "Exceeded allowed attempts, applying a delay")
-                .display_message,
+            TaskEvent::restarting(
+                1,
+                Duration::from_secs(90),
+                "Exceeded allowed attempts, applying a delay"
+            )
+            .display_message,
             "Exceeded allowed attempts, applying a delay - Task restarting in 1m30s"
         );
         assert_eq!(
@@ -327,7 +339,10 @@ mod tests {
             TaskEvent::killing(1, Duration::from_secs(5)).display_message,
             "Sent interrupt. Waiting 5s before force killing"
         );
-        assert_eq!(TaskEvent::killed(1).display_message, "Task successfully killed");
+        assert_eq!(
+            TaskEvent::killed(1).display_message,
+            "Task successfully killed"
+        );
         assert_eq!(
             TaskEvent::restart_signaled(1, "").display_message,
             "Task signaled to restart"
@@ -336,7 +351,10 @@ mod tests {
             TaskEvent::driver_failure(1, "no such file").display_message,
             "Failed to start task: no such file"
         );
-        assert_eq!(TaskEvent::plugin_healthy(1, "hp").display_message, "plugin: hp");
+        assert_eq!(
+            TaskEvent::plugin_healthy(1, "hp").display_message,
+            "plugin: hp"
+        );
     }
 
     #[test]

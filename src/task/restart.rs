@@ -211,7 +211,10 @@ mod tests {
         );
         // A service task that exits 0 is restarted like any other exit.
         let mut s = RestartTracker::new(policy(3, 86400, 15, RestartMode::Fail), false);
-        assert!(matches!(s.decide(OK, secs(0), 0.0), Decision::Restart { .. }));
+        assert!(matches!(
+            s.decide(OK, secs(0), 0.0),
+            Decision::Restart { .. }
+        ));
     }
 
     #[test]
@@ -233,7 +236,10 @@ mod tests {
         );
         match t.decide(FAIL, secs(2), 0.999_999_999) {
             Decision::Restart { delay, .. } => {
-                assert!(delay < secs(20) && delay > Duration::from_millis(19_990), "{delay:?}")
+                assert!(
+                    delay < secs(20) && delay > Duration::from_millis(19_990),
+                    "{delay:?}"
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -242,8 +248,14 @@ mod tests {
     #[test]
     fn fail_mode_exhausts_attempts() {
         let mut t = RestartTracker::new(policy(2, 1800, 15, RestartMode::Fail), false);
-        assert!(matches!(t.decide(FAIL, secs(0), 0.0), Decision::Restart { .. }));
-        assert!(matches!(t.decide(RunEnd::StartFailed, secs(20), 0.0), Decision::Restart { .. }));
+        assert!(matches!(
+            t.decide(FAIL, secs(0), 0.0),
+            Decision::Restart { .. }
+        ));
+        assert!(matches!(
+            t.decide(RunEnd::StartFailed, secs(20), 0.0),
+            Decision::Restart { .. }
+        ));
         assert_eq!(
             t.decide(RunEnd::FailureRestart, secs(40), 0.0),
             Decision::NotRestarting {
@@ -255,7 +267,10 @@ mod tests {
     #[test]
     fn delay_mode_waits_for_the_rest_of_the_window() {
         let mut t = RestartTracker::new(policy(1, 60, 5, RestartMode::Delay), false);
-        assert!(matches!(t.decide(FAIL, secs(100), 0.0), Decision::Restart { .. }));
+        assert!(matches!(
+            t.decide(FAIL, secs(100), 0.0),
+            Decision::Restart { .. }
+        ));
         assert_eq!(
             t.decide(FAIL, secs(110), 0.0),
             Decision::Restart {
@@ -268,13 +283,25 @@ mod tests {
     #[test]
     fn a_new_window_resets_the_count() {
         let mut t = RestartTracker::new(policy(1, 60, 5, RestartMode::Fail), false);
-        assert!(matches!(t.decide(FAIL, secs(0), 0.0), Decision::Restart { .. }));
+        assert!(matches!(
+            t.decide(FAIL, secs(0), 0.0),
+            Decision::Restart { .. }
+        ));
         assert_eq!(t.count(), 1);
         // Exactly at the window's end is still inside it.
-        assert!(matches!(t.decide(FAIL, secs(60), 0.0), Decision::NotRestarting { .. }));
+        assert!(matches!(
+            t.decide(FAIL, secs(60), 0.0),
+            Decision::NotRestarting { .. }
+        ));
         let mut t = RestartTracker::new(policy(1, 60, 5, RestartMode::Fail), false);
-        assert!(matches!(t.decide(FAIL, secs(0), 0.0), Decision::Restart { .. }));
-        assert!(matches!(t.decide(FAIL, secs(61), 0.0), Decision::Restart { .. }));
+        assert!(matches!(
+            t.decide(FAIL, secs(0), 0.0),
+            Decision::Restart { .. }
+        ));
+        assert!(matches!(
+            t.decide(FAIL, secs(61), 0.0),
+            Decision::Restart { .. }
+        ));
         assert_eq!(t.count(), 1);
     }
 }

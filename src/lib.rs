@@ -3,8 +3,13 @@
 //! The binary (`main.rs`) only parses arguments and maps errors to exit codes; everything else lives
 //! here, one module per domain concept.
 
+pub mod agent;
 pub mod alloc;
+pub mod api;
+pub mod cli;
+pub mod config;
 pub mod csi;
+pub mod driver;
 pub mod jobspec;
 pub mod state;
 pub mod task;

@@ -25,8 +25,6 @@ use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-use crate::jobspec::Job;
-
 /// The version this build writes. Older files are upgraded on load; newer ones are refused.
 pub const STATE_VERSION: u32 = 1;
 pub const STATE_FILE: &str = "state.json";
@@ -57,7 +55,7 @@ pub struct StateFile {
     #[serde(rename = "NodeID")]
     pub node_id: String,
     #[serde(default)]
-    pub jobs: Vec<Job>,
+    pub jobs: Vec<crate::alloc::JobRecord>,
     #[serde(default)]
     pub allocations: Vec<crate::alloc::AllocRecord>,
     #[serde(default, rename = "CSIPlugins")]

@@ -1,1 +1,1256 @@
-//! TODO: hcl
+//! Jobspecs in Nomad's HCL syntax.
+//!
+//! The source is parsed with `hcl-edit` (re-exported by `hcl-rs` as [`hcl::edit`]), whose syntax
+//! tree keeps byte spans, so every error can name its line. The tree is then walked block by
+//! block: each block accepts a fixed set of attributes and nested blocks, and anything else is an
+//! error naming the block, the attribute and the line. Values are read literally and never
+//! evaluated: a `"${NOMAD_TASK_DIR}"` comes through as that text and is interpolated when the task
+//! starts ([`super::interpolate`]). Defaults are applied here, then [`validate_job`] checks the
+//! result.
+//!
+//! Supported, as in tasks.md, csi.md and host-volumes.md:
+//!
+//! ```text
+//! job "<id>" { type  group "<name>" {..} }
+//! group "<name>" { count  restart {..}  volume "<label>" { type source read_only }  task "<name>" {..} }
+//! task "<name>" { driver user kill_signal kill_timeout  config { command args }  env {..}
+//!                 logs { max_files max_file_size }  volume_mount { volume destination read_only }
+//!                 csi_plugin { id type mount_dir stage_publish_base_dir health_timeout }
+//!                 resources { cpu memory }  restart { attempts interval delay mode } }
+//! ```
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::time::Duration;
+
+use hcl::edit::expr::Expression;
+use hcl::edit::structure::{Attribute, Block, Body, Structure};
+use hcl::edit::template::{Element, Template};
+use hcl::edit::Span;
+
+use super::validate::{csi_plugin_type, kill_signal, restart_mode, validate_job};
+use super::{
+    CsiPluginConfig, DriverConfig, Job, JobType, JobspecError, LogConfig, Parsed, Resources,
+    RestartOverride, RestartPolicy, Task, TaskGroup, VolumeMount, VolumeRequest,
+    DEFAULT_CSI_HEALTH_TIMEOUT, DEFAULT_CSI_MOUNT_DIR, DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR,
+    DEFAULT_KILL_SIGNAL, DEFAULT_KILL_TIMEOUT,
+};
+use crate::util::duration;
+use crate::util::hcl_lines::{self, LineMap};
+
+/// Parses a jobspec written in HCL, applies defaults and validates it.
+pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
+    let (body, source) = parse_body(src)?;
+    let top = source.items("the jobspec", &body, &[], &["job"])?;
+    let jobs = top.blocks("job");
+    let job_block = match jobs.as_slice() {
+        [one] => *one,
+        [] => return Err(invalid("the jobspec has no job block")),
+        [_, second, ..] => {
+            return Err(invalid(format!(
+                "the jobspec has more than one job block (second at line {})",
+                source.line(second.span())
+            )))
+        }
+    };
+    let job = source.job(job_block)?;
+    validate_job(&job)?;
+    Ok(Parsed {
+        job,
+        warnings: Vec::new(),
+    })
+}
+
+/// Parses `src` as HCL. Nomad's documentation (and tasks.md) writes several attributes on one
+/// line, `restart { attempts = 2  interval = "30m" }`, which HCL2 refuses; when the text does not
+/// parse as written, it is parsed again with such blocks split onto lines ([`hcl_lines::normalize`]),
+/// and if that fails too, the error about the text as written is reported.
+fn parse_body(src: &str) -> Result<(Body, Source), JobspecError> {
+    let as_written = match hcl::edit::parser::parse_body(src) {
+        Ok(body) => {
+            let source = Source {
+                parsed: src.to_string(),
+                lines: None,
+            };
+            return Ok((body, source));
+        }
+        Err(e) => e,
+    };
+    let (parsed, lines) = hcl_lines::normalize(src);
+    if parsed != src {
+        if let Ok(body) = hcl::edit::parser::parse_body(&parsed) {
+            let source = Source {
+                parsed,
+                lines: Some(lines),
+            };
+            return Ok((body, source));
+        }
+    }
+    let loc = as_written.location();
+    Err(JobspecError::Syntax(format!(
+        "HCL syntax error at line {}, column {}: {}",
+        loc.line(),
+        loc.column(),
+        as_written.message()
+    )))
+}
+
+fn invalid(msg: impl Into<String>) -> JobspecError {
+    JobspecError::Invalid(msg.into())
+}
+
+/// The text being parsed, to turn spans into line numbers and read `${...}` as written.
+struct Source {
+    /// What was parsed: the input, or the input with one-line blocks split.
+    parsed: String,
+    /// Lines of `parsed` to lines of the input, when they differ.
+    lines: Option<LineMap>,
+}
+
+/// The attributes and blocks of one block body, after checking that each is allowed there.
+struct Items<'b> {
+    /// What the body belongs to, for messages: `task "web"`, `config block of task "web"`.
+    what: String,
+    attrs: BTreeMap<&'b str, &'b Attribute>,
+    blocks: Vec<&'b Block>,
+}
+
+impl<'b> Items<'b> {
+    fn attr(&self, key: &str) -> Option<&'b Attribute> {
+        self.attrs.get(key).copied()
+    }
+
+    fn blocks(&self, ident: &str) -> Vec<&'b Block> {
+        self.blocks
+            .iter()
+            .copied()
+            .filter(|b| b.ident.as_str() == ident)
+            .collect()
+    }
+}
+
+impl Source {
+    /// 1-based line of the start of `span`; 0 when the parser gave no span (it always does for
+    /// parsed input).
+    fn line(&self, span: Option<Range<usize>>) -> usize {
+        span.map_or(0, |r| {
+            let end = r.start.min(self.parsed.len());
+            let line = self.parsed.as_bytes()[..end]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+                + 1;
+            self.lines.as_ref().map_or(line, |map| map.original(line))
+        })
+    }
+
+    /// Splits `body` into attributes and blocks, refusing anything not in `attrs`/`blocks` and
+    /// attributes given twice.
+    fn items<'b>(
+        &self,
+        what: &str,
+        body: &'b Body,
+        attrs: &[&str],
+        blocks: &[&str],
+    ) -> Result<Items<'b>, JobspecError> {
+        let mut items = Items {
+            what: what.to_string(),
+            attrs: BTreeMap::new(),
+            blocks: Vec::new(),
+        };
+        for structure in body.iter() {
+            match structure {
+                Structure::Attribute(attr) => {
+                    let key = attr.key.as_str();
+                    if !attrs.contains(&key) {
+                        return Err(JobspecError::Unknown(format!(
+                            "unknown attribute {key:?} in {what} at line {}",
+                            self.line(attr.span())
+                        )));
+                    }
+                    // The parser refuses an attribute given twice in one body.
+                    items.attrs.insert(key, attr);
+                }
+                Structure::Block(block) => {
+                    let ident = block.ident.as_str();
+                    if !blocks.contains(&ident) {
+                        return Err(JobspecError::Unknown(format!(
+                            "unknown block {ident:?} in {what} at line {}",
+                            self.line(block.span())
+                        )));
+                    }
+                    items.blocks.push(block);
+                }
+            }
+        }
+        Ok(items)
+    }
+
+    /// The single label of a `group "x"`-style block.
+    fn label(&self, parent: &str, block: &Block) -> Result<String, JobspecError> {
+        match block.labels.as_slice() {
+            [label] => Ok(label.as_str().to_string()),
+            _ => Err(invalid(format!(
+                "block {:?} in {parent} at line {} must have exactly one label (its name)",
+                block.ident.as_str(),
+                self.line(block.span())
+            ))),
+        }
+    }
+
+    /// The body of an unlabeled block that may appear at most once (`config`, `logs`, ...).
+    fn single<'b>(
+        &self,
+        parent: &Items<'b>,
+        ident: &str,
+    ) -> Result<Option<&'b Block>, JobspecError> {
+        let blocks = parent.blocks(ident);
+        if let Some(second) = blocks.get(1) {
+            return Err(invalid(format!(
+                "block {ident:?} is given more than once in {} (again at line {})",
+                parent.what,
+                self.line(second.span())
+            )));
+        }
+        match blocks.first() {
+            Some(block) => {
+                self.no_labels(&parent.what, block)?;
+                Ok(Some(*block))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn no_labels(&self, parent: &str, block: &Block) -> Result<(), JobspecError> {
+        if block.labels.is_empty() {
+            Ok(())
+        } else {
+            Err(invalid(format!(
+                "block {:?} in {parent} at line {} must not have labels",
+                block.ident.as_str(),
+                self.line(block.span())
+            )))
+        }
+    }
+
+    fn job(&self, block: &Block) -> Result<Job, JobspecError> {
+        let id = self.label("the jobspec", block)?;
+        let what = format!("job {id:?}");
+        let items = self.items(&what, &block.body, &["type"], &["group"])?;
+        let job_type = match items.attr("type") {
+            None => JobType::default(),
+            Some(attr) => match self.string(&what, attr)?.as_str() {
+                "service" => JobType::Service,
+                "batch" => JobType::Batch,
+                "system" => JobType::System,
+                other => {
+                    return Err(invalid(format!(
+                        "job type must be \"service\", \"batch\" or \"system\", got: {other:?} (line {})",
+                        self.line(attr.span())
+                    )))
+                }
+            },
+        };
+        let task_groups = items
+            .blocks("group")
+            .into_iter()
+            .map(|g| self.group(&what, job_type, g))
+            .collect::<Result<_, _>>()?;
+        Ok(Job {
+            name: id.clone(),
+            id,
+            job_type,
+            task_groups,
+        })
+    }
+
+    fn group(
+        &self,
+        job: &str,
+        job_type: JobType,
+        block: &Block,
+    ) -> Result<TaskGroup, JobspecError> {
+        let name = self.label(job, block)?;
+        let what = format!("group {name:?}");
+        let items = self.items(
+            &what,
+            &block.body,
+            &["count"],
+            &["restart", "volume", "task"],
+        )?;
+        let count = match items.attr("count") {
+            Some(attr) => self.u32(&what, attr)?,
+            None => 1,
+        };
+        let restart_policy = match self.single(&items, "restart")? {
+            Some(b) => self
+                .restart(&what, b)?
+                .apply(job_type.default_restart_policy()),
+            None => job_type.default_restart_policy(),
+        };
+        let mut volumes = BTreeMap::new();
+        for vb in items.blocks("volume") {
+            let label = self.label(&what, vb)?;
+            let volume = self.volume(&what, &label, vb)?;
+            if volumes.insert(label.clone(), volume).is_some() {
+                return Err(invalid(format!(
+                    "volume {label:?} is defined more than once in {what} (again at line {})",
+                    self.line(vb.span())
+                )));
+            }
+        }
+        let tasks = items
+            .blocks("task")
+            .into_iter()
+            .map(|t| self.task(&what, restart_policy, t))
+            .collect::<Result<_, _>>()?;
+        Ok(TaskGroup {
+            name,
+            count,
+            restart_policy,
+            volumes,
+            tasks,
+        })
+    }
+
+    fn restart(&self, parent: &str, block: &Block) -> Result<RestartOverride, JobspecError> {
+        let what = format!("restart block of {parent}");
+        let items = self.items(
+            &what,
+            &block.body,
+            &["attempts", "interval", "delay", "mode"],
+            &[],
+        )?;
+        let mode = match items.attr("mode") {
+            Some(attr) => Some(restart_mode(&self.string(&what, attr)?)?),
+            None => None,
+        };
+        Ok(RestartOverride {
+            attempts: items
+                .attr("attempts")
+                .map(|a| self.u32(&what, a))
+                .transpose()?,
+            interval: items
+                .attr("interval")
+                .map(|a| self.duration(&what, a))
+                .transpose()?,
+            delay: items
+                .attr("delay")
+                .map(|a| self.duration(&what, a))
+                .transpose()?,
+            mode,
+        })
+    }
+
+    fn volume(
+        &self,
+        group: &str,
+        label: &str,
+        block: &Block,
+    ) -> Result<VolumeRequest, JobspecError> {
+        let what = format!("volume {label:?} of {group}");
+        let items = self.items(&what, &block.body, &["type", "source", "read_only"], &[])?;
+        Ok(VolumeRequest {
+            name: label.to_string(),
+            volume_type: self.opt_string(&what, &items, "type")?.unwrap_or_default(),
+            source: self
+                .opt_string(&what, &items, "source")?
+                .unwrap_or_default(),
+            read_only: self.opt_bool(&what, &items, "read_only")?.unwrap_or(false),
+        })
+    }
+
+    fn task(
+        &self,
+        group: &str,
+        group_policy: RestartPolicy,
+        block: &Block,
+    ) -> Result<Task, JobspecError> {
+        let name = self.label(group, block)?;
+        let what = format!("task {name:?}");
+        let items = self.items(
+            &what,
+            &block.body,
+            &["driver", "user", "kill_signal", "kill_timeout"],
+            &[
+                "config",
+                "env",
+                "logs",
+                "volume_mount",
+                "csi_plugin",
+                "resources",
+                "restart",
+            ],
+        )?;
+        let kill_signal = match items.attr("kill_signal") {
+            Some(attr) => kill_signal(&name, &self.string(&what, attr)?)?,
+            None => DEFAULT_KILL_SIGNAL.to_string(),
+        };
+        let kill_timeout = match items.attr("kill_timeout") {
+            Some(attr) => self.duration(&what, attr)?,
+            None => DEFAULT_KILL_TIMEOUT,
+        };
+        let restart_policy = match self.single(&items, "restart")? {
+            Some(b) => self.restart(&what, b)?.apply(group_policy),
+            None => group_policy,
+        };
+        let config = match self.single(&items, "config")? {
+            Some(b) => self.config(&what, b)?,
+            None => DriverConfig {
+                command: String::new(),
+                args: Vec::new(),
+            },
+        };
+        let env = match self.single(&items, "env")? {
+            Some(b) => self.env(&what, b)?,
+            None => BTreeMap::new(),
+        };
+        let log_config = match self.single(&items, "logs")? {
+            Some(b) => self.logs(&what, b)?,
+            None => LogConfig::default(),
+        };
+        let volume_mounts = items
+            .blocks("volume_mount")
+            .into_iter()
+            .map(|b| self.volume_mount(&what, b))
+            .collect::<Result<_, _>>()?;
+        let csi_plugin = self
+            .single(&items, "csi_plugin")?
+            .map(|b| self.csi_plugin(&what, b))
+            .transpose()?;
+        let resources = match self.single(&items, "resources")? {
+            Some(b) => self.resources(&what, b)?,
+            None => Resources::default(),
+        };
+        Ok(Task {
+            driver: self
+                .opt_string(&what, &items, "driver")?
+                .unwrap_or_default(),
+            user: self.opt_string(&what, &items, "user")?,
+            name,
+            config,
+            env,
+            kill_signal,
+            kill_timeout,
+            restart_policy,
+            log_config,
+            volume_mounts,
+            csi_plugin,
+            resources,
+        })
+    }
+
+    fn config(&self, task: &str, block: &Block) -> Result<DriverConfig, JobspecError> {
+        let what = format!("config block of {task}");
+        let items = self.items(&what, &block.body, &["command", "args"], &[])?;
+        Ok(DriverConfig {
+            command: self
+                .opt_string(&what, &items, "command")?
+                .unwrap_or_default(),
+            args: match items.attr("args") {
+                Some(attr) => self.strings(&what, attr)?,
+                None => Vec::new(),
+            },
+        })
+    }
+
+    /// Every attribute of `env { }` is a variable; numbers and booleans are taken as their text
+    /// (`PORT = 8080`), as Nomad does.
+    fn env(&self, task: &str, block: &Block) -> Result<BTreeMap<String, String>, JobspecError> {
+        let what = format!("env block of {task}");
+        let mut env = BTreeMap::new();
+        for structure in block.body.iter() {
+            match structure {
+                Structure::Attribute(attr) => {
+                    let value = self.scalar_text(&attr.value).ok_or_else(|| {
+                        self.wrong_type(&what, attr, "a string, number or bool")
+                    })??;
+                    env.insert(attr.key.to_string(), value);
+                }
+                Structure::Block(b) => {
+                    return Err(JobspecError::Unknown(format!(
+                        "unknown block {:?} in {what} at line {}",
+                        b.ident.as_str(),
+                        self.line(b.span())
+                    )))
+                }
+            }
+        }
+        Ok(env)
+    }
+
+    fn logs(&self, task: &str, block: &Block) -> Result<LogConfig, JobspecError> {
+        let what = format!("logs block of {task}");
+        let items = self.items(&what, &block.body, &["max_files", "max_file_size"], &[])?;
+        let defaults = LogConfig::default();
+        Ok(LogConfig {
+            max_files: self
+                .opt_u32(&what, &items, "max_files")?
+                .unwrap_or(defaults.max_files),
+            max_file_size_mb: self
+                .opt_u32(&what, &items, "max_file_size")?
+                .unwrap_or(defaults.max_file_size_mb),
+        })
+    }
+
+    fn volume_mount(&self, task: &str, block: &Block) -> Result<VolumeMount, JobspecError> {
+        self.no_labels(task, block)?;
+        let what = format!("volume_mount block of {task}");
+        let items = self.items(
+            &what,
+            &block.body,
+            &["volume", "destination", "read_only"],
+            &[],
+        )?;
+        Ok(VolumeMount {
+            volume: self
+                .opt_string(&what, &items, "volume")?
+                .unwrap_or_default(),
+            destination: self
+                .opt_string(&what, &items, "destination")?
+                .unwrap_or_default(),
+            read_only: self.opt_bool(&what, &items, "read_only")?.unwrap_or(false),
+        })
+    }
+
+    fn csi_plugin(&self, task: &str, block: &Block) -> Result<CsiPluginConfig, JobspecError> {
+        let what = format!("csi_plugin block of {task}");
+        let items = self.items(
+            &what,
+            &block.body,
+            &[
+                "id",
+                "type",
+                "mount_dir",
+                "stage_publish_base_dir",
+                "health_timeout",
+            ],
+            &[],
+        )?;
+        // Checked in csi.md's order: the id first, then the type.
+        let id = self.opt_string(&what, &items, "id")?.unwrap_or_default();
+        if id.is_empty() {
+            return Err(invalid("csi_plugin must have a non-empty id"));
+        }
+        let plugin_type =
+            csi_plugin_type(&self.opt_string(&what, &items, "type")?.unwrap_or_default())?;
+        let non_empty = |s: Option<String>, default: &str| match s {
+            Some(s) if !s.is_empty() => s,
+            _ => default.to_string(),
+        };
+        Ok(CsiPluginConfig {
+            id,
+            plugin_type,
+            mount_dir: non_empty(
+                self.opt_string(&what, &items, "mount_dir")?,
+                DEFAULT_CSI_MOUNT_DIR,
+            ),
+            stage_publish_base_dir: non_empty(
+                self.opt_string(&what, &items, "stage_publish_base_dir")?,
+                DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR,
+            ),
+            health_timeout: match items.attr("health_timeout") {
+                Some(attr) => self.duration(&what, attr)?,
+                None => DEFAULT_CSI_HEALTH_TIMEOUT,
+            },
+        })
+    }
+
+    fn resources(&self, task: &str, block: &Block) -> Result<Resources, JobspecError> {
+        let what = format!("resources block of {task}");
+        let items = self.items(&what, &block.body, &["cpu", "memory"], &[])?;
+        let defaults = Resources::default();
+        Ok(Resources {
+            cpu: self.opt_u32(&what, &items, "cpu")?.unwrap_or(defaults.cpu),
+            memory_mb: self
+                .opt_u32(&what, &items, "memory")?
+                .unwrap_or(defaults.memory_mb),
+        })
+    }
+
+    // ---- values ----
+
+    fn wrong_type(&self, what: &str, attr: &Attribute, expected: &str) -> JobspecError {
+        invalid(format!(
+            "attribute {:?} in {what} at line {} must be {expected}",
+            attr.key.as_str(),
+            self.line(attr.span())
+        ))
+    }
+
+    /// The literal text of a string, with `${...}` kept as written. `None` when `expr` is not a
+    /// string; `Some(Err)` for a template directive (`%{if}`), which nodeward does not evaluate.
+    fn text(&self, expr: &Expression) -> Option<Result<String, JobspecError>> {
+        match expr {
+            Expression::String(s) => Some(Ok(s.value().clone())),
+            Expression::StringTemplate(t) => Some(self.template_text(t)),
+            Expression::HeredocTemplate(h) => Some(self.template_text(&h.template)),
+            _ => None,
+        }
+    }
+
+    fn template_text(&self, template: &Template) -> Result<String, JobspecError> {
+        let mut out = String::new();
+        for element in template.iter() {
+            match element {
+                Element::Literal(literal) => out.push_str(literal.as_str()),
+                Element::Interpolation(interp) => {
+                    match interp.span().and_then(|r| self.parsed.get(r)) {
+                        Some(raw) => out.push_str(raw),
+                        None => out.push_str(&format!("${{{}}}", interp.expr)),
+                    }
+                }
+                Element::Directive(d) => {
+                    return Err(invalid(format!(
+                        "template directives (%{{...}}) are not supported (line {})",
+                        self.line(d.span())
+                    )))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A string, or a number or bool as its text.
+    fn scalar_text(&self, expr: &Expression) -> Option<Result<String, JobspecError>> {
+        match expr {
+            Expression::Number(n) => Some(Ok(n.value().to_string())),
+            Expression::Bool(b) => Some(Ok(b.value().to_string())),
+            other => self.text(other),
+        }
+    }
+
+    fn string(&self, what: &str, attr: &Attribute) -> Result<String, JobspecError> {
+        self.text(&attr.value)
+            .ok_or_else(|| self.wrong_type(what, attr, "a string"))?
+    }
+
+    fn strings(&self, what: &str, attr: &Attribute) -> Result<Vec<String>, JobspecError> {
+        let Expression::Array(array) = &attr.value else {
+            return Err(self.wrong_type(what, attr, "a list of strings"));
+        };
+        array
+            .iter()
+            .map(|item| {
+                self.scalar_text(item)
+                    .ok_or_else(|| self.wrong_type(what, attr, "a list of strings"))?
+            })
+            .collect()
+    }
+
+    fn u32(&self, what: &str, attr: &Attribute) -> Result<u32, JobspecError> {
+        let expected = "a whole number from 0 to 4294967295";
+        match &attr.value {
+            Expression::Number(n) => n
+                .value()
+                .as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .ok_or_else(|| self.wrong_type(what, attr, expected)),
+            _ => Err(self.wrong_type(what, attr, expected)),
+        }
+    }
+
+    fn duration(&self, what: &str, attr: &Attribute) -> Result<Duration, JobspecError> {
+        let text = self
+            .text(&attr.value)
+            .ok_or_else(|| self.wrong_type(what, attr, "a duration string such as \"15s\""))??;
+        duration::parse(&text).map_err(|e| {
+            invalid(format!(
+                "invalid duration for {:?} in {what} at line {}: {e}",
+                attr.key.as_str(),
+                self.line(attr.span())
+            ))
+        })
+    }
+
+    fn opt_string(
+        &self,
+        what: &str,
+        items: &Items,
+        key: &str,
+    ) -> Result<Option<String>, JobspecError> {
+        items.attr(key).map(|a| self.string(what, a)).transpose()
+    }
+
+    fn opt_u32(&self, what: &str, items: &Items, key: &str) -> Result<Option<u32>, JobspecError> {
+        items.attr(key).map(|a| self.u32(what, a)).transpose()
+    }
+
+    fn opt_bool(&self, what: &str, items: &Items, key: &str) -> Result<Option<bool>, JobspecError> {
+        items
+            .attr(key)
+            .map(|a| match &a.value {
+                Expression::Bool(b) => Ok(*b.value()),
+                _ => Err(self.wrong_type(what, a, "true or false")),
+            })
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::jobspec::{CsiPluginType, RestartMode};
+
+    /// The jobspec of tasks.md, as written there.
+    pub(crate) const EXAMPLE: &str = r#"
+job "example" {
+  type = "service"                 # service (default) | batch | system
+  group "group" {
+    count = 1
+    restart { attempts = 2  interval = "30m"  delay = "15s"  mode = "fail" }   # group level, task may override
+    volume "data" { type = "host"  source = "test"  read_only = false }
+    task "task" {
+      driver = "raw_exec"
+      config { command = "busybox"  args = ["httpd", "-f", "-p", "8001", "-h", "${NOMAD_TASK_DIR}"] }
+      env { GREETING = "hello" }
+      kill_signal  = "SIGINT"      # default SIGINT
+      kill_timeout = "5s"          # default 5s
+      logs { max_files = 10  max_file_size = 10 }     # MiB
+      volume_mount { volume = "data"  destination = "data"  read_only = false }
+      csi_plugin { id = "whatever"  type = "monolith"  health_timeout = "5s" }   # see csi.md
+      resources { cpu = 100  memory = 100 }           # accepted and recorded
+    }
+  }
+}
+"#;
+
+    pub(crate) fn example_job() -> Job {
+        let policy = RestartPolicy {
+            attempts: 2,
+            interval: Duration::from_secs(1800),
+            delay: Duration::from_secs(15),
+            mode: RestartMode::Fail,
+        };
+        Job {
+            id: "example".to_string(),
+            name: "example".to_string(),
+            job_type: JobType::Service,
+            task_groups: vec![TaskGroup {
+                name: "group".to_string(),
+                count: 1,
+                restart_policy: policy,
+                volumes: BTreeMap::from([(
+                    "data".to_string(),
+                    VolumeRequest {
+                        name: "data".to_string(),
+                        volume_type: "host".to_string(),
+                        source: "test".to_string(),
+                        read_only: false,
+                    },
+                )]),
+                tasks: vec![Task {
+                    name: "task".to_string(),
+                    driver: "raw_exec".to_string(),
+                    config: DriverConfig {
+                        command: "busybox".to_string(),
+                        args: ["httpd", "-f", "-p", "8001", "-h", "${NOMAD_TASK_DIR}"]
+                            .map(String::from)
+                            .to_vec(),
+                    },
+                    env: BTreeMap::from([("GREETING".to_string(), "hello".to_string())]),
+                    user: None,
+                    kill_signal: "SIGINT".to_string(),
+                    kill_timeout: Duration::from_secs(5),
+                    restart_policy: policy,
+                    log_config: LogConfig {
+                        max_files: 10,
+                        max_file_size_mb: 10,
+                    },
+                    volume_mounts: vec![VolumeMount {
+                        volume: "data".to_string(),
+                        destination: "data".to_string(),
+                        read_only: false,
+                    }],
+                    csi_plugin: Some(CsiPluginConfig {
+                        id: "whatever".to_string(),
+                        plugin_type: CsiPluginType::Monolith,
+                        mount_dir: "/csi".to_string(),
+                        stage_publish_base_dir: "/local/csi".to_string(),
+                        health_timeout: Duration::from_secs(5),
+                    }),
+                    resources: Resources {
+                        cpu: 100,
+                        memory_mb: 100,
+                    },
+                }],
+            }],
+        }
+    }
+
+    fn parse(src: &str) -> Result<Job, JobspecError> {
+        parse_job(src).map(|p| {
+            assert!(p.warnings.is_empty());
+            p.job
+        })
+    }
+
+    /// A job with one task; `group` and `task` are spliced into the group and task bodies.
+    fn job_with(group: &str, task: &str) -> String {
+        let config = if task.contains("config") {
+            ""
+        } else {
+            "command = \"true\""
+        };
+        format!(
+            "job \"j\" {{\n  group \"g\" {{\n{group}\n    task \"web\" {{\n      driver = \"raw_exec\"\n      {}\n{task}\n    }}\n  }}\n}}\n",
+            if config.is_empty() { String::new() } else { format!("config {{ {config} }}") }
+        )
+    }
+
+    fn err(src: &str) -> JobspecError {
+        parse(src).expect_err("the jobspec should be refused")
+    }
+
+    #[test]
+    fn parses_the_example_of_tasks_md() {
+        assert_eq!(parse(EXAMPLE).unwrap(), example_job());
+    }
+
+    #[test]
+    fn applies_defaults() {
+        let job = parse(&job_with("", "")).unwrap();
+        assert_eq!(job.id, "j");
+        assert_eq!(job.job_type, JobType::Service);
+        let group = &job.task_groups[0];
+        assert_eq!(group.count, 1);
+        assert_eq!(
+            group.restart_policy,
+            JobType::Service.default_restart_policy()
+        );
+        assert!(group.volumes.is_empty());
+        let task = &group.tasks[0];
+        assert_eq!(task.config.args, Vec::<String>::new());
+        assert_eq!(task.kill_signal, "SIGINT");
+        assert_eq!(task.kill_timeout, Duration::from_secs(5));
+        assert_eq!(task.restart_policy, group.restart_policy);
+        assert_eq!(task.log_config, LogConfig::default());
+        assert_eq!(task.resources, Resources::default());
+        assert_eq!(task.user, None);
+        assert_eq!(task.csi_plugin, None);
+
+        let job = parse(&job_with(
+            "",
+            "csi_plugin {\n id = \"p\"\n type = \"node\"\n }",
+        ))
+        .unwrap();
+        let csi = job.task_groups[0].tasks[0].csi_plugin.clone().unwrap();
+        assert_eq!(csi.mount_dir, "/csi");
+        assert_eq!(csi.stage_publish_base_dir, "/local/csi");
+        assert_eq!(csi.health_timeout, Duration::from_secs(30));
+        assert_eq!(csi.plugin_type, CsiPluginType::Node);
+    }
+
+    #[test]
+    fn restart_blocks_override_only_what_they_set() {
+        let src = r#"
+job "b" {
+  type = "batch"
+  group "g" {
+    restart { attempts = 5 }
+    task "inherits" {
+      driver = "raw_exec"
+      config { command = "true" }
+    }
+    task "overrides" {
+      driver = "raw_exec"
+      config { command = "true" }
+      restart {
+        delay = "1s"
+        mode = "delay"
+      }
+    }
+  }
+}
+"#;
+        let job = parse(src).unwrap();
+        let group = &job.task_groups[0];
+        let group_policy = RestartPolicy {
+            attempts: 5,
+            interval: Duration::from_secs(24 * 3600),
+            delay: Duration::from_secs(15),
+            mode: RestartMode::Fail,
+        };
+        assert_eq!(group.restart_policy, group_policy);
+        assert_eq!(group.tasks[0].restart_policy, group_policy);
+        assert_eq!(
+            group.tasks[1].restart_policy,
+            RestartPolicy {
+                delay: Duration::from_secs(1),
+                mode: RestartMode::Delay,
+                ..group_policy
+            }
+        );
+    }
+
+    #[test]
+    fn keeps_templates_as_written() {
+        let job = parse(&job_with(
+            "",
+            r#"
+      env {
+        DIR = "${NOMAD_TASK_DIR}/x"
+        NODE = "${ node.unique.id }"
+        ESCAPED = "$${HOME}"
+        QUOTED = "say \"hi\"\t${env.USER}"
+        PORT = 8080
+        ON = true
+        HEREDOC = <<EOT
+line ${NOMAD_ALLOC_DIR}
+EOT
+      }
+"#,
+        ))
+        .unwrap();
+        let env = &job.task_groups[0].tasks[0].env;
+        assert_eq!(env["DIR"], "${NOMAD_TASK_DIR}/x");
+        assert_eq!(env["NODE"], "${ node.unique.id }");
+        assert_eq!(env["ESCAPED"], "${HOME}");
+        assert_eq!(env["QUOTED"], "say \"hi\"\t${env.USER}");
+        assert_eq!(env["PORT"], "8080");
+        assert_eq!(env["ON"], "true");
+        assert_eq!(env["HEREDOC"], "line ${NOMAD_ALLOC_DIR}\n");
+    }
+
+    #[test]
+    fn unknown_blocks_and_attributes_name_the_line() {
+        let cases = [
+            (
+                job_with("", "      foo = 1"),
+                "unknown attribute \"foo\" in task \"web\" at line 7",
+            ),
+            (
+                job_with("    network { mode = \"bridge\" }", ""),
+                "unknown block \"network\" in group \"g\" at line 3",
+            ),
+            (
+                job_with("", "\n      meta { a = \"b\" }"),
+                "unknown block \"meta\" in task \"web\" at line 8",
+            ),
+            (
+                job_with("", "      config {\n command = \"x\"\n image = \"x\"\n }"),
+                "unknown attribute \"image\" in config block of task \"web\" at line 9",
+            ),
+            (
+                "job \"j\" {\n  datacenters = [\"dc1\"]\n}".to_string(),
+                "unknown attribute \"datacenters\" in job \"j\" at line 2",
+            ),
+            (
+                "variable \"x\" {}\n".to_string(),
+                "unknown block \"variable\" in the jobspec at line 1",
+            ),
+            (
+                job_with("", "      env {\n        inner { }\n      }"),
+                "unknown block \"inner\" in env block of task \"web\" at line 8",
+            ),
+            (
+                job_with("", "      resources {\n        memory_max = 5\n      }"),
+                "unknown attribute \"memory_max\" in resources block of task \"web\" at line 8",
+            ),
+        ];
+        for (src, want) in cases {
+            assert_eq!(err(&src), JobspecError::Unknown(want.to_string()), "{src}");
+        }
+    }
+
+    #[test]
+    fn syntax_errors_give_the_position() {
+        let e = err("job \"j\" {\n  group \"g\" {\n    count = \n}\n");
+        let JobspecError::Syntax(msg) = e else {
+            panic!("expected a syntax error, got {e:?}")
+        };
+        assert!(msg.starts_with("HCL syntax error at line "), "{msg}");
+        assert!(msg.contains(", column "), "{msg}");
+        let JobspecError::Syntax(msg) = err("job \"j\" {") else {
+            panic!("expected a syntax error")
+        };
+        assert!(
+            msg.starts_with("HCL syntax error at line 1, column "),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn bad_durations_name_the_field() {
+        assert_eq!(
+            err(&job_with("", "      kill_timeout = \"-5s\"")),
+            JobspecError::Invalid(
+                "invalid duration for \"kill_timeout\" in task \"web\" at line 7: negative duration \"-5s\" is not allowed"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            err(&job_with("    restart {\n      interval = \"soon\"\n    }", "")),
+            JobspecError::Invalid(
+                "invalid duration for \"interval\" in restart block of group \"g\" at line 4: invalid duration \"soon\""
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            err(&job_with("", "      csi_plugin {\n id = \"p\"\n type = \"node\"\n health_timeout = \"5\"\n }")),
+            JobspecError::Invalid(
+                "invalid duration for \"health_timeout\" in csi_plugin block of task \"web\" at line 10: missing unit in duration \"5\""
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            err(&job_with("", "      kill_timeout = 5")),
+            JobspecError::Invalid(
+                "attribute \"kill_timeout\" in task \"web\" at line 7 must be a duration string such as \"15s\""
+                    .to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn wrong_types_and_shapes() {
+        let invalid = |s: &str| JobspecError::Invalid(s.to_string());
+        assert_eq!(
+            err(&job_with("    count = \"2\"", "")),
+            invalid("attribute \"count\" in group \"g\" at line 3 must be a whole number from 0 to 4294967295")
+        );
+        assert_eq!(
+            err(&job_with("    count = -1", "")),
+            invalid("attribute \"count\" in group \"g\" at line 3 must be a whole number from 0 to 4294967295")
+        );
+        assert_eq!(
+            err(&job_with("    count = 1.5", "")),
+            invalid("attribute \"count\" in group \"g\" at line 3 must be a whole number from 0 to 4294967295")
+        );
+        assert_eq!(
+            err(&job_with("", "      user = root")),
+            invalid("attribute \"user\" in task \"web\" at line 7 must be a string")
+        );
+        assert_eq!(
+            err(&job_with("", "      config { args = \"-x\" }")),
+            invalid("attribute \"args\" in config block of task \"web\" at line 7 must be a list of strings")
+        );
+        assert_eq!(
+            err(&job_with("    volume \"v\" { read_only = \"yes\" }", "")),
+            invalid("attribute \"read_only\" in volume \"v\" of group \"g\" at line 3 must be true or false")
+        );
+        assert_eq!(
+            err(&job_with("    count = 1\n    count = 2", "")),
+            JobspecError::Syntax("HCL syntax error at line 4, column 5: invalid attribute; expected unique attribute key; found redefined attribute".to_string())
+        );
+        assert_eq!(
+            err(&job_with("", "      logs {}\n      logs {}")),
+            invalid("block \"logs\" is given more than once in task \"web\" (again at line 8)")
+        );
+        assert_eq!(
+            err(&job_with("    task {\n    }", "")),
+            invalid(
+                "block \"task\" in group \"g\" at line 3 must have exactly one label (its name)"
+            )
+        );
+        assert_eq!(
+            err(&job_with("", "      config \"x\" { command = \"true\" }")),
+            invalid("block \"config\" in task \"web\" at line 7 must not have labels")
+        );
+        assert_eq!(
+            err(&job_with(
+                "    volume \"v\" {\n type = \"host\"\n source = \"s\"\n }\n    volume \"v\" {\n }",
+                ""
+            )),
+            invalid("volume \"v\" is defined more than once in group \"g\" (again at line 7)")
+        );
+        assert_eq!(
+            err(&job_with(
+                "",
+                "      config { command = \"%{ if true }x%{ endif }\" }"
+            )),
+            invalid("template directives (%{...}) are not supported (line 7)")
+        );
+        assert_eq!(err(""), invalid("the jobspec has no job block"));
+        assert_eq!(
+            err("job \"a\" {}\njob \"b\" {}\n"),
+            invalid("the jobspec has more than one job block (second at line 2)")
+        );
+        assert_eq!(
+            err("job \"a\" {\n  type = \"cron\"\n}"),
+            invalid(
+                "job type must be \"service\", \"batch\" or \"system\", got: \"cron\" (line 2)"
+            )
+        );
+    }
+
+    #[test]
+    fn checks_raw_strings_where_it_sees_them() {
+        let invalid = |s: &str| JobspecError::Invalid(s.to_string());
+        assert_eq!(
+            err(&job_with("    restart { mode = \"sometimes\" }", "")),
+            invalid("Unsupported restart mode: \"sometimes\"")
+        );
+        assert_eq!(
+            err(&job_with("", "      restart { mode = \"never\" }")),
+            invalid("Unsupported restart mode: \"never\"")
+        );
+        assert_eq!(
+            err(&job_with("", "      csi_plugin { type = \"node\" }")),
+            invalid("csi_plugin must have a non-empty id")
+        );
+        assert_eq!(
+            err(&job_with("", "      csi_plugin { id = \"p\" }")),
+            invalid(
+                "csi_plugin type must be one of 'node', 'controller', or 'monolith', got: \"\""
+            )
+        );
+        assert_eq!(
+            err(&job_with("", "      csi_plugin {\n id = \"p\"\n type = \"storage\"\n }")),
+            invalid("csi_plugin type must be one of 'node', 'controller', or 'monolith', got: \"storage\"")
+        );
+        assert_eq!(
+            err(&job_with("", "      csi_plugin {\n id = \"p\"\n type = \"node\"\n stage_publish_base_dir = \"/csi/x\"\n }")),
+            invalid("csi_plugin stage_publish_base_dir must not be a subdirectory of mount_dir, got: stage_publish_base_dir=\"/csi/x\" mount_dir=\"/csi\"")
+        );
+        assert_eq!(
+            err(&job_with("", "      kill_signal = \"SIGNOPE\"")),
+            invalid("task \"web\": unknown kill_signal \"SIGNOPE\"")
+        );
+        let job = parse(&job_with("", "      kill_signal = \"TERM\"")).unwrap();
+        assert_eq!(job.task_groups[0].tasks[0].kill_signal, "SIGTERM");
+    }
+
+    #[test]
+    fn validates_the_result() {
+        let invalid = |s: &str| JobspecError::Invalid(s.to_string());
+        assert_eq!(
+            err("job \"../x\" {\n}"),
+            invalid("invalid job name \"../x\": may only contain the characters A-Z a-z 0-9 _ . -")
+        );
+        assert_eq!(
+            err("job \"ok\" {\n  group \".\" {\n  }\n}"),
+            invalid("invalid group name \".\": must not be \".\" or \"..\"")
+        );
+        assert_eq!(
+            err("job \"ok\" {\n  group \"g\" {\n    task \"\" {\n    }\n  }\n}"),
+            invalid("invalid task name \"\": must not be empty")
+        );
+        assert_eq!(
+            err(&job_with("    restart { interval = \"1s\" }", "")),
+            invalid("group \"g\" restart policy: interval can not be less than 5s (got 1s)")
+        );
+        assert_eq!(
+            err(&job_with("", "      volume_mount {\n volume = \"nope\"\n destination = \"x\"\n }")),
+            invalid("task \"web\": volume_mount names volume \"nope\", which group \"g\" does not define")
+        );
+        assert_eq!(
+            err(&job_with("", "      config { command = \"\" }")),
+            invalid("task \"web\": config must set a non-empty command")
+        );
+    }
+
+    #[test]
+    fn one_line_blocks_keep_their_line_numbers() {
+        let src = "job \"j\" {\n  group \"g\" {\n    restart { attempts = 1  mode = \"fail\" }\n    task \"web\" {\n      driver = \"raw_exec\"\n      config { command = \"true\"  args = [\"${NOMAD_TASK_DIR}\"] }\n      logs { max_files = 1  bogus = 2 }\n    }\n  }\n}\n";
+        assert_eq!(
+            err(src),
+            JobspecError::Unknown(
+                "unknown attribute \"bogus\" in logs block of task \"web\" at line 7".to_string()
+            )
+        );
+        let fixed = src.replace("  bogus = 2", "");
+        let job = parse(&fixed).unwrap();
+        assert_eq!(job.task_groups[0].restart_policy.attempts, 1);
+        assert_eq!(
+            job.task_groups[0].tasks[0].config.args,
+            ["${NOMAD_TASK_DIR}"]
+        );
+    }
+
+    #[test]
+    fn parses_a_typical_nomad_jobspec() {
+        let src = r#"
+# A batch job, in the layout Nomad's documentation uses.
+job "docs" {
+  type = "batch"
+
+  group "example" {
+    count = 3
+
+    restart {
+      attempts = 3
+      delay    = "30s"
+      interval = "5m"
+      mode     = "fail"
+    }
+
+    volume "certs" {
+      type      = "host"
+      source    = "ca-certificates"
+      read_only = true
+    }
+
+    task "server" {
+      driver = "raw_exec"
+      user   = "nobody"
+
+      config {
+        command = "/bin/http-echo"
+        args = [
+          "-listen", ":5678",
+          "-text", "hello world", // trailing comment
+        ]
+      }
+
+      /* block comment */
+      env {
+        NODE = "${node.unique.name}"
+      }
+
+      volume_mount {
+        volume      = "certs"
+        destination = "local/certs"
+        read_only   = true
+      }
+
+      kill_signal  = "SIGTERM"
+      kill_timeout = "20s"
+
+      resources {
+        cpu    = 500
+        memory = 256
+      }
+    }
+  }
+}
+"#;
+        let job = parse(src).unwrap();
+        assert_eq!(job.job_type, JobType::Batch);
+        let group = &job.task_groups[0];
+        assert_eq!(group.count, 3);
+        assert_eq!(group.restart_policy.interval, Duration::from_secs(300));
+        assert!(group.volumes["certs"].read_only);
+        let task = &group.tasks[0];
+        assert_eq!(task.user.as_deref(), Some("nobody"));
+        assert_eq!(
+            task.config.args,
+            ["-listen", ":5678", "-text", "hello world"]
+        );
+        assert_eq!(task.env["NODE"], "${node.unique.name}");
+        assert_eq!(task.kill_signal, "SIGTERM");
+        assert_eq!(task.kill_timeout, Duration::from_secs(20));
+        assert_eq!(task.resources.memory_mb, 256);
+    }
+
+    #[test]
+    fn nested_one_line_blocks_parse() {
+        let src = "job \"x\" { group \"g\" { task \"t\" { driver = \"raw_exec\"\n config { command = \"true\" } } } }";
+        let job = parse(src).unwrap();
+        assert_eq!(job.task_groups[0].tasks[0].config.command, "true");
+        assert_eq!(
+            err(&src.replace("job \"x\"", "job \"../x\"")),
+            JobspecError::Invalid(
+                "invalid job name \"../x\": may only contain the characters A-Z a-z 0-9 _ . -"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            err(&src.replace("\n config", "\n kill_timeout = \"-5s\"\n config")),
+            JobspecError::Invalid(
+                "invalid duration for \"kill_timeout\" in task \"t\" at line 2: negative duration \"-5s\" is not allowed"
+                    .to_string()
+            )
+        );
+    }
+}

@@ -1,1 +1,778 @@
-//! TODO: json
+//! Jobspecs in Nomad's API JSON shape: `{"Job": {...}}` or the bare job object, PascalCase field
+//! names, durations in integer nanoseconds.
+//!
+//! The input is read into raw types that mirror the JSON (every field optional, `null` the same as
+//! absent, unknown fields collected), then turned into the domain types with defaults applied.
+//! JSON written by Nomad carries many fields nodeward does not implement (`Datacenters`,
+//! `Networks`, `Services`...): they are ignored and named in [`Parsed::warnings`], except when
+//! their value is empty (`null`, `""`, `0`, `false`, `[]`, `{}`), which is how Go writes "not
+//! set". What the domain types serialize to is accepted back unchanged.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::validate::{csi_plugin_type, kill_signal, restart_mode, validate_job};
+use super::{
+    CsiPluginConfig, DriverConfig, Job, JobType, JobspecError, LogConfig, Parsed, Resources,
+    RestartOverride, RestartPolicy, Task, TaskGroup, VolumeMount, VolumeRequest,
+    DEFAULT_CSI_HEALTH_TIMEOUT, DEFAULT_CSI_MOUNT_DIR, DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR,
+    DEFAULT_KILL_SIGNAL, DEFAULT_KILL_TIMEOUT,
+};
+
+/// Parses a job in Nomad's API JSON shape, applies defaults and validates it.
+pub fn parse_job(bytes: &[u8]) -> Result<Parsed, JobspecError> {
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| JobspecError::Syntax(format!("invalid JSON: {e}")))?;
+    let mut warnings = Vec::new();
+    let job = match value {
+        Value::Object(mut outer) if outer.contains_key("Job") => {
+            let job = outer.remove("Job").unwrap_or(Value::Null);
+            // A registration request carries `EnforceIndex`, `PolicyOverride`... next to the job.
+            warn_extra(&mut warnings, "", outer.into_iter().collect());
+            job
+        }
+        bare => bare,
+    };
+    if !job.is_object() {
+        return Err(invalid("the job must be a JSON object"));
+    }
+    let raw: RawJob = serde_path_to_error::deserialize(job)
+        .map_err(|e| invalid(format!("invalid field \"{}\": {}", e.path(), e.inner())))?;
+    let mut parsed = Parsed::try_from(raw)?;
+    warnings.append(&mut parsed.warnings);
+    parsed.warnings = warnings;
+    validate_job(&parsed.job)?;
+    Ok(parsed)
+}
+
+fn invalid(msg: impl Into<String>) -> JobspecError {
+    JobspecError::Invalid(msg.into())
+}
+
+/// Fields nodeward does not know, by name, to be reported as warnings.
+type Extra = BTreeMap<String, Value>;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", expecting = "a Job object")]
+struct RawJob {
+    #[serde(rename = "ID")]
+    id: Option<String>,
+    name: Option<String>,
+    #[serde(rename = "Type")]
+    job_type: Option<String>,
+    task_groups: Option<Vec<RawGroup>>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", expecting = "a TaskGroup object")]
+struct RawGroup {
+    name: Option<String>,
+    count: Option<i64>,
+    restart_policy: Option<RawRestart>,
+    volumes: Option<BTreeMap<String, RawVolume>>,
+    tasks: Option<Vec<RawTask>>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", expecting = "a RestartPolicy object")]
+struct RawRestart {
+    attempts: Option<i64>,
+    interval: Option<i64>,
+    delay: Option<i64>,
+    mode: Option<String>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", expecting = "a VolumeRequest object")]
+struct RawVolume {
+    name: Option<String>,
+    #[serde(rename = "Type")]
+    volume_type: Option<String>,
+    source: Option<String>,
+    read_only: Option<bool>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", expecting = "a Task object")]
+struct RawTask {
+    name: Option<String>,
+    driver: Option<String>,
+    config: Option<RawConfig>,
+    env: Option<BTreeMap<String, String>>,
+    user: Option<String>,
+    kill_signal: Option<String>,
+    kill_timeout: Option<i64>,
+    restart_policy: Option<RawRestart>,
+    log_config: Option<RawLogConfig>,
+    volume_mounts: Option<Vec<RawVolumeMount>>,
+    #[serde(rename = "CSIPluginConfig")]
+    csi_plugin: Option<RawCsiPlugin>,
+    resources: Option<RawResources>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+/// The driver's `config`: its keys are the driver's own, in lower case.
+#[derive(Deserialize)]
+#[serde(expecting = "a Config object")]
+struct RawConfig {
+    command: Option<String>,
+    args: Option<Vec<String>>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", expecting = "a LogConfig object")]
+struct RawLogConfig {
+    max_files: Option<u32>,
+    #[serde(rename = "MaxFileSizeMB")]
+    max_file_size_mb: Option<u32>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", expecting = "a VolumeMount object")]
+struct RawVolumeMount {
+    volume: Option<String>,
+    destination: Option<String>,
+    read_only: Option<bool>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", expecting = "a CSIPluginConfig object")]
+struct RawCsiPlugin {
+    #[serde(rename = "ID")]
+    id: Option<String>,
+    #[serde(rename = "Type")]
+    plugin_type: Option<String>,
+    mount_dir: Option<String>,
+    stage_publish_base_dir: Option<String>,
+    health_timeout: Option<i64>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase", expecting = "a Resources object")]
+struct RawResources {
+    #[serde(rename = "CPU")]
+    cpu: Option<u32>,
+    #[serde(rename = "MemoryMB")]
+    memory_mb: Option<u32>,
+    #[serde(flatten)]
+    extra: Extra,
+}
+
+/// Whether a value is Go's "not set": such a field is ignored without a warning.
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
+}
+
+fn warn_extra(warnings: &mut Vec<String>, prefix: &str, extra: Extra) {
+    for (key, value) in extra {
+        if !is_empty(&value) {
+            warnings.push(format!(
+                "field \"{prefix}{key}\" is not supported by nodeward and was ignored"
+            ));
+        }
+    }
+}
+
+/// A string Go leaves empty when not set.
+fn non_empty(value: Option<String>) -> Option<String> {
+    value.filter(|s| !s.is_empty())
+}
+
+fn nanos(path: &str, value: Option<i64>) -> Result<Option<Duration>, JobspecError> {
+    match value {
+        None => Ok(None),
+        Some(n) => u64::try_from(n)
+            .map(|n| Some(Duration::from_nanos(n)))
+            .map_err(|_| {
+                invalid(format!(
+                    "invalid duration for \"{path}\": negative duration {n} is not allowed"
+                ))
+            }),
+    }
+}
+
+fn whole(path: &str, value: Option<i64>) -> Result<Option<u32>, JobspecError> {
+    value
+        .map(|n| {
+            u32::try_from(n).map_err(|_| {
+                invalid(format!(
+                    "\"{path}\" must be a whole number from 0 to 4294967295, got: {n}"
+                ))
+            })
+        })
+        .transpose()
+}
+
+impl TryFrom<RawJob> for Parsed {
+    type Error = JobspecError;
+
+    fn try_from(raw: RawJob) -> Result<Parsed, JobspecError> {
+        let mut warnings = Vec::new();
+        let job_type = match raw.job_type.as_deref() {
+            None => JobType::default(),
+            Some("service") => JobType::Service,
+            Some("batch") => JobType::Batch,
+            Some("system") => JobType::System,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "job type must be \"service\", \"batch\" or \"system\", got: {other:?}"
+                )))
+            }
+        };
+        let (id, name) = match (raw.id, raw.name) {
+            (Some(id), Some(name)) => (id, name),
+            (Some(id), None) => (id.clone(), id),
+            (None, Some(name)) => (name.clone(), name),
+            (None, None) => return Err(invalid("the job has no ID")),
+        };
+        warn_extra(&mut warnings, "", raw.extra);
+        let task_groups = raw
+            .task_groups
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, g)| group(&mut warnings, &format!("TaskGroups[{i}]"), job_type, g))
+            .collect::<Result<_, _>>()?;
+        Ok(Parsed {
+            job: Job {
+                id,
+                name,
+                job_type,
+                task_groups,
+            },
+            warnings,
+        })
+    }
+}
+
+fn group(
+    warnings: &mut Vec<String>,
+    path: &str,
+    job_type: JobType,
+    raw: RawGroup,
+) -> Result<TaskGroup, JobspecError> {
+    warn_extra(warnings, &format!("{path}."), raw.extra);
+    let restart_policy = match raw.restart_policy {
+        Some(r) => restart(warnings, &format!("{path}.RestartPolicy"), r)?
+            .apply(job_type.default_restart_policy()),
+        None => job_type.default_restart_policy(),
+    };
+    let mut volumes = BTreeMap::new();
+    for (label, v) in raw.volumes.unwrap_or_default() {
+        warn_extra(warnings, &format!("{path}.Volumes.{label}."), v.extra);
+        let volume = VolumeRequest {
+            name: v.name.unwrap_or_else(|| label.clone()),
+            volume_type: v.volume_type.unwrap_or_default(),
+            source: v.source.unwrap_or_default(),
+            read_only: v.read_only.unwrap_or(false),
+        };
+        volumes.insert(label, volume);
+    }
+    let tasks = raw
+        .tasks
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| task(warnings, &format!("{path}.Tasks[{i}]"), restart_policy, t))
+        .collect::<Result<_, _>>()?;
+    Ok(TaskGroup {
+        name: raw.name.unwrap_or_default(),
+        count: whole(&format!("{path}.Count"), raw.count)?.unwrap_or(1),
+        restart_policy,
+        volumes,
+        tasks,
+    })
+}
+
+fn restart(
+    warnings: &mut Vec<String>,
+    path: &str,
+    raw: RawRestart,
+) -> Result<RestartOverride, JobspecError> {
+    warn_extra(warnings, &format!("{path}."), raw.extra);
+    Ok(RestartOverride {
+        attempts: whole(&format!("{path}.Attempts"), raw.attempts)?,
+        interval: nanos(&format!("{path}.Interval"), raw.interval)?,
+        delay: nanos(&format!("{path}.Delay"), raw.delay)?,
+        mode: raw.mode.as_deref().map(restart_mode).transpose()?,
+    })
+}
+
+fn task(
+    warnings: &mut Vec<String>,
+    path: &str,
+    group_policy: RestartPolicy,
+    raw: RawTask,
+) -> Result<Task, JobspecError> {
+    warn_extra(warnings, &format!("{path}."), raw.extra);
+    let name = raw.name.unwrap_or_default();
+    let kill_signal = match non_empty(raw.kill_signal) {
+        Some(signal) => kill_signal(&name, &signal)?,
+        None => DEFAULT_KILL_SIGNAL.to_string(),
+    };
+    let restart_policy = match raw.restart_policy {
+        Some(r) => restart(warnings, &format!("{path}.RestartPolicy"), r)?.apply(group_policy),
+        None => group_policy,
+    };
+    let config = match raw.config {
+        Some(c) => {
+            warn_extra(warnings, &format!("{path}.Config."), c.extra);
+            DriverConfig {
+                command: c.command.unwrap_or_default(),
+                args: c.args.unwrap_or_default(),
+            }
+        }
+        None => DriverConfig {
+            command: String::new(),
+            args: Vec::new(),
+        },
+    };
+    let log_config = match raw.log_config {
+        Some(l) => {
+            warn_extra(warnings, &format!("{path}.LogConfig."), l.extra);
+            let defaults = LogConfig::default();
+            LogConfig {
+                max_files: l.max_files.unwrap_or(defaults.max_files),
+                max_file_size_mb: l.max_file_size_mb.unwrap_or(defaults.max_file_size_mb),
+            }
+        }
+        None => LogConfig::default(),
+    };
+    let volume_mounts = raw
+        .volume_mounts
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            warn_extra(warnings, &format!("{path}.VolumeMounts[{i}]."), m.extra);
+            VolumeMount {
+                volume: m.volume.unwrap_or_default(),
+                destination: m.destination.unwrap_or_default(),
+                read_only: m.read_only.unwrap_or(false),
+            }
+        })
+        .collect();
+    let csi_plugin = raw
+        .csi_plugin
+        .map(|c| csi_plugin(warnings, &format!("{path}.CSIPluginConfig"), c))
+        .transpose()?;
+    let resources = match raw.resources {
+        Some(r) => {
+            warn_extra(warnings, &format!("{path}.Resources."), r.extra);
+            let defaults = Resources::default();
+            Resources {
+                cpu: r.cpu.unwrap_or(defaults.cpu),
+                memory_mb: r.memory_mb.unwrap_or(defaults.memory_mb),
+            }
+        }
+        None => Resources::default(),
+    };
+    Ok(Task {
+        driver: raw.driver.unwrap_or_default(),
+        config,
+        env: raw.env.unwrap_or_default(),
+        user: non_empty(raw.user),
+        kill_signal,
+        kill_timeout: nanos(&format!("{path}.KillTimeout"), raw.kill_timeout)?
+            .unwrap_or(DEFAULT_KILL_TIMEOUT),
+        restart_policy,
+        log_config,
+        volume_mounts,
+        csi_plugin,
+        resources,
+        name,
+    })
+}
+
+fn csi_plugin(
+    warnings: &mut Vec<String>,
+    path: &str,
+    raw: RawCsiPlugin,
+) -> Result<CsiPluginConfig, JobspecError> {
+    warn_extra(warnings, &format!("{path}."), raw.extra);
+    // Checked in csi.md's order: the id first, then the type.
+    let id = raw.id.unwrap_or_default();
+    if id.is_empty() {
+        return Err(invalid("csi_plugin must have a non-empty id"));
+    }
+    let plugin_type = csi_plugin_type(raw.plugin_type.as_deref().unwrap_or_default())?;
+    // Go's zero duration means "not set" in Nomad's API.
+    let health_timeout = nanos(&format!("{path}.HealthTimeout"), raw.health_timeout)?
+        .filter(|d| !d.is_zero())
+        .unwrap_or(DEFAULT_CSI_HEALTH_TIMEOUT);
+    Ok(CsiPluginConfig {
+        id,
+        plugin_type,
+        mount_dir: non_empty(raw.mount_dir).unwrap_or_else(|| DEFAULT_CSI_MOUNT_DIR.to_string()),
+        stage_publish_base_dir: non_empty(raw.stage_publish_base_dir)
+            .unwrap_or_else(|| DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR.to_string()),
+        health_timeout,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobspec::hcl::tests::{example_job, EXAMPLE};
+    use crate::jobspec::{CsiPluginType, RestartMode};
+    use serde_json::json;
+
+    fn parse(value: &Value) -> Result<Parsed, JobspecError> {
+        parse_job(value.to_string().as_bytes())
+    }
+
+    fn invalid(msg: &str) -> JobspecError {
+        JobspecError::Invalid(msg.to_string())
+    }
+
+    /// The smallest job: everything else comes from defaults.
+    fn minimal() -> Value {
+        json!({
+            "ID": "j",
+            "TaskGroups": [{
+                "Name": "g",
+                "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "true"}}]
+            }]
+        })
+    }
+
+    #[test]
+    fn round_trips_what_the_domain_types_serialize_to() {
+        let job = example_job();
+        let bytes = serde_json::to_vec(&job).unwrap();
+        let parsed = parse_job(&bytes).unwrap();
+        assert_eq!(parsed.job, job);
+        assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+
+        let wrapped = serde_json::to_vec(&json!({ "Job": job })).unwrap();
+        assert_eq!(parse_job(&wrapped).unwrap().job, job);
+
+        // And with a user, no CSI plugin and a task-level restart override.
+        let mut job = example_job();
+        let task = &mut job.task_groups[0].tasks[0];
+        task.user = Some("nobody".to_string());
+        task.csi_plugin = None;
+        task.restart_policy.mode = RestartMode::Delay;
+        task.kill_signal = "SIGTERM".to_string();
+        job.job_type = JobType::Batch;
+        let bytes = serde_json::to_vec(&job).unwrap();
+        assert_eq!(parse_job(&bytes).unwrap().job, job);
+    }
+
+    #[test]
+    fn hcl_and_json_of_the_same_job_are_equal() {
+        let from_hcl = crate::jobspec::hcl::parse_job(EXAMPLE).unwrap().job;
+        // What Nomad's API would carry for the same job, durations in ns, with fields nodeward
+        // does not know left empty.
+        let nomad = json!({
+            "Job": {
+                "ID": "example",
+                "Name": "example",
+                "Type": "service",
+                "Region": null,
+                "Datacenters": [],
+                "Meta": null,
+                "TaskGroups": [{
+                    "Name": "group",
+                    "Count": 1,
+                    "RestartPolicy": {
+                        "Attempts": 2,
+                        "Interval": 1_800_000_000_000u64,
+                        "Delay": 15_000_000_000u64,
+                        "Mode": "fail",
+                        "RenderTemplates": false
+                    },
+                    "Volumes": {
+                        "data": {"Name": "data", "Type": "host", "Source": "test", "ReadOnly": false}
+                    },
+                    "Networks": null,
+                    "Tasks": [{
+                        "Name": "task",
+                        "Driver": "raw_exec",
+                        "Config": {
+                            "command": "busybox",
+                            "args": ["httpd", "-f", "-p", "8001", "-h", "${NOMAD_TASK_DIR}"]
+                        },
+                        "Env": {"GREETING": "hello"},
+                        "User": "",
+                        "KillSignal": "SIGINT",
+                        "KillTimeout": 5_000_000_000u64,
+                        "LogConfig": {"MaxFiles": 10, "MaxFileSizeMB": 10, "Disabled": false},
+                        "VolumeMounts": [
+                            {"Volume": "data", "Destination": "data", "ReadOnly": false}
+                        ],
+                        "CSIPluginConfig": {
+                            "ID": "whatever",
+                            "Type": "monolith",
+                            "MountDir": "",
+                            "HealthTimeout": 5_000_000_000u64
+                        },
+                        "Resources": {"CPU": 100, "MemoryMB": 100, "Networks": null},
+                        "Services": null,
+                        "Leader": false
+                    }]
+                }]
+            }
+        });
+        let parsed = parse(&nomad).unwrap();
+        assert_eq!(parsed.job, from_hcl);
+        assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+    }
+
+    #[test]
+    fn unsupported_fields_are_listed_as_warnings() {
+        let mut job = minimal();
+        job["Datacenters"] = json!(["dc1"]);
+        job["TaskGroups"][0]["Networks"] = json!([{"Mode": "bridge"}]);
+        job["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{"Name": "web"}]);
+        job["TaskGroups"][0]["Tasks"][0]["Config"]["pid_mode"] = json!("host");
+        job["TaskGroups"][0]["Tasks"][0]["Resources"] = json!({"CPU": 200, "MemoryMaxMB": 512});
+        job["TaskGroups"][0]["Tasks"][0]["Templates"] = json!(null);
+        let parsed = parse(&json!({"Job": job, "EnforceIndex": true})).unwrap();
+        let field = |f: &str| format!("field \"{f}\" is not supported by nodeward and was ignored");
+        assert_eq!(
+            parsed.warnings,
+            vec![
+                field("EnforceIndex"),
+                field("Datacenters"),
+                field("TaskGroups[0].Networks"),
+                field("TaskGroups[0].Tasks[0].Services"),
+                field("TaskGroups[0].Tasks[0].Config.pid_mode"),
+                field("TaskGroups[0].Tasks[0].Resources.MemoryMaxMB"),
+            ]
+        );
+        assert_eq!(parsed.job.task_groups[0].tasks[0].resources.cpu, 200);
+    }
+
+    #[test]
+    fn missing_and_null_fields_get_defaults() {
+        let parsed = parse(&minimal()).unwrap();
+        let job = &parsed.job;
+        assert_eq!((job.id.as_str(), job.name.as_str()), ("j", "j"));
+        assert_eq!(job.job_type, JobType::Service);
+        let group = &job.task_groups[0];
+        assert_eq!(group.count, 1);
+        assert_eq!(
+            group.restart_policy,
+            JobType::Service.default_restart_policy()
+        );
+        let task = &group.tasks[0];
+        assert_eq!(task.kill_signal, DEFAULT_KILL_SIGNAL);
+        assert_eq!(task.kill_timeout, DEFAULT_KILL_TIMEOUT);
+        assert_eq!(task.log_config, LogConfig::default());
+        assert_eq!(task.resources, Resources::default());
+        assert_eq!(task.restart_policy, group.restart_policy);
+
+        let mut nulls = minimal();
+        nulls["Name"] = Value::Null;
+        nulls["Type"] = Value::Null;
+        nulls["TaskGroups"][0]["Count"] = Value::Null;
+        nulls["TaskGroups"][0]["RestartPolicy"] = Value::Null;
+        nulls["TaskGroups"][0]["Volumes"] = Value::Null;
+        nulls["TaskGroups"][0]["Tasks"][0]["KillTimeout"] = Value::Null;
+        nulls["TaskGroups"][0]["Tasks"][0]["Env"] = Value::Null;
+        nulls["TaskGroups"][0]["Tasks"][0]["LogConfig"] = json!({"MaxFiles": null});
+        assert_eq!(parse(&nulls).unwrap(), parsed);
+
+        let mut named = minimal();
+        named.as_object_mut().unwrap().remove("ID");
+        named["Name"] = json!("by-name");
+        assert_eq!(parse(&named).unwrap().job.id, "by-name");
+
+        // A batch job's group override keeps the batch defaults for what it does not set; a task's
+        // override starts from its group's policy.
+        let mut batch = minimal();
+        batch["Type"] = json!("batch");
+        batch["TaskGroups"][0]["RestartPolicy"] = json!({"Attempts": 1});
+        batch["TaskGroups"][0]["Tasks"][0]["RestartPolicy"] = json!({"Mode": "delay"});
+        let job = parse(&batch).unwrap().job;
+        let want = RestartPolicy {
+            attempts: 1,
+            ..JobType::Batch.default_restart_policy()
+        };
+        assert_eq!(job.task_groups[0].restart_policy, want);
+        assert_eq!(
+            job.task_groups[0].tasks[0].restart_policy,
+            RestartPolicy {
+                mode: RestartMode::Delay,
+                ..want
+            }
+        );
+
+        let mut csi = minimal();
+        csi["TaskGroups"][0]["Tasks"][0]["CSIPluginConfig"] =
+            json!({"ID": "p", "Type": "node", "HealthTimeout": 0, "StagePublishBaseDir": null});
+        let plugin = parse(&csi).unwrap().job.task_groups[0].tasks[0]
+            .csi_plugin
+            .clone()
+            .unwrap();
+        assert_eq!(
+            plugin,
+            CsiPluginConfig {
+                id: "p".to_string(),
+                plugin_type: CsiPluginType::Node,
+                mount_dir: DEFAULT_CSI_MOUNT_DIR.to_string(),
+                stage_publish_base_dir: DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR.to_string(),
+                health_timeout: DEFAULT_CSI_HEALTH_TIMEOUT,
+            }
+        );
+    }
+
+    #[test]
+    fn refuses_malformed_input() {
+        let e = parse_job(b"{\"Job\": {").unwrap_err();
+        assert!(
+            matches!(&e, JobspecError::Syntax(m) if m.starts_with("invalid JSON: ") && m.contains("line 1")),
+            "{e:?}"
+        );
+        assert_eq!(
+            parse_job(b"[1]").unwrap_err(),
+            invalid("the job must be a JSON object")
+        );
+        assert_eq!(
+            parse(&json!({"Job": null})).unwrap_err(),
+            invalid("the job must be a JSON object")
+        );
+        assert_eq!(
+            parse(&json!({"Type": "service"})).unwrap_err(),
+            invalid("the job has no ID")
+        );
+
+        let mut job = minimal();
+        job["TaskGroups"][0]["Count"] = json!("two");
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid(
+                "invalid field \"TaskGroups[0].Count\": invalid type: string \"two\", expected i64"
+            )
+        );
+        let mut job = minimal();
+        job["TaskGroups"][0]["Tasks"][0]["RestartPolicy"] = json!(5);
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid("invalid field \"TaskGroups[0].Tasks[0].RestartPolicy\": invalid type: integer `5`, expected a RestartPolicy object")
+        );
+        let mut job = minimal();
+        job["TaskGroups"][0]["Count"] = json!(-1);
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid("\"TaskGroups[0].Count\" must be a whole number from 0 to 4294967295, got: -1")
+        );
+        let mut job = minimal();
+        job["TaskGroups"][0]["Count"] = json!(20000);
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid("group \"g\": count 20000 is more than the maximum of 10000")
+        );
+    }
+
+    #[test]
+    fn bad_durations_name_the_field() {
+        let mut job = minimal();
+        job["TaskGroups"][0]["Tasks"][0]["KillTimeout"] = json!(-5);
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid("invalid duration for \"TaskGroups[0].Tasks[0].KillTimeout\": negative duration -5 is not allowed")
+        );
+        let mut job = minimal();
+        job["TaskGroups"][0]["RestartPolicy"] = json!({"Interval": -1});
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid("invalid duration for \"TaskGroups[0].RestartPolicy.Interval\": negative duration -1 is not allowed")
+        );
+        let mut job = minimal();
+        job["TaskGroups"][0]["RestartPolicy"] = json!({"Delay": "15s"});
+        assert_eq!(
+            parse(&job).unwrap_err(),
+            invalid("invalid field \"TaskGroups[0].RestartPolicy.Delay\": invalid type: string \"15s\", expected i64")
+        );
+    }
+
+    #[test]
+    fn checks_raw_strings_and_validates() {
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut job = minimal();
+            f(&mut job);
+            parse(&job).unwrap_err()
+        };
+        assert_eq!(
+            with(&|j| j["TaskGroups"][0]["RestartPolicy"] = json!({"Mode": "sometimes"})),
+            invalid("Unsupported restart mode: \"sometimes\"")
+        );
+        assert_eq!(
+            with(&|j| j["Type"] = json!("cron")),
+            invalid("job type must be \"service\", \"batch\" or \"system\", got: \"cron\"")
+        );
+        assert_eq!(
+            with(&|j| j["TaskGroups"][0]["Tasks"][0]["CSIPluginConfig"] = json!({"Type": "node"})),
+            invalid("csi_plugin must have a non-empty id")
+        );
+        assert_eq!(
+            with(&|j| j["TaskGroups"][0]["Tasks"][0]["CSIPluginConfig"] =
+                json!({"ID": "p", "Type": "storage"})),
+            invalid("csi_plugin type must be one of 'node', 'controller', or 'monolith', got: \"storage\"")
+        );
+        assert_eq!(
+            with(&|j| j["TaskGroups"][0]["Tasks"][0]["KillSignal"] = json!("SIGNOPE")),
+            invalid("task \"t\": unknown kill_signal \"SIGNOPE\"")
+        );
+        assert_eq!(
+            with(&|j| j["TaskGroups"][0]["Tasks"][0]["Name"] = json!("../x")),
+            invalid(
+                "invalid task name \"../x\": may only contain the characters A-Z a-z 0-9 _ . -"
+            )
+        );
+        assert_eq!(
+            with(&|j| j["TaskGroups"][0]["Tasks"][0]["Driver"] = json!("docker")),
+            invalid(
+                "task \"t\": driver \"docker\" is not supported, nodeward only has \"raw_exec\""
+            )
+        );
+        assert_eq!(
+            with(&|j| j["TaskGroups"] = json!([])),
+            invalid("job \"j\" must have at least one group")
+        );
+        assert_eq!(
+            with(&|j| {
+                j["TaskGroups"][0]["Volumes"] =
+                    json!({"v": {"Type": "host", "Source": "s", "ReadOnly": true}});
+                j["TaskGroups"][0]["Tasks"][0]["VolumeMounts"] =
+                    json!([{"Volume": "v", "Destination": "v"}]);
+            }),
+            invalid("task \"t\": volume_mount of volume \"v\" is read-write but the group's volume is read-only")
+        );
+        let mut ok = minimal();
+        ok["TaskGroups"][0]["Tasks"][0]["KillSignal"] = json!("TERM");
+        assert_eq!(
+            parse(&ok).unwrap().job.task_groups[0].tasks[0].kill_signal,
+            "SIGTERM"
+        );
+    }
+}

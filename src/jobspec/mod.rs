@@ -4,9 +4,12 @@
 //! Both parsers turn raw input into these domain types, apply defaults and validate once
 //! ([`validate`]); nothing past the parsers sees raw input. The domain types serialize to Nomad's API
 //! shape (PascalCase names, durations in nanoseconds): that is what `POST /v1/jobs/parse` answers,
-//! what the state file stores, and what [`json::parse_job`] accepts back unchanged.
+//! what the state file stores, and what [`json::parse_job`] accepts back unchanged. `${...}` in
+//! `command`, `args` and `env` stays as written and is replaced when the task starts
+//! ([`interpolate`]).
 
 pub mod hcl;
+pub mod interpolate;
 pub mod json;
 pub mod validate;
 
@@ -16,7 +19,23 @@ use std::time::Duration;
 
 use crate::util::duration::nanos;
 
-/// Why a jobspec was refused. Every message names what was wrong and, for HCL, the line.
+/// The signal a task is stopped with when its jobspec names none.
+pub const DEFAULT_KILL_SIGNAL: &str = "SIGINT";
+/// How long a task gets between its kill signal and SIGKILL when its jobspec says nothing.
+pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(5);
+/// `csi_plugin.mount_dir` when not set (csi.md).
+pub const DEFAULT_CSI_MOUNT_DIR: &str = "/csi";
+/// `csi_plugin.stage_publish_base_dir` when not set (csi.md).
+pub const DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR: &str = "/local/csi";
+/// `csi_plugin.health_timeout` when not set (csi.md).
+pub const DEFAULT_CSI_HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest group `count` accepted: every allocation is a set of processes and directories on
+/// this one node, so a typo like `count = 100000` is refused instead of forking the node to death.
+pub const MAX_GROUP_COUNT: u32 = 10_000;
+
+/// Why a jobspec was refused. Every message names what was wrong and where: the HCL line for
+/// syntax, unknown and wrongly typed fields, the JSON path for JSON fields, the job, group or task
+/// name for validation rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JobspecError {
     /// The input is not well-formed HCL or JSON.
@@ -242,6 +261,27 @@ impl Default for Resources {
         Resources {
             cpu: 100,
             memory_mb: 300,
+        }
+    }
+}
+
+/// The fields a `restart` block (HCL) or `RestartPolicy` object (JSON) sets; the rest are
+/// inherited: a group's from the job type's defaults, a task's from its group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RestartOverride {
+    pub attempts: Option<u32>,
+    pub interval: Option<Duration>,
+    pub delay: Option<Duration>,
+    pub mode: Option<RestartMode>,
+}
+
+impl RestartOverride {
+    pub fn apply(self, base: RestartPolicy) -> RestartPolicy {
+        RestartPolicy {
+            attempts: self.attempts.unwrap_or(base.attempts),
+            interval: self.interval.unwrap_or(base.interval),
+            delay: self.delay.unwrap_or(base.delay),
+            mode: self.mode.unwrap_or(base.mode),
         }
     }
 }

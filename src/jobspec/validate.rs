@@ -1,1 +1,690 @@
-//! TODO: validate
+//! The rules a job must satisfy before nodeward accepts it.
+//!
+//! Both parsers call [`validate_job`] on the job they built, so a [`Job`] that left a parser is
+//! valid. Values that only exist as raw strings in the input (a restart mode, a CSI plugin type, a
+//! signal name) are checked where the parsers see them, through [`restart_mode`],
+//! [`csi_plugin_type`] and [`kill_signal`], so both parsers give the same messages.
+//!
+//! Names become path components (`<alloc dir>/<task>/`, state file keys), hence the strict
+//! [`validate_name`].
+
+use std::path::{Component, Path};
+use std::time::Duration;
+
+use super::{
+    CsiPluginConfig, CsiPluginType, Job, JobspecError, RestartMode, RestartPolicy, Task, TaskGroup,
+    MAX_GROUP_COUNT,
+};
+use crate::util::duration::format;
+
+/// The shortest restart interval accepted (tasks.md).
+pub const MIN_RESTART_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The longest name accepted for a job, group, task or volume.
+pub const MAX_NAME_LEN: usize = 128;
+
+fn invalid(msg: impl Into<String>) -> JobspecError {
+    JobspecError::Invalid(msg.into())
+}
+
+/// Checks every rule of tasks.md, csi.md and host-volumes.md on a job; the first broken one is
+/// the error.
+pub fn validate_job(job: &Job) -> Result<(), JobspecError> {
+    validate_name("job", &job.name)?;
+    validate_name("job ID", &job.id)?;
+    if job.task_groups.is_empty() {
+        return Err(invalid(format!(
+            "job {:?} must have at least one group",
+            job.id
+        )));
+    }
+    for (i, group) in job.task_groups.iter().enumerate() {
+        if job.task_groups[..i].iter().any(|g| g.name == group.name) {
+            return Err(invalid(format!(
+                "job {:?} has more than one group named {:?}",
+                job.id, group.name
+            )));
+        }
+        validate_group(group)?;
+    }
+    Ok(())
+}
+
+fn validate_group(group: &TaskGroup) -> Result<(), JobspecError> {
+    validate_name("group", &group.name)?;
+    let ctx = format!("group {:?}", group.name);
+    if group.count > MAX_GROUP_COUNT {
+        return Err(invalid(format!(
+            "{ctx}: count {} is more than the maximum of {MAX_GROUP_COUNT}",
+            group.count
+        )));
+    }
+    validate_restart_policy(&format!("{ctx} restart policy"), &group.restart_policy)?;
+    for (label, volume) in &group.volumes {
+        validate_name("volume", label)?;
+        let vctx = format!("volume {label:?} in {ctx}");
+        if volume.name != *label {
+            return Err(invalid(format!(
+                "{vctx}: name {:?} differs from its label",
+                volume.name
+            )));
+        }
+        if volume.volume_type != "host" {
+            return Err(invalid(format!(
+                "{vctx}: type must be \"host\", got: {:?}",
+                volume.volume_type
+            )));
+        }
+        if volume.source.is_empty() {
+            return Err(invalid(format!("{vctx} must have a non-empty source")));
+        }
+    }
+    if group.tasks.is_empty() {
+        return Err(invalid(format!("{ctx} must have at least one task")));
+    }
+    for (i, task) in group.tasks.iter().enumerate() {
+        if group.tasks[..i].iter().any(|t| t.name == task.name) {
+            return Err(invalid(format!(
+                "{ctx} has more than one task named {:?}",
+                task.name
+            )));
+        }
+        validate_task(group, task)?;
+    }
+    Ok(())
+}
+
+fn validate_task(group: &TaskGroup, task: &Task) -> Result<(), JobspecError> {
+    validate_name("task", &task.name)?;
+    let ctx = format!("task {:?}", task.name);
+    if task.driver.is_empty() {
+        return Err(invalid(format!(
+            "{ctx} must set driver = \"raw_exec\" (the only driver nodeward has)"
+        )));
+    }
+    if task.driver != "raw_exec" {
+        return Err(invalid(format!(
+            "{ctx}: driver {:?} is not supported, nodeward only has \"raw_exec\"",
+            task.driver
+        )));
+    }
+    if task.config.command.is_empty() {
+        return Err(invalid(format!(
+            "{ctx}: config must set a non-empty command"
+        )));
+    }
+    if task.user.as_deref() == Some("") {
+        return Err(invalid(format!("{ctx}: user must not be empty")));
+    }
+    if signal_number(&task.kill_signal).is_none() {
+        return Err(invalid(format!(
+            "{ctx}: unknown kill_signal {:?}",
+            task.kill_signal
+        )));
+    }
+    validate_restart_policy(&format!("{ctx} restart policy"), &task.restart_policy)?;
+    if task.log_config.max_files < 1 {
+        return Err(invalid(format!(
+            "{ctx}: logs max_files must be at least 1, got: {}",
+            task.log_config.max_files
+        )));
+    }
+    if task.log_config.max_file_size_mb < 1 {
+        return Err(invalid(format!(
+            "{ctx}: logs max_file_size must be at least 1 (MiB), got: {}",
+            task.log_config.max_file_size_mb
+        )));
+    }
+    for mount in &task.volume_mounts {
+        let Some(volume) = group.volumes.get(&mount.volume) else {
+            return Err(invalid(format!(
+                "{ctx}: volume_mount names volume {:?}, which group {:?} does not define",
+                mount.volume, group.name
+            )));
+        };
+        if !is_relative_inside(&mount.destination) {
+            return Err(invalid(format!(
+                "{ctx}: volume_mount destination {:?} must be a relative path inside the task directory, without \"..\"",
+                mount.destination
+            )));
+        }
+        if volume.read_only && !mount.read_only {
+            return Err(invalid(format!(
+                "{ctx}: volume_mount of volume {:?} is read-write but the group's volume is read-only",
+                mount.volume
+            )));
+        }
+    }
+    if let Some(csi) = &task.csi_plugin {
+        validate_csi_plugin(&ctx, csi)?;
+    }
+    Ok(())
+}
+
+/// A destination `d` ends up at `<task dir>/<d>`: it must name something strictly below the task
+/// directory, so no root, no `..`, and not the task directory itself.
+fn is_relative_inside(destination: &str) -> bool {
+    let mut normal = 0;
+    for component in Path::new(destination).components() {
+        match component {
+            Component::Normal(_) => normal += 1,
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return false,
+        }
+    }
+    normal > 0
+}
+
+fn validate_csi_plugin(ctx: &str, csi: &CsiPluginConfig) -> Result<(), JobspecError> {
+    if csi.id.is_empty() {
+        return Err(invalid("csi_plugin must have a non-empty id"));
+    }
+    if csi.mount_dir.is_empty() || csi.stage_publish_base_dir.is_empty() {
+        return Err(invalid(format!(
+            "{ctx}: csi_plugin mount_dir and stage_publish_base_dir must not be empty"
+        )));
+    }
+    if is_same_or_below(&csi.stage_publish_base_dir, &csi.mount_dir) {
+        return Err(invalid(format!(
+            "csi_plugin stage_publish_base_dir must not be a subdirectory of mount_dir, got: stage_publish_base_dir=\"{}\" mount_dir=\"{}\"",
+            csi.stage_publish_base_dir, csi.mount_dir
+        )));
+    }
+    if csi.health_timeout.is_zero() {
+        return Err(invalid(format!(
+            "{ctx}: csi_plugin health_timeout must be greater than 0"
+        )));
+    }
+    Ok(())
+}
+
+/// Compares path components, not string prefixes: `/csi2` is not below `/csi` (Nomad's
+/// `strings.HasPrefix` check says it is).
+fn is_same_or_below(path: &str, dir: &str) -> bool {
+    let path: Vec<Component> = Path::new(path).components().collect();
+    let dir: Vec<Component> = Path::new(dir).components().collect();
+    path.starts_with(&dir)
+}
+
+fn validate_restart_policy(ctx: &str, policy: &RestartPolicy) -> Result<(), JobspecError> {
+    if policy.attempts == 0 && policy.mode != RestartMode::Fail {
+        return Err(invalid(format!(
+            "{ctx}: mode {:?} with 0 attempts is ambiguous; 0 attempts is only allowed with mode \"fail\"",
+            policy.mode.as_str()
+        )));
+    }
+    if policy.interval < MIN_RESTART_INTERVAL {
+        return Err(invalid(format!(
+            "{ctx}: interval can not be less than {} (got {})",
+            format(MIN_RESTART_INTERVAL),
+            format(policy.interval)
+        )));
+    }
+    let total = u128::from(policy.attempts) * policy.delay.as_nanos();
+    if total > policy.interval.as_nanos() {
+        return Err(invalid(format!(
+            "{ctx}: can't restart {} times in an interval of {} with a delay of {} (attempts * delay must not exceed interval)",
+            policy.attempts,
+            format(policy.interval),
+            format(policy.delay)
+        )));
+    }
+    Ok(())
+}
+
+/// A job, group, task or volume name: 1–128 characters of `[A-Za-z0-9_.-]`, not `.` or `..`.
+/// `kind` names what the name is for in the message (`"task"`, `"job ID"`).
+pub fn validate_name(kind: &str, name: &str) -> Result<(), JobspecError> {
+    let reason = if name.is_empty() {
+        "must not be empty"
+    } else if name.len() > MAX_NAME_LEN {
+        "must be at most 128 characters long"
+    } else if name == "." || name == ".." {
+        "must not be \".\" or \"..\""
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+    {
+        "may only contain the characters A-Z a-z 0-9 _ . -"
+    } else {
+        return Ok(());
+    };
+    Err(invalid(format!("invalid {kind} name {name:?}: {reason}")))
+}
+
+/// The restart mode spelled in a jobspec.
+pub fn restart_mode(raw: &str) -> Result<RestartMode, JobspecError> {
+    match raw {
+        "fail" => Ok(RestartMode::Fail),
+        "delay" => Ok(RestartMode::Delay),
+        _ => Err(invalid(format!("Unsupported restart mode: \"{raw}\""))),
+    }
+}
+
+/// The `csi_plugin` type spelled in a jobspec.
+pub fn csi_plugin_type(raw: &str) -> Result<CsiPluginType, JobspecError> {
+    match raw {
+        "node" => Ok(CsiPluginType::Node),
+        "controller" => Ok(CsiPluginType::Controller),
+        "monolith" => Ok(CsiPluginType::Monolith),
+        _ => Err(invalid(format!(
+            "csi_plugin type must be one of 'node', 'controller', or 'monolith', got: \"{raw}\""
+        ))),
+    }
+}
+
+/// Normalises a `kill_signal` as written (`"SIGTERM"`, `"TERM"`, `"term"`) to `"SIGTERM"`.
+/// `task` names the task for the message.
+pub fn kill_signal(task: &str, raw: &str) -> Result<String, JobspecError> {
+    let upper = raw.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    if SIGNALS.iter().any(|(name, _)| *name == bare) {
+        Ok(format!("SIG{bare}"))
+    } else {
+        Err(invalid(format!(
+            "task {task:?}: unknown kill_signal {raw:?}"
+        )))
+    }
+}
+
+/// The POSIX signals a task can be stopped with, by name without the `SIG` prefix.
+const SIGNALS: &[(&str, i32)] = &[
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("ILL", libc::SIGILL),
+    ("TRAP", libc::SIGTRAP),
+    ("ABRT", libc::SIGABRT),
+    ("IOT", libc::SIGABRT),
+    ("BUS", libc::SIGBUS),
+    ("FPE", libc::SIGFPE),
+    ("KILL", libc::SIGKILL),
+    ("USR1", libc::SIGUSR1),
+    ("SEGV", libc::SIGSEGV),
+    ("USR2", libc::SIGUSR2),
+    ("PIPE", libc::SIGPIPE),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("CHLD", libc::SIGCHLD),
+    ("CONT", libc::SIGCONT),
+    ("STOP", libc::SIGSTOP),
+    ("TSTP", libc::SIGTSTP),
+    ("TTIN", libc::SIGTTIN),
+    ("TTOU", libc::SIGTTOU),
+    ("URG", libc::SIGURG),
+    ("XCPU", libc::SIGXCPU),
+    ("XFSZ", libc::SIGXFSZ),
+    ("VTALRM", libc::SIGVTALRM),
+    ("PROF", libc::SIGPROF),
+    ("WINCH", libc::SIGWINCH),
+    ("IO", libc::SIGIO),
+    ("SYS", libc::SIGSYS),
+];
+
+/// The number of a signal named `SIGTERM` or `TERM` (any case), for the driver.
+pub fn signal_number(name: &str) -> Option<i32> {
+    let upper = name.trim().to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    SIGNALS
+        .iter()
+        .find(|(known, _)| *known == bare)
+        .map(|(_, number)| *number)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobspec::{
+        DriverConfig, JobType, LogConfig, Resources, VolumeMount, VolumeRequest,
+        DEFAULT_CSI_HEALTH_TIMEOUT, DEFAULT_CSI_MOUNT_DIR, DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR,
+        DEFAULT_KILL_SIGNAL, DEFAULT_KILL_TIMEOUT,
+    };
+    use std::collections::BTreeMap;
+
+    fn task(name: &str) -> Task {
+        Task {
+            name: name.to_string(),
+            driver: "raw_exec".to_string(),
+            config: DriverConfig {
+                command: "busybox".to_string(),
+                args: vec!["true".to_string()],
+            },
+            env: BTreeMap::new(),
+            user: None,
+            kill_signal: DEFAULT_KILL_SIGNAL.to_string(),
+            kill_timeout: DEFAULT_KILL_TIMEOUT,
+            restart_policy: JobType::Service.default_restart_policy(),
+            log_config: LogConfig::default(),
+            volume_mounts: Vec::new(),
+            csi_plugin: None,
+            resources: Resources::default(),
+        }
+    }
+
+    fn job() -> Job {
+        let mut volumes = BTreeMap::new();
+        volumes.insert(
+            "data".to_string(),
+            VolumeRequest {
+                name: "data".to_string(),
+                volume_type: "host".to_string(),
+                source: "test".to_string(),
+                read_only: false,
+            },
+        );
+        Job {
+            id: "example".to_string(),
+            name: "example".to_string(),
+            job_type: JobType::Service,
+            task_groups: vec![TaskGroup {
+                name: "group".to_string(),
+                count: 1,
+                restart_policy: JobType::Service.default_restart_policy(),
+                volumes,
+                tasks: vec![task("task")],
+            }],
+        }
+    }
+
+    fn csi() -> CsiPluginConfig {
+        CsiPluginConfig {
+            id: "hostpath".to_string(),
+            plugin_type: CsiPluginType::Monolith,
+            mount_dir: DEFAULT_CSI_MOUNT_DIR.to_string(),
+            stage_publish_base_dir: DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR.to_string(),
+            health_timeout: DEFAULT_CSI_HEALTH_TIMEOUT,
+        }
+    }
+
+    fn err(job: &Job) -> String {
+        match validate_job(job) {
+            Err(JobspecError::Invalid(msg)) => msg,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn accepts_a_valid_job() {
+        let mut j = job();
+        j.task_groups[0].tasks[0].csi_plugin = Some(csi());
+        j.task_groups[0].tasks[0].volume_mounts.push(VolumeMount {
+            volume: "data".to_string(),
+            destination: "data/sub".to_string(),
+            read_only: true,
+        });
+        validate_job(&j).unwrap();
+    }
+
+    #[test]
+    fn names() {
+        let long = "a".repeat(129);
+        for (bad, reason) in [
+            ("../x", "may only contain the characters A-Z a-z 0-9 _ . -"),
+            ("", "must not be empty"),
+            (".", "must not be \".\" or \"..\""),
+            ("..", "must not be \".\" or \"..\""),
+            (long.as_str(), "must be at most 128 characters long"),
+            ("a b", "may only contain the characters A-Z a-z 0-9 _ . -"),
+            ("é", "may only contain the characters A-Z a-z 0-9 _ . -"),
+        ] {
+            assert_eq!(
+                validate_name("task", bad),
+                Err(JobspecError::Invalid(format!(
+                    "invalid task name {bad:?}: {reason}"
+                )))
+            );
+        }
+        for good in ["a", "web-1", "x.y_z", "...", &"a".repeat(128)] {
+            validate_name("task", good).unwrap();
+        }
+
+        let mut j = job();
+        j.task_groups[0].tasks[0].name = "../x".to_string();
+        assert_eq!(
+            err(&j),
+            "invalid task name \"../x\": may only contain the characters A-Z a-z 0-9 _ . -"
+        );
+        let mut j = job();
+        j.task_groups[0].name = ".".to_string();
+        assert_eq!(
+            err(&j),
+            "invalid group name \".\": must not be \".\" or \"..\""
+        );
+        let mut j = job();
+        j.name = String::new();
+        assert_eq!(err(&j), "invalid job name \"\": must not be empty");
+        let mut j = job();
+        let v = j.task_groups[0].volumes.remove("data").unwrap();
+        j.task_groups[0].volumes.insert("a/b".to_string(), v);
+        assert_eq!(
+            err(&j),
+            "invalid volume name \"a/b\": may only contain the characters A-Z a-z 0-9 _ . -"
+        );
+    }
+
+    #[test]
+    fn structure() {
+        let mut j = job();
+        j.task_groups.clear();
+        assert_eq!(err(&j), "job \"example\" must have at least one group");
+        let mut j = job();
+        j.task_groups[0].tasks.clear();
+        assert_eq!(err(&j), "group \"group\" must have at least one task");
+        let mut j = job();
+        let g = j.task_groups[0].clone();
+        j.task_groups.push(g);
+        assert_eq!(
+            err(&j),
+            "job \"example\" has more than one group named \"group\""
+        );
+        let mut j = job();
+        j.task_groups[0].tasks.push(task("task"));
+        assert_eq!(
+            err(&j),
+            "group \"group\" has more than one task named \"task\""
+        );
+        let mut j = job();
+        j.task_groups[0].count = MAX_GROUP_COUNT;
+        validate_job(&j).unwrap();
+        j.task_groups[0].count = MAX_GROUP_COUNT + 1;
+        assert_eq!(
+            err(&j),
+            "group \"group\": count 10001 is more than the maximum of 10000"
+        );
+        let mut j = job();
+        j.task_groups[0].count = 0;
+        validate_job(&j).unwrap();
+    }
+
+    #[test]
+    fn task_fields() {
+        let mut j = job();
+        j.task_groups[0].tasks[0].driver = "docker".to_string();
+        assert_eq!(
+            err(&j),
+            "task \"task\": driver \"docker\" is not supported, nodeward only has \"raw_exec\""
+        );
+        j.task_groups[0].tasks[0].driver = String::new();
+        assert_eq!(
+            err(&j),
+            "task \"task\" must set driver = \"raw_exec\" (the only driver nodeward has)"
+        );
+        let mut j = job();
+        j.task_groups[0].tasks[0].config.command = String::new();
+        assert_eq!(
+            err(&j),
+            "task \"task\": config must set a non-empty command"
+        );
+        let mut j = job();
+        j.task_groups[0].tasks[0].user = Some(String::new());
+        assert_eq!(err(&j), "task \"task\": user must not be empty");
+        let mut j = job();
+        j.task_groups[0].tasks[0].kill_signal = "SIGNOPE".to_string();
+        assert_eq!(err(&j), "task \"task\": unknown kill_signal \"SIGNOPE\"");
+        let mut j = job();
+        j.task_groups[0].tasks[0].log_config.max_files = 0;
+        assert_eq!(
+            err(&j),
+            "task \"task\": logs max_files must be at least 1, got: 0"
+        );
+        let mut j = job();
+        j.task_groups[0].tasks[0].log_config.max_file_size_mb = 0;
+        assert_eq!(
+            err(&j),
+            "task \"task\": logs max_file_size must be at least 1 (MiB), got: 0"
+        );
+    }
+
+    #[test]
+    fn restart_policies() {
+        let set = |attempts, interval: u64, delay: u64, mode| {
+            let mut j = job();
+            j.task_groups[0].restart_policy = RestartPolicy {
+                attempts,
+                interval: Duration::from_secs(interval),
+                delay: Duration::from_secs(delay),
+                mode,
+            };
+            j
+        };
+        assert_eq!(
+            restart_mode("sometimes"),
+            Err(JobspecError::Invalid(
+                "Unsupported restart mode: \"sometimes\"".to_string()
+            ))
+        );
+        assert_eq!(restart_mode("delay"), Ok(RestartMode::Delay));
+        assert_eq!(
+            err(&set(0, 60, 1, RestartMode::Delay)),
+            "group \"group\" restart policy: mode \"delay\" with 0 attempts is ambiguous; 0 attempts is only allowed with mode \"fail\""
+        );
+        validate_job(&set(0, 60, 1, RestartMode::Fail)).unwrap();
+        assert_eq!(
+            err(&set(1, 4, 1, RestartMode::Fail)),
+            "group \"group\" restart policy: interval can not be less than 5s (got 4s)"
+        );
+        validate_job(&set(1, 5, 5, RestartMode::Fail)).unwrap();
+        assert_eq!(
+            err(&set(3, 60, 21, RestartMode::Delay)),
+            "group \"group\" restart policy: can't restart 3 times in an interval of 1m0s with a delay of 21s (attempts * delay must not exceed interval)"
+        );
+        validate_job(&set(3, 60, 20, RestartMode::Delay)).unwrap();
+
+        let mut j = job();
+        j.task_groups[0].tasks[0].restart_policy.interval = Duration::from_secs(1);
+        assert_eq!(
+            err(&j),
+            "task \"task\" restart policy: interval can not be less than 5s (got 1s)"
+        );
+    }
+
+    #[test]
+    fn volumes() {
+        let mut j = job();
+        j.task_groups[0]
+            .volumes
+            .get_mut("data")
+            .unwrap()
+            .volume_type = "csi".to_string();
+        assert_eq!(
+            err(&j),
+            "volume \"data\" in group \"group\": type must be \"host\", got: \"csi\""
+        );
+        let mut j = job();
+        j.task_groups[0].volumes.get_mut("data").unwrap().source = String::new();
+        assert_eq!(
+            err(&j),
+            "volume \"data\" in group \"group\" must have a non-empty source"
+        );
+
+        let mount = |volume: &str, destination: &str, read_only| {
+            let mut j = job();
+            j.task_groups[0].tasks[0].volume_mounts.push(VolumeMount {
+                volume: volume.to_string(),
+                destination: destination.to_string(),
+                read_only,
+            });
+            j
+        };
+        validate_job(&mount("data", "data", false)).unwrap();
+        validate_job(&mount("data", "./a/b/", false)).unwrap();
+        assert_eq!(
+            err(&mount("other", "data", false)),
+            "task \"task\": volume_mount names volume \"other\", which group \"group\" does not define"
+        );
+        for bad in ["/data", "../data", "a/../../b", "", ".", "./"] {
+            assert_eq!(
+                err(&mount("data", bad, false)),
+                format!("task \"task\": volume_mount destination {bad:?} must be a relative path inside the task directory, without \"..\"")
+            );
+        }
+        let mut j = mount("data", "data", false);
+        j.task_groups[0].volumes.get_mut("data").unwrap().read_only = true;
+        assert_eq!(
+            err(&j),
+            "task \"task\": volume_mount of volume \"data\" is read-write but the group's volume is read-only"
+        );
+        j.task_groups[0].tasks[0].volume_mounts[0].read_only = true;
+        validate_job(&j).unwrap();
+    }
+
+    #[test]
+    fn csi_plugins() {
+        let with = |f: &dyn Fn(&mut CsiPluginConfig)| {
+            let mut j = job();
+            let mut c = csi();
+            f(&mut c);
+            j.task_groups[0].tasks[0].csi_plugin = Some(c);
+            j
+        };
+        assert_eq!(
+            err(&with(&|c| c.id = String::new())),
+            "csi_plugin must have a non-empty id"
+        );
+        assert_eq!(
+            csi_plugin_type("storage"),
+            Err(JobspecError::Invalid(
+                "csi_plugin type must be one of 'node', 'controller', or 'monolith', got: \"storage\""
+                    .to_string()
+            ))
+        );
+        assert_eq!(csi_plugin_type("node"), Ok(CsiPluginType::Node));
+        assert_eq!(
+            err(&with(&|c| c.stage_publish_base_dir = "/csi/stage".to_string())),
+            "csi_plugin stage_publish_base_dir must not be a subdirectory of mount_dir, got: stage_publish_base_dir=\"/csi/stage\" mount_dir=\"/csi\""
+        );
+        assert_eq!(
+            err(&with(&|c| c.stage_publish_base_dir = "/csi/".to_string())),
+            "csi_plugin stage_publish_base_dir must not be a subdirectory of mount_dir, got: stage_publish_base_dir=\"/csi/\" mount_dir=\"/csi\""
+        );
+        validate_job(&with(&|c| c.stage_publish_base_dir = "/csi2".to_string())).unwrap();
+        assert_eq!(
+            err(&with(&|c| c.health_timeout = Duration::ZERO)),
+            "task \"task\": csi_plugin health_timeout must be greater than 0"
+        );
+        assert_eq!(
+            err(&with(&|c| c.mount_dir = String::new())),
+            "task \"task\": csi_plugin mount_dir and stage_publish_base_dir must not be empty"
+        );
+    }
+
+    #[test]
+    fn signals() {
+        assert_eq!(kill_signal("t", "SIGINT"), Ok("SIGINT".to_string()));
+        assert_eq!(kill_signal("t", "INT"), Ok("SIGINT".to_string()));
+        assert_eq!(kill_signal("t", "term"), Ok("SIGTERM".to_string()));
+        assert_eq!(
+            kill_signal("t", "SIGFOO"),
+            Err(JobspecError::Invalid(
+                "task \"t\": unknown kill_signal \"SIGFOO\"".to_string()
+            ))
+        );
+        assert!(kill_signal("t", "").is_err());
+        assert!(kill_signal("t", "SIG").is_err());
+        assert_eq!(signal_number("SIGINT"), Some(libc::SIGINT));
+        assert_eq!(signal_number("KILL"), Some(9));
+        assert_eq!(signal_number("SIGTERM"), Some(15));
+        assert_eq!(signal_number("SIGUSR1"), Some(libc::SIGUSR1));
+        assert_eq!(signal_number("SIGNOPE"), None);
+    }
+}

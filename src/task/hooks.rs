@@ -84,7 +84,7 @@ pub enum HookRequest {
         failure: bool,
     },
     /// Record an event now, if `run_id` is still the current run and not being killed.
-    Emit { run_id: u64, event: TaskEvent },
+    Emit { run_id: u64, event: Box<TaskEvent> },
 }
 
 /// One run of a task, as seen by a hook's background work.
@@ -136,7 +136,7 @@ impl RunHandle {
     pub fn emit(&self, event: TaskEvent) {
         let _ = self.requests.send(HookRequest::Emit {
             run_id: self.run_id,
-            event,
+            event: Box::new(event),
         });
     }
 

@@ -2,4 +2,7 @@
 
 pub mod events;
 pub mod hooks;
+pub mod mounts;
 pub mod restart;
+pub mod runner;
+pub mod taskdir;

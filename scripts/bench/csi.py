@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Benchmark of nodeward's CSI plugin supervision.
+
+1. Detection latency: a plugin task creates its socket 500 ms after it starts (the test plugin in
+   `socket-after-delay` mode). The benchmark watches for the socket file from outside, with the wall
+   clock, and takes the agent's `Plugin became healthy` event time (also wall clock, ns): the
+   difference is how long the agent took to notice a ready plugin. Runs >= 20 times; prints median
+   and p90. (Nomad retries every 5 s, so its figure is up to 5 s.)
+2. Watching cost: 100 healthy plugin tasks with `csi_probe_interval = "1s"` (30x the default rate);
+   the agent's CPU time over 30 s, per second, and its threads.
+Prints numbers; asserts nothing.
+
+Usage: scripts/bench/csi.py [--runs 20] [--plugins 100]   (needs `cargo build --release --bins`)
+"""
+import argparse, json, os, signal, statistics, subprocess, tempfile, threading, time, urllib.request, shutil, uuid
+
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/nodeward/target"))
+
+def req(addr, method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    r = urllib.request.Request(f"http://{addr}{path}", data=data, method=method)
+    with urllib.request.urlopen(r, timeout=60) as resp:
+        return json.loads(resp.read() or b"null")
+
+def start_agent(binary, tmp, extra=""):
+    data = os.path.join(tmp, "d")
+    cfg = os.path.join(tmp, "agent.hcl")
+    with open(cfg, "w") as f:
+        f.write(f'data_dir = "{data}"\nlog_level = "warn"\nports {{ http = 0 }}\n{extra}\n')
+    p = subprocess.Popen([binary, "agent", "-config", cfg], stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, RUST_LOG="nodeward=info"))
+    for line in p.stderr:
+        if "API on http://" in line:
+            addr = line.split("API on http://", 1)[1].strip()
+            break
+    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+    return p, addr, data
+
+def plugin_job(jid, plugin, mode, count=1, delay_ms=500):
+    return {"Job": {"ID": jid, "Name": jid, "TaskGroups": [{"Name": "g", "Count": count,
+        "RestartPolicy": {"Attempts": 0, "Interval": 1_800_000_000_000, "Delay": 15_000_000_000, "Mode": "fail"},
+        "Tasks": [{"Name": "plugin", "Driver": "raw_exec",
+                   "Config": {"command": plugin, "args": ["--mode", mode, "--delay-ms", str(delay_ms), "--endpoint", "${CSI_ENDPOINT}"]},
+                   "CSIPluginConfig": {"ID": "bench", "Type": "node", "MountDir": "/csi",
+                                       "StagePublishBaseDir": "/local/csi", "HealthTimeout": 30_000_000_000}}]}]}}
+
+def cpu_ns(pid):
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass
+    return total
+
+def threads(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("Threads:"))
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(TARGET, "release", "nodeward"))
+    ap.add_argument("--plugin", default=os.path.join(TARGET, "release", "nodeward-csi-test-plugin"))
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--plugins", type=int, default=100)
+    a = ap.parse_args()
+    for b in (a.bin, a.plugin):
+        if not os.path.exists(b):
+            raise SystemExit(f"{b} not found: run 'cargo build --release --bins' first")
+    tmp = tempfile.mkdtemp(prefix="nwb-", dir="/tmp")
+    agent, addr, data = start_agent(a.bin, tmp)
+    lat = []
+    try:
+        for i in range(a.runs):
+            jid = f"p{i}"
+            req(addr, "PUT", "/v1/jobs", plugin_job(jid, a.plugin, "socket-after-delay"))
+            alloc = None
+            while not alloc:
+                allocs = req(addr, "GET", f"/v1/job/{jid}/allocations")
+                alloc = allocs[0]["ID"] if allocs else None
+            sock = os.path.join(data, "client/csi/plugins", alloc, "csi.sock")
+            while not os.path.exists(sock):
+                time.sleep(0.0002)
+            ready = time.time_ns()
+            healthy = None
+            while healthy is None:
+                ev = req(addr, "GET", f"/v1/allocation/{alloc}")["TaskStates"]["plugin"]["Events"]
+                healthy = next((e["Time"] for e in ev if e["Type"] == "Plugin became healthy"), None)
+                time.sleep(0.01)
+            lat.append((healthy - ready) / 1e6)
+            req(addr, "DELETE", f"/v1/job/{jid}?purge=true")
+    finally:
+        agent.send_signal(signal.SIGTERM); agent.wait(timeout=120)
+    print(f"socket ready -> Plugin became healthy over {len(lat)} runs: median {statistics.median(lat):.1f} ms, "
+          f"p90 {pct(lat, 90):.1f} ms, max {max(lat):.1f} ms")
+
+    tmp2 = tempfile.mkdtemp(prefix="nwb-", dir="/tmp")
+    agent, addr, data = start_agent(a.bin, tmp2, 'client {\n  csi_probe_interval = "1s"\n}')
+    try:
+        req(addr, "PUT", "/v1/jobs", plugin_job("many", a.plugin, "healthy", count=a.plugins))
+        node = req(addr, "GET", "/v1/nodes")[0]["ID"]
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            allocs = req(addr, "GET", "/v1/job/many/allocations")
+            healthy = sum(1 for al in allocs if any(e["Type"] == "Plugin became healthy" for e in al["TaskStates"]["plugin"]["Events"]))
+            if healthy == a.plugins:
+                break
+            time.sleep(0.5)
+        time.sleep(3)
+        c0 = cpu_ns(agent.pid); time.sleep(30); c1 = cpu_ns(agent.pid)
+        per_s = (c1 - c0) / 1e6 / 30
+        print(f"{healthy} healthy plugins probed every 1s: agent CPU {per_s:.2f} ms per second "
+              f"({per_s / 10:.3f}% of a core), {threads(agent.pid)} threads; "
+              f"at the default 30s interval that is about {per_s / 30:.3f} ms per second")
+    finally:
+        agent.send_signal(signal.SIGTERM); agent.wait(timeout=180)
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(tmp2, ignore_errors=True)
+
+if __name__ == "__main__":
+    main()

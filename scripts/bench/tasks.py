@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Benchmark of nodeward's task engine (issue: start, restart, memory, idle CPU).
+
+Starts a release agent on a temporary data directory and, for N in (100, 1000) by default:
+  1. submit -> all running: one job with a group of count=N `sleep` tasks; the clock runs from the
+     PUT /v1/jobs until N processes carrying this run's marker exist in /proc;
+  2. memory and threads of the agent with N tasks: RSS and PSS from /proc/<pid>/smaps_rollup;
+  3. idle CPU: the agent's on-CPU time over 10 s (sum of every thread's schedstat), N tasks idle;
+  4. crash -> restarted: one extra task with delay = "0s" writes its PID to a file and sleeps; the
+     benchmark SIGKILLs it >= 20 times and measures, from outside, the time from the kill until the
+     file names the new process (the new process exists and has run its first instruction);
+     the agent's own Terminated -> Started event times are printed too.
+Prints numbers; asserts nothing about speed.
+
+Usage: scripts/bench/tasks.py [--bin PATH] [--sizes 100,1000] [--kills 30]
+"""
+import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time, urllib.request, uuid, shutil
+
+def req(addr, method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    r = urllib.request.Request(f"http://{addr}{path}", data=data, method=method)
+    with urllib.request.urlopen(r, timeout=60) as resp:
+        return json.loads(resp.read() or b"null")
+
+def start_agent(binary, tmp):
+    data = os.path.join(tmp, "data")
+    cfg = os.path.join(tmp, "agent.hcl")
+    with open(cfg, "w") as f:
+        f.write(f'data_dir = "{data}"\nlog_level = "warn"\nports {{ http = 0 }}\n')
+    env = dict(os.environ, RUST_LOG="nodeward=info")
+    p = subprocess.Popen([binary, "agent", "-config", cfg], stderr=subprocess.PIPE, text=True, env=env)
+    for line in p.stderr:
+        if "API on http://" in line:
+            addr = line.split("API on http://", 1)[1].strip()
+            break
+    else:
+        raise SystemExit("agent did not start")
+    # Keep draining stderr so the agent never blocks on it.
+    import threading
+    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+    return p, addr, data
+
+def procs_with(marker):
+    n = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker in f.read():
+                    n += 1
+        except OSError:
+            pass
+    return n
+
+def job(jid, count, args, delay="15s", attempts=2, mode="fail"):
+    return {"Job": {"ID": jid, "Name": jid, "Type": "service", "TaskGroups": [{
+        "Name": "g", "Count": count,
+        "RestartPolicy": {"Attempts": attempts, "Interval": 600_000_000_000 if attempts > 2 else 1_800_000_000_000,
+                          "Delay": int(float(delay.rstrip("s")) * 1e9), "Mode": mode},
+        "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": args[0], "args": args[1:]},
+                   "KillTimeout": 2_000_000_000}]}]}}
+
+def memory(pid):
+    out = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("Rss", "Pss"):
+                out[k] = int(v.split()[0]) / 1024
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                out["Threads"] = int(line.split()[1])
+    return out
+
+def cpu_ns(pid):
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass
+    return total
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+def run_size(binary, n, kills):
+    tmp = tempfile.mkdtemp(prefix="nodeward-bench-")
+    agent, addr, data = start_agent(binary, tmp)
+    res = {"N": n}
+    try:
+        marker = f"{100000 + n}.{uuid.uuid4().int % 999999}"
+        t0 = time.perf_counter()
+        req(addr, "PUT", "/v1/jobs", job("sleepers", n, ["sleep", marker]))
+        while procs_with(marker.encode()) < n:
+            time.sleep(0.002)
+        res["start_s"] = time.perf_counter() - t0
+        time.sleep(2)
+        res.update(memory(agent.pid))
+        c0 = cpu_ns(agent.pid); time.sleep(10); c1 = cpu_ns(agent.pid)
+        res["idle_cpu_ms_per_10s"] = (c1 - c0) / 1e6
+        # Crash -> restart, with N tasks running beside it.
+        pidfile = os.path.join(tmp, "probe.pid")
+        req(addr, "PUT", "/v1/jobs", job("probe", 1, ["/bin/sh", "-c", f"echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; exec sleep 1000000"],
+                                         delay="0s", attempts=10000, mode="delay"))
+        def read_pid():
+            try:
+                with open(pidfile) as f:
+                    return int(f.read().strip() or 0)
+            except (OSError, ValueError):
+                return 0
+        while read_pid() == 0:
+            time.sleep(0.001)
+        lat = []
+        for _ in range(kills):
+            old = read_pid()
+            time.sleep(0.05)
+            t0 = time.perf_counter()
+            os.kill(old, signal.SIGKILL)
+            while True:
+                p = read_pid()
+                if p and p != old:
+                    break
+            lat.append((time.perf_counter() - t0) * 1000)
+        res["restart_ms_median"] = statistics.median(lat)
+        res["restart_ms_p90"] = pct(lat, 90)
+        alloc = req(addr, "GET", "/v1/job/probe/allocations")[0]["ID"]
+        ev = req(addr, "GET", f"/v1/allocation/{alloc}")["TaskStates"]["t"]["Events"]
+        internal = [(b["Time"] - a["Time"]) / 1e6 for a, b in zip(ev, ev[1:]) if a["Type"] == "Terminated" and b["Type"] == "Restarting"]
+        starts = []
+        for i, e in enumerate(ev):
+            if e["Type"] == "Terminated":
+                nxt = [x for x in ev[i + 1:] if x["Type"] == "Started"]
+                if nxt:
+                    starts.append((nxt[0]["Time"] - e["Time"]) / 1e6)
+        if starts:
+            res["agent_terminated_to_started_ms_median"] = statistics.median(starts)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        try:
+            agent.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return res
+
+def main():
+    ap = argparse.ArgumentParser()
+    default_bin = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/nodeward/target")), "release", "nodeward")
+    ap.add_argument("--bin", default=default_bin)
+    ap.add_argument("--sizes", default="100,1000")
+    ap.add_argument("--kills", type=int, default=30)
+    a = ap.parse_args()
+    if not os.path.exists(a.bin):
+        raise SystemExit(f"{a.bin} not found: run 'cargo build --release' first")
+    results = [run_size(a.bin, int(n), a.kills) for n in a.sizes.split(",")]
+    print(f"{'N':>5} {'start s':>8} {'restart med ms':>15} {'p90 ms':>7} {'RSS MB':>7} {'PSS MB':>7} {'threads':>8} {'idle CPU ms/10s':>16}")
+    for r in results:
+        print(f"{r['N']:>5} {r['start_s']:>8.3f} {r['restart_ms_median']:>15.2f} {r['restart_ms_p90']:>7.2f} "
+              f"{r['Rss']:>7.1f} {r['Pss']:>7.1f} {r['Threads']:>8} {r['idle_cpu_ms_per_10s']:>16.2f}")
+    print(json.dumps(results, indent=1))
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+//! The agent: wires the subsystems together, restores state, serves the API, handles signals.
+//!
+//! Threads and how they stop:
+//! - the main thread runs [`run`]: it starts everything, then waits on the signal channel;
+//! - one signal thread (signal-hook) forwards SIGINT/SIGTERM/SIGHUP to the main thread; a second
+//!   SIGINT/SIGTERM during shutdown exits the process at once;
+//! - the state flusher, the API workers, the task runners (and their waiters and hooks' threads)
+//!   all watch the shutdown channel, a `Receiver<Never>` that disconnects when the agent drops its
+//!   sender.
+//!
+//! Shutdown order: stop taking API writes, tell systemd `STOPPING=1`, disconnect the shutdown
+//! channel (runners stop their tasks with kill signal and timeout, plugin calls and probes are
+//! cancelled), wait for the runners, write the state, stop the API, exit 0.
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::alloc::{AllocManager, Engine};
+use crate::config::AgentConfig;
+use crate::csi::registry::PluginRegistry;
+use crate::csi::supervisor::{CsiPluginHook, CsiSettings};
+use crate::driver::RawExec;
+use crate::state::{StateError, StateStore};
+use crate::task::hooks::{HookFactory, Never, TaskContext, TaskHook};
+use crate::task::mounts::{HostVolume, VolumeLookup, VolumeMountHook};
+use crate::task::runner::RunnerDeps;
+use crate::task::taskdir::TaskDirHook;
+use crate::util::systemd;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("cannot start: {0}")]
+    Start(String),
+}
+
+/// Static host volumes from the configuration.
+pub struct StaticVolumes {
+    volumes: BTreeMap<String, HostVolume>,
+    /// Guards: subscribers to volume changes. Static volumes never change, so nothing is sent.
+    subscribers: Mutex<Vec<Sender<()>>>,
+}
+
+impl StaticVolumes {
+    pub fn new(config: &AgentConfig) -> StaticVolumes {
+        let volumes = config
+            .host_volumes
+            .iter()
+            .map(|(name, v)| {
+                (
+                    name.clone(),
+                    HostVolume {
+                        name: name.clone(),
+                        path: v.path.clone(),
+                        read_only: v.read_only,
+                        id: None,
+                    },
+                )
+            })
+            .collect();
+        StaticVolumes {
+            volumes,
+            subscribers: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl VolumeLookup for StaticVolumes {
+    fn lookup(&self, name: &str) -> Option<HostVolume> {
+        self.volumes.get(name).cloned()
+    }
+
+    fn changes(&self) -> Receiver<()> {
+        let (tx, rx) = bounded(1);
+        self.subscribers.lock().push(tx);
+        rx
+    }
+}
+
+/// Builds every task's hooks: task directory, volume mounts, and the CSI plugin supervisor for a
+/// task with a `csi_plugin` block.
+pub struct AgentHooks {
+    pub volumes: Arc<dyn VolumeLookup>,
+    pub csi: Arc<PluginRegistry>,
+    pub csi_settings: CsiSettings,
+}
+
+impl HookFactory for AgentHooks {
+    fn hooks_for(&self, task: &TaskContext) -> Vec<Arc<dyn TaskHook>> {
+        let mut hooks: Vec<Arc<dyn TaskHook>> = vec![
+            Arc::new(TaskDirHook),
+            Arc::new(VolumeMountHook {
+                volumes: self.volumes.clone(),
+            }),
+        ];
+        if let Some(csi) = CsiPluginHook::new(task, self.csi.clone(), self.csi_settings) {
+            hooks.push(Arc::new(csi));
+        }
+        hooks
+    }
+}
+
+/// A running agent's parts, shared with the API.
+pub struct Agent {
+    pub config: AgentConfig,
+    pub node_id: String,
+    pub store: Arc<StateStore>,
+    pub allocs: Arc<AllocManager>,
+    pub volumes: Arc<dyn VolumeLookup>,
+    pub csi: Arc<PluginRegistry>,
+    pub started: std::time::Instant,
+    /// Dropped to shut everything down.
+    shutdown_tx: Mutex<Option<Sender<Never>>>,
+    pub shutdown: Receiver<Never>,
+}
+
+impl Agent {
+    /// Opens the state, restores allocations and returns the agent, ready to serve.
+    pub fn start(config: AgentConfig, fresh_state: bool) -> Result<Arc<Agent>, AgentError> {
+        let (store, state) = StateStore::open(&config.data_dir, fresh_state)?;
+        let (shutdown_tx, shutdown) = bounded::<Never>(0);
+        let volumes: Arc<dyn VolumeLookup> = Arc::new(StaticVolumes::new(&config));
+        let csi = Arc::new(PluginRegistry::new(store.node_id()));
+        csi.restore(state.csi_plugins.clone());
+        csi.attach_state(&store);
+        let engine = Engine {
+            data_dir: config.data_dir.clone(),
+            node_id: store.node_id().to_string(),
+            node_name: config.name.clone(),
+            deps: RunnerDeps {
+                driver: Arc::new(RawExec),
+                store: store.clone(),
+                shutdown: shutdown.clone(),
+            },
+            hooks: Arc::new(AgentHooks {
+                volumes: volumes.clone(),
+                csi: csi.clone(),
+                csi_settings: CsiSettings {
+                    probe_interval: config.csi_probe_interval,
+                },
+            }),
+            volumes: volumes.clone(),
+        };
+        let allocs = AllocManager::new(engine, store.clone());
+        store.register(allocs.clone());
+        allocs.restore(&state);
+        // A plugin registration whose allocation is gone has nobody to confirm it.
+        let known: std::collections::HashSet<String> = allocs.alloc_ids().into_iter().collect();
+        csi.retain_allocs(&|id| known.contains(id));
+        store.save()?;
+        let flusher_store = store.clone();
+        let flusher_stop = shutdown.clone();
+        crate::thread::spawn("state-flusher", move || {
+            flusher_store.run_flusher(flusher_stop)
+        })
+        .map_err(|e| AgentError::Start(format!("cannot start the state flusher: {e}")))?;
+        Ok(Arc::new(Agent {
+            node_id: store.node_id().to_string(),
+            config,
+            store,
+            allocs,
+            volumes,
+            csi,
+            started: std::time::Instant::now(),
+            shutdown_tx: Mutex::new(Some(shutdown_tx)),
+            shutdown,
+        }))
+    }
+
+    /// The node's attributes (`GET /v1/node/:id`).
+    pub fn node_attributes(&self) -> BTreeMap<String, String> {
+        let mut a = BTreeMap::new();
+        a.insert("kernel.name".to_string(), "linux".to_string());
+        if let Ok(r) = std::fs::read_to_string("/proc/sys/kernel/osrelease") {
+            a.insert("kernel.version".to_string(), r.trim().to_string());
+        }
+        a.insert("cpu.arch".to_string(), std::env::consts::ARCH.to_string());
+        if let Ok(n) = std::thread::available_parallelism() {
+            a.insert("cpu.numcores".to_string(), n.to_string());
+        }
+        a.insert("unique.hostname".to_string(), self.config.name.clone());
+        a.insert(
+            "nodeward.version".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        );
+        a.insert("driver.raw_exec".to_string(), "1".to_string());
+        a
+    }
+
+    /// `HostVolumes` of the node, keyed by name.
+    pub fn host_volumes_json(&self) -> serde_json::Value {
+        serde_json::Value::Object(Default::default())
+    }
+
+    /// `{"CSINodePlugins": ..., "CSIControllerPlugins": ...}`.
+    pub fn csi_json(&self) -> serde_json::Value {
+        self.csi.node_json()
+    }
+
+    /// Reloads what can be reloaded (SIGHUP): the log level from the configuration files (unless
+    /// `RUST_LOG` rules), plugin fingerprints and unavailable volumes.
+    pub fn reload(&self) {
+        log::info!("reloading (SIGHUP)");
+        if !self.config.sources.is_empty() {
+            match crate::config::load(&self.config.sources, self.config.dev) {
+                Ok(fresh) => set_log_level(&fresh.log_level),
+                Err(e) => log::error!("reload: {e}; keeping the running configuration"),
+            }
+        }
+    }
+
+    /// Stops every task and writes the state. Idempotent.
+    pub fn shutdown(&self) {
+        let Some(tx) = self.shutdown_tx.lock().take() else {
+            return;
+        };
+        systemd::notify("STOPPING=1");
+        log::info!("shutting down: stopping tasks");
+        drop(tx);
+        // Runners stop their tasks in parallel; each takes at most its kill_timeout and the reap.
+        self.allocs
+            .join_all(self.allocs.max_kill_timeout() + Duration::from_secs(35));
+        if let Err(e) = self.store.save() {
+            log::error!("{e}");
+        }
+        log::info!("shutdown complete");
+    }
+}
+
+/// Sets up logging: the configured level, unless `RUST_LOG` says otherwise. Logs go to stderr
+/// (the journal, under systemd).
+pub fn init_logging(level: &str) {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = env_logger::Builder::from_default_env()
+            .format_timestamp_millis()
+            .try_init();
+        return;
+    }
+    // nodeward's own records pass the filter at every level; the level in force is the global
+    // maximum, which SIGHUP can change.
+    let _ = env_logger::Builder::new()
+        .filter_level(log::LevelFilter::Warn)
+        .filter_module("nodeward", log::LevelFilter::Trace)
+        .format_timestamp_millis()
+        .try_init();
+    set_log_level(level);
+}
+
+fn set_log_level(level: &str) {
+    if std::env::var_os("RUST_LOG").is_some() {
+        return;
+    }
+    let filter = level.parse().unwrap_or(log::LevelFilter::Info);
+    log::set_max_level(filter);
+}
+
+/// Runs the agent until SIGINT or SIGTERM. Returns once the shutdown is complete.
+pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    init_logging(&config.log_level);
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|e| AgentError::Start(format!("cannot install signal handlers: {e}")))?;
+    let (sig_tx, sig_rx) = bounded::<i32>(16);
+    let signal_handle = signals.handle();
+    crate::thread::spawn("signals", move || {
+        let mut stopping = false;
+        for sig in signals.forever() {
+            if sig != SIGHUP {
+                if stopping {
+                    eprintln!("second signal received: exiting at once");
+                    std::process::exit(1);
+                }
+                stopping = true;
+            }
+            let _ = sig_tx.send(sig);
+        }
+    })
+    .map_err(|e| AgentError::Start(format!("cannot start the signal thread: {e}")))?;
+
+    if config.dev {
+        log::info!("dev mode: data in {}", config.data_dir.display());
+    }
+    let agent = Agent::start(config, fresh_state)?;
+    let api = crate::api::serve(agent.clone()).map_err(|e| AgentError::Start(e.to_string()))?;
+    log::info!(
+        "nodeward agent started: node {} ({}), API on http://{}",
+        agent.node_id,
+        agent.config.name,
+        api.local_addr()
+    );
+    systemd::notify("READY=1");
+    for sig in sig_rx.iter() {
+        if sig == SIGHUP {
+            agent.reload();
+            continue;
+        }
+        log::info!("received signal {sig}");
+        break;
+    }
+    api.stop_writes();
+    agent.shutdown();
+    api.stop();
+    signal_handle.close();
+    Ok(())
+}

@@ -1,0 +1,261 @@
+//! How the CLI prints things, as pure functions of the API's JSON (and of a time zone, so tests are
+//! exact).
+//!
+//! Tables look like Nomad's (columnize): left-aligned columns as wide as their widest cell, two
+//! spaces between columns, the last column not padded. Key/value blocks pad the keys and join with
+//! ` = `. Times are RFC 3339 in the local offset with seconds, as in agent.md.
+
+use chrono::{SecondsFormat, TimeZone};
+use serde_json::Value;
+use std::fmt::Display;
+
+/// Rows of cells as a table; the first row is the header. No trailing newline.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let mut widths = vec![0; columns];
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            let mut line = String::new();
+            for (i, cell) in row.iter().enumerate() {
+                if i + 1 < row.len() {
+                    line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+                } else {
+                    line.push_str(cell);
+                }
+            }
+            line.trim_end().to_string()
+        })
+        .collect();
+    lines.join("\n")
+}
+
+/// `Key = value` lines with the keys padded to the longest. No trailing newline.
+pub fn key_values(rows: &[(&str, String)]) -> String {
+    let width = rows
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
+    rows.iter()
+        .map(|(k, v)| format!("{k:<width$} = {v}").trim_end().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Unix nanoseconds as RFC 3339 with seconds in `tz` (`Z` for a zero offset, as Go prints it).
+pub fn rfc3339<Tz>(nanos: i64, tz: &Tz) -> String
+where
+    Tz: TimeZone,
+    Tz::Offset: Display,
+{
+    tz.timestamp_nanos(nanos)
+        .to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// The first 8 characters of an ID, as Nomad shows IDs in lists.
+pub fn short_id(id: &str) -> &str {
+    match id.char_indices().nth(8) {
+        Some((i, _)) => &id[..i],
+        None => id,
+    }
+}
+
+/// A string field of a JSON object ("" when absent or not a string).
+pub fn s<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// A field as text whatever its JSON type ("" when absent or null).
+pub fn text(v: &Value, key: &str) -> String {
+    match v.get(key) {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Bytes the way Nomad prints sizes (go-humanize `IBytes`): `0 B`, `47 MiB`, `1.5 GiB`.
+pub fn ibytes(n: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 10 {
+        return format!("{n} B");
+    }
+    let e = ((n as f64).ln() / 1024f64.ln()).floor() as usize;
+    let e = e.min(UNITS.len() - 1);
+    let val = ((n as f64) / 1024f64.powi(e as i32) * 10.0 + 0.5).floor() / 10.0;
+    if val < 10.0 {
+        format!("{val:.1} {}", UNITS[e])
+    } else {
+        format!("{val:.0} {}", UNITS[e])
+    }
+}
+
+/// `Recent Events:` and the table of a task's events, newest first.
+pub fn events_table<Tz>(events: &[Value], tz: &Tz) -> String
+where
+    Tz: TimeZone,
+    Tz::Offset: Display,
+{
+    let mut sorted: Vec<&Value> = events.iter().collect();
+    // Stable: events with the same time keep their recorded order, reversed.
+    sorted.reverse();
+    sorted.sort_by_key(|e| std::cmp::Reverse(e.get("Time").and_then(Value::as_i64).unwrap_or(0)));
+    let mut rows = vec![vec!["Time".into(), "Type".into(), "Description".into()]];
+    for e in sorted {
+        let time = e.get("Time").and_then(Value::as_i64).unwrap_or(0);
+        let description = match s(e, "DisplayMessage") {
+            "" => s(e, "Message"),
+            d => d,
+        };
+        rows.push(vec![
+            rfc3339(time, tz),
+            s(e, "Type").to_string(),
+            description.to_string(),
+        ]);
+    }
+    format!("Recent Events:\n{}", table(&rows))
+}
+
+/// The key/value block of one host volume (`volume status <id>`).
+pub fn volume_block(volume: &Value) -> String {
+    let capacity = volume
+        .get("CapacityBytes")
+        .and_then(Value::as_u64)
+        .map(ibytes)
+        .unwrap_or_else(|| "<none>".into());
+    key_values(&[
+        ("ID", s(volume, "ID").into()),
+        ("Name", s(volume, "Name").into()),
+        ("Namespace", s(volume, "Namespace").into()),
+        ("Plugin ID", s(volume, "PluginID").into()),
+        ("Node ID", s(volume, "NodeID").into()),
+        ("Node Pool", s(volume, "NodePool").into()),
+        ("Capacity", capacity),
+        ("State", s(volume, "State").into()),
+        ("Host Path", s(volume, "HostPath").into()),
+    ])
+}
+
+/// What `volume create` (verb `Created`) or `volume register` (`Registered`) prints for the API's
+/// `{"Volume": ...}` answer; `now` is the time printed above the block.
+pub fn volume_created(verb: &str, answer: &Value, now: &str) -> String {
+    let volume = answer.get("Volume").unwrap_or(answer);
+    let id = s(volume, "ID");
+    let state = s(volume, "State");
+    let mut out = format!(
+        "==> {verb} host volume {} with ID {id}\n",
+        s(volume, "Name")
+    );
+    if state == "ready" {
+        out.push_str(&format!("  ✓ Host volume {:?} ready\n", short_id(id)));
+    } else {
+        out.push_str(&format!(
+            "  ! Host volume {:?} is {state:?}\n",
+            short_id(id)
+        ));
+    }
+    out.push('\n');
+    out.push_str(&format!("    {now}\n"));
+    for line in volume_block(volume).lines() {
+        out.push_str(&format!("    {line}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::FixedOffset;
+    use serde_json::json;
+
+    #[test]
+    fn tables_pad_all_but_the_last_column() {
+        let rows = vec![
+            vec!["ID".to_string(), "Type".into(), "Status".into()],
+            vec!["example".to_string(), "service".into(), "running".into()],
+            vec!["b".to_string(), "".into(), "".into()],
+        ];
+        assert_eq!(
+            table(&rows),
+            "ID       Type     Status\nexample  service  running\nb"
+        );
+        assert_eq!(
+            key_values(&[
+                ("ID", "x".into()),
+                ("Node Pool", "default".into()),
+                ("E", "".into())
+            ]),
+            "ID        = x\nNode Pool = default\nE         ="
+        );
+    }
+
+    #[test]
+    fn events_are_newest_first_with_local_offset_times() {
+        // 2026-03-06T21:31:17Z and earlier.
+        let t = 1_772_832_677_000_000_000i64;
+        let events = vec![
+            json!({"Type": "Started", "Time": t - 40_000_000_000i64, "DisplayMessage": "Task started by client"}),
+            json!({"Type": "Plugin became unhealthy", "Time": t - 20_000_000_000i64,
+                   "DisplayMessage": "Error: CSI plugin failed probe: plugin reported not ready"}),
+            json!({"Type": "Terminated", "Time": t + 123_456_789, "DisplayMessage": "Exit Code: 137, Signal: 9"}),
+            json!({"Type": "Restarting", "Time": t + 500_000_000, "DisplayMessage": "Task restarting in 16.104906834s"}),
+        ];
+        let est = FixedOffset::west_opt(5 * 3600).unwrap();
+        let expected = "\
+Recent Events:
+Time                       Type                     Description
+2026-03-06T16:31:17-05:00  Restarting               Task restarting in 16.104906834s
+2026-03-06T16:31:17-05:00  Terminated               Exit Code: 137, Signal: 9
+2026-03-06T16:30:57-05:00  Plugin became unhealthy  Error: CSI plugin failed probe: plugin reported not ready
+2026-03-06T16:30:37-05:00  Started                  Task started by client";
+        assert_eq!(events_table(&events, &est), expected);
+        assert_eq!(rfc3339(t, &chrono::Utc), "2026-03-06T21:31:17Z");
+    }
+
+    #[test]
+    fn sizes_like_go_humanize() {
+        assert_eq!(ibytes(0), "0 B");
+        assert_eq!(ibytes(9), "9 B");
+        assert_eq!(ibytes(1023), "1023 B");
+        assert_eq!(ibytes(1024), "1.0 KiB");
+        assert_eq!(ibytes(49_283_072), "47 MiB");
+        assert_eq!(ibytes(1536 * 1024 * 1024), "1.5 GiB");
+        assert_eq!(short_id("1e1d4540-14f9-2515"), "1e1d4540");
+        assert_eq!(short_id("abc"), "abc");
+    }
+
+    #[test]
+    fn volume_create_output_matches_nomad() {
+        let answer = json!({"Volume": {
+            "ID": "1e1d4540-14f9-2515-8502-24d46291717d", "Name": "test", "Namespace": "default",
+            "PluginID": "mkdir", "NodeID": "ae118273-5416-3ed7-01dd-10fe8bf49e81",
+            "NodePool": "default", "CapacityBytes": 49_283_072u64, "State": "ready",
+            "HostPath": "/var/lib/nodeward/host_volumes/1e1d4540-14f9-2515-8502-24d46291717d"
+        }, "Warnings": ""});
+        let expected = "\
+==> Created host volume test with ID 1e1d4540-14f9-2515-8502-24d46291717d
+  ✓ Host volume \"1e1d4540\" ready
+
+    2024-12-05T17:06:46-05:00
+    ID        = 1e1d4540-14f9-2515-8502-24d46291717d
+    Name      = test
+    Namespace = default
+    Plugin ID = mkdir
+    Node ID   = ae118273-5416-3ed7-01dd-10fe8bf49e81
+    Node Pool = default
+    Capacity  = 47 MiB
+    State     = ready
+    Host Path = /var/lib/nodeward/host_volumes/1e1d4540-14f9-2515-8502-24d46291717d
+";
+        assert_eq!(
+            volume_created("Created", &answer, "2024-12-05T17:06:46-05:00"),
+            expected
+        );
+    }
+}

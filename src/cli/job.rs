@@ -1,0 +1,248 @@
+//! `job run`, `job status`, `job stop`, `job inspect`.
+
+use serde_json::{json, Value};
+use std::path::Path;
+
+use super::client::enc;
+use super::flags::{bool_flag, Parsed};
+use super::format::{self, s, short_id, table};
+use super::{failed, CmdError, CmdResult, Ctx, Spec};
+
+pub(super) const COMMANDS: &[&Spec] = &[&RUN, &STATUS, &STOP, &INSPECT];
+
+const RUN: Spec = Spec {
+    words: &["job", "run"],
+    flags: &[bool_flag("detach")],
+    args: (1, 1),
+    usage: "Usage: nodeward job run [-detach] <jobspec file>
+
+  Registers the job in the file: HCL (parsed by the agent) or, for a .json file, Nomad's API
+  JSON (`{\"Job\": {...}}` or the bare job), sent as it is.
+
+  -detach   Print the evaluation ID and return without listing the allocations.",
+    run,
+};
+
+const STATUS: Spec = Spec {
+    words: &["job", "status"],
+    flags: &[bool_flag("json")],
+    args: (0, 1),
+    usage: "Usage: nodeward job status [-json] [<job id>]
+
+  Lists the jobs, or shows one job (a unique ID prefix is enough) and its allocations.
+
+  -json     Print the API's JSON.",
+    run: status,
+};
+
+const STOP: Spec = Spec {
+    words: &["job", "stop"],
+    flags: &[bool_flag("purge"), bool_flag("detach")],
+    args: (1, 1),
+    usage: "Usage: nodeward job stop [-purge] <job id>
+
+  Stops the job's allocations, killing their tasks.
+
+  -purge    Also forget the job.",
+    run: stop,
+};
+
+const INSPECT: Spec = Spec {
+    words: &["job", "inspect"],
+    flags: &[bool_flag("json")],
+    args: (1, 1),
+    usage: "Usage: nodeward job inspect <job id>
+
+  Prints the job as JSON ({\"Job\": ...}), which `job run` accepts back from a .json file.",
+    run: inspect,
+};
+
+fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
+    let file = Path::new(&p.args[0]);
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| failed("reading job file", format!("{}: {e}", file.display())))?;
+    let is_json = file
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let job = if is_json {
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| failed("parsing job file", format!("{}: {e}", file.display())))?;
+        match v {
+            Value::Object(mut o) if o.contains_key("Job") => o.remove("Job").unwrap_or_default(),
+            other => other,
+        }
+    } else {
+        ctx.client
+            .post(
+                "/v1/jobs/parse",
+                &json!({"JobHCL": text, "Canonicalize": true}),
+            )
+            .map_err(|e| failed("parsing job file", e))?
+    };
+    let job_id = match s(&job, "ID") {
+        "" => s(&job, "Name").to_string(),
+        id => id.to_string(),
+    };
+    let answer = ctx
+        .client
+        .put("/v1/jobs", &json!({ "Job": job }))
+        .map_err(|e| failed("submitting job", e))?;
+    let eval = s(&answer, "EvalID").to_string();
+    let warnings = s(&answer, "Warnings").to_string();
+    if !warnings.is_empty() {
+        ctx.println(&format!("Job Warnings:\n{warnings}\n"));
+    }
+    if p.flag("detach") {
+        ctx.println("Job registration successful");
+        if !eval.is_empty() {
+            ctx.println(&format!("Evaluation ID: {eval}"));
+        }
+        return Ok(());
+    }
+    ctx.println(&format!("==> Job {job_id:?} registered"));
+    if !eval.is_empty() {
+        ctx.println(&format!("    Evaluation ID: {eval}"));
+    }
+    let allocs = ctx
+        .client
+        .get(&format!("/v1/job/{}/allocations", enc(&job_id)))
+        .map_err(|e| failed("listing allocations", e))?;
+    for alloc in allocs.as_array().into_iter().flatten() {
+        if s(alloc, "DesiredStatus") == "stop" {
+            continue;
+        }
+        ctx.println(&format!(
+            "    Allocation {:?} created: group {:?}, status {:?}",
+            short_id(s(alloc, "ID")),
+            s(alloc, "TaskGroup"),
+            s(alloc, "ClientStatus")
+        ));
+    }
+    Ok(())
+}
+
+fn status(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
+    let Some(id) = p.args.first() else {
+        let jobs = ctx
+            .client
+            .get("/v1/jobs")
+            .map_err(|e| failed("querying jobs", e))?;
+        if p.flag("json") {
+            ctx.print_json(&jobs);
+            return Ok(());
+        }
+        let jobs = jobs.as_array().cloned().unwrap_or_default();
+        if jobs.is_empty() {
+            ctx.println("No running jobs");
+            return Ok(());
+        }
+        let mut rows = vec![vec!["ID".to_string(), "Type".into(), "Status".into()]];
+        for j in &jobs {
+            rows.push(vec![
+                s(j, "ID").into(),
+                s(j, "Type").into(),
+                s(j, "Status").into(),
+            ]);
+        }
+        ctx.println(&table(&rows));
+        return Ok(());
+    };
+    let job = ctx
+        .client
+        .get(&format!("/v1/job/{}", enc(id)))
+        .map_err(|e| failed("querying job", e))?;
+    let full_id = s(&job, "ID").to_string();
+    let allocs = ctx
+        .client
+        .get(&format!("/v1/job/{}/allocations", enc(&full_id)))
+        .map_err(|e| failed("querying job allocations", e))?;
+    if p.flag("json") {
+        ctx.print_json(&json!({"Job": job, "Allocations": allocs}));
+        return Ok(());
+    }
+    ctx.println(&format::key_values(&[
+        ("ID", full_id.clone()),
+        ("Name", s(&job, "Name").into()),
+        ("Type", s(&job, "Type").into()),
+        ("Status", s(&job, "Status").into()),
+    ]));
+    ctx.println("");
+    ctx.println("Allocations");
+    let allocs = allocs.as_array().cloned().unwrap_or_default();
+    if allocs.is_empty() {
+        ctx.println("No allocations placed");
+        return Ok(());
+    }
+    ctx.println(&alloc_table(&allocs));
+    Ok(())
+}
+
+/// The allocations table of `job status <id>`.
+pub(super) fn alloc_table(allocs: &[Value]) -> String {
+    let mut rows = vec![vec![
+        "ID".to_string(),
+        "Task Group".into(),
+        "Desired".into(),
+        "Status".into(),
+        "Created".into(),
+    ]];
+    for a in allocs {
+        let created = a
+            .get("CreateTime")
+            .and_then(Value::as_i64)
+            .map(|t| format::rfc3339(t, &chrono::Local))
+            .unwrap_or_default();
+        rows.push(vec![
+            short_id(s(a, "ID")).into(),
+            s(a, "TaskGroup").into(),
+            s(a, "DesiredStatus").into(),
+            s(a, "ClientStatus").into(),
+            created,
+        ]);
+    }
+    table(&rows)
+}
+
+fn stop(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
+    let id = &p.args[0];
+    let purge = p.flag("purge");
+    let path = if purge {
+        format!("/v1/job/{}?purge=true", enc(id))
+    } else {
+        format!("/v1/job/{}", enc(id))
+    };
+    let answer = ctx
+        .client
+        .delete(&path)
+        .map_err(|e| failed("deregistering job", e))?;
+    let eval = s(&answer, "EvalID");
+    if p.flag("detach") {
+        ctx.println(eval);
+        return Ok(());
+    }
+    let what = if purge {
+        "stopped and purged"
+    } else {
+        "stopped"
+    };
+    ctx.println(&format!("==> Job {id:?} {what}"));
+    if !eval.is_empty() {
+        ctx.println(&format!("    Evaluation ID: {eval}"));
+    }
+    Ok(())
+}
+
+fn inspect(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
+    let job = ctx
+        .client
+        .get(&format!("/v1/job/{}", enc(&p.args[0])))
+        .map_err(|e| failed("inspecting job", e))?;
+    if job.is_null() {
+        return Err(CmdError::Failed(format!(
+            "Error inspecting job: no job {:?}",
+            p.args[0]
+        )));
+    }
+    ctx.print_json(&json!({ "Job": job }));
+    Ok(())
+}

@@ -1,0 +1,372 @@
+//! Agent configuration (agent.md): HCL or JSON files, merged in order, then validated once into
+//! [`AgentConfig`]. `-dev` gives a throw-away configuration with data in a fresh temporary directory.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::util::duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {path}: {reason}")]
+    Parse { path: PathBuf, reason: String },
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticVolume {
+    pub path: PathBuf,
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub data_dir: PathBuf,
+    pub name: String,
+    pub node_pool: String,
+    pub bind_addr: IpAddr,
+    pub http_port: u16,
+    pub log_level: String,
+    /// The ACL token, read from `acl.token_file`. Never logged.
+    pub token: Option<String>,
+    /// With a token: reads need it too.
+    pub acl_reads: bool,
+    pub host_volume_plugin_dir: PathBuf,
+    pub host_volumes_dir: PathBuf,
+    pub csi_probe_interval: Duration,
+    pub host_volumes: BTreeMap<String, StaticVolume>,
+    pub dev: bool,
+    /// The `-config` arguments, re-read on SIGHUP.
+    pub sources: Vec<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    data_dir: Option<String>,
+    name: Option<String>,
+    node_pool: Option<String>,
+    bind_addr: Option<String>,
+    ports: Option<RawPorts>,
+    log_level: Option<String>,
+    acl: Option<RawAcl>,
+    client: Option<RawClient>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPorts {
+    http: Option<u16>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAcl {
+    token_file: Option<String>,
+    /// Also require the token for reads.
+    enforce_reads: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClient {
+    host_volume_plugin_dir: Option<String>,
+    host_volumes_dir: Option<String>,
+    csi_probe_interval: Option<String>,
+    host_volume: Option<BTreeMap<String, RawHostVolume>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHostVolume {
+    path: String,
+    #[serde(default)]
+    read_only: bool,
+}
+
+impl RawConfig {
+    /// Later files win field by field; host volumes merge by name.
+    fn merge(&mut self, other: RawConfig) {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
+        }
+        take!(data_dir, name, node_pool, bind_addr, log_level);
+        if let Some(p) = other.ports {
+            self.ports.get_or_insert_with(Default::default).http =
+                p.http.or(self.ports.as_ref().and_then(|x| x.http));
+        }
+        if let Some(a) = other.acl {
+            let mine = self.acl.get_or_insert_with(Default::default);
+            if a.token_file.is_some() {
+                mine.token_file = a.token_file;
+            }
+            if a.enforce_reads.is_some() {
+                mine.enforce_reads = a.enforce_reads;
+            }
+        }
+        if let Some(c) = other.client {
+            let mine = self.client.get_or_insert_with(Default::default);
+            if c.host_volume_plugin_dir.is_some() {
+                mine.host_volume_plugin_dir = c.host_volume_plugin_dir;
+            }
+            if c.host_volumes_dir.is_some() {
+                mine.host_volumes_dir = c.host_volumes_dir;
+            }
+            if c.csi_probe_interval.is_some() {
+                mine.csi_probe_interval = c.csi_probe_interval;
+            }
+            if let Some(v) = c.host_volume {
+                mine.host_volume
+                    .get_or_insert_with(Default::default)
+                    .extend(v);
+            }
+        }
+    }
+}
+
+fn parse_file(path: &Path) -> Result<RawConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let parsed = if path.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str::<RawConfig>(&text).map_err(|e| e.to_string())
+    } else {
+        hcl::from_str::<RawConfig>(&text).or_else(|strict| {
+            // One-line blocks with several attributes, as the documentation writes them.
+            let (normal, map) = crate::util::hcl_lines::normalize(&text);
+            hcl::from_str::<RawConfig>(&normal)
+                .map_err(|e| map.fix_message(&e.to_string()))
+                .map_err(|e| if is_syntax(&e) { strict.to_string() } else { e })
+        })
+    };
+    parsed.map_err(|reason| ConfigError::Parse {
+        path: path.to_path_buf(),
+        reason,
+    })
+}
+
+fn is_syntax(message: &str) -> bool {
+    message.contains("expected") && message.contains("line")
+}
+
+/// The files named by `-config` arguments: a directory contributes its `*.hcl` and `*.json`
+/// files in name order.
+fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ConfigError> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|source| ConfigError::Read {
+                    path: p.clone(),
+                    source,
+                })?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|e| e == "hcl" || e == "json"))
+                .collect();
+            files.sort();
+            out.extend(files);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Loads and validates the configuration. `dev` starts from the `-dev` defaults.
+pub fn load(paths: &[PathBuf], dev: bool) -> Result<AgentConfig, ConfigError> {
+    let mut raw = RawConfig::default();
+    for f in expand(paths)? {
+        raw.merge(parse_file(&f)?);
+    }
+    let mut config = validate(raw, dev)?;
+    config.sources = paths.to_vec();
+    Ok(config)
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
+    let data_dir = match (&raw.data_dir, dev) {
+        (Some(d), _) => PathBuf::from(d),
+        (None, true) => std::env::temp_dir().join(format!("nodeward-dev-{}", uuid::Uuid::new_v4())),
+        (None, false) => PathBuf::from("/var/lib/nodeward"),
+    };
+    if !data_dir.is_absolute() {
+        return Err(ConfigError::Invalid(format!(
+            "data_dir must be an absolute path, got {:?}",
+            data_dir.display().to_string()
+        )));
+    }
+    let bind_addr: IpAddr = raw
+        .bind_addr
+        .as_deref()
+        .unwrap_or("127.0.0.1")
+        .parse()
+        .map_err(|_| {
+            ConfigError::Invalid(format!(
+                "bind_addr {:?} is not an IP address",
+                raw.bind_addr.clone().unwrap_or_default()
+            ))
+        })?;
+    let log_level = raw
+        .log_level
+        .clone()
+        .unwrap_or_else(|| if dev { "debug" } else { "info" }.to_string())
+        .to_lowercase();
+    if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
+        return Err(ConfigError::Invalid(format!(
+            "log_level must be one of error, warn, info, debug, trace; got {log_level:?}"
+        )));
+    }
+    let (token, acl_reads) = match raw.acl {
+        Some(RawAcl {
+            token_file: Some(f),
+            enforce_reads,
+        }) => {
+            let t = std::fs::read_to_string(&f).map_err(|source| ConfigError::Read {
+                path: PathBuf::from(&f),
+                source,
+            })?;
+            let t = t.trim().to_string();
+            if t.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "acl token_file {f:?} is empty"
+                )));
+            }
+            (Some(t), enforce_reads.unwrap_or(false))
+        }
+        _ => (None, false),
+    };
+    let client = raw.client.unwrap_or_default();
+    let csi_probe_interval = match &client.csi_probe_interval {
+        Some(s) => duration::parse(s)
+            .map_err(|e| ConfigError::Invalid(format!("client.csi_probe_interval: {e}")))?,
+        None => Duration::from_secs(30),
+    };
+    if csi_probe_interval < Duration::from_millis(100) {
+        return Err(ConfigError::Invalid(
+            "client.csi_probe_interval must be at least 100ms".to_string(),
+        ));
+    }
+    let mut host_volumes = BTreeMap::new();
+    for (name, v) in client.host_volume.unwrap_or_default() {
+        let path = PathBuf::from(&v.path);
+        if !path.is_absolute() {
+            return Err(ConfigError::Invalid(format!(
+                "client.host_volume {name:?}: path must be absolute, got {:?}",
+                v.path
+            )));
+        }
+        host_volumes.insert(
+            name,
+            StaticVolume {
+                path,
+                read_only: v.read_only,
+            },
+        );
+    }
+    Ok(AgentConfig {
+        host_volume_plugin_dir: client
+            .host_volume_plugin_dir
+            .map(PathBuf::from)
+            .unwrap_or_else(|| data_dir.join("host_volume_plugins")),
+        host_volumes_dir: client
+            .host_volumes_dir
+            .map(PathBuf::from)
+            .unwrap_or_else(|| data_dir.join("host_volumes")),
+        data_dir,
+        name: raw.name.unwrap_or_else(host_name),
+        node_pool: raw.node_pool.unwrap_or_else(|| "default".to_string()),
+        bind_addr,
+        http_port: raw.ports.and_then(|p| p.http).unwrap_or(4656),
+        log_level,
+        token,
+        acl_reads,
+        csi_probe_interval,
+        host_volumes,
+        dev,
+        sources: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(name: &str, body: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("nodeward-cfg-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(name);
+        std::fs::write(&p, body).unwrap();
+        p
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let p = write(
+            "agent.hcl",
+            r#"
+data_dir  = "/var/lib/nodeward"
+name      = "node-1"
+node_pool = "default"
+bind_addr = "127.0.0.1"
+ports { http = 4656 }
+log_level = "info"
+client {
+  host_volume_plugin_dir = "/var/lib/nodeward/host_volume_plugins"
+  host_volumes_dir       = "/var/lib/nodeward/host_volumes"
+  csi_probe_interval     = "30s"
+  host_volume "shared" { path = "/srv/shared"  read_only = true }
+  host_volume "scratch" { path = "/srv/scratch" }
+}
+"#,
+        );
+        let c = load(&[p], false).unwrap();
+        assert_eq!(c.name, "node-1");
+        assert_eq!(c.http_port, 4656);
+        assert_eq!(c.csi_probe_interval, Duration::from_secs(30));
+        assert_eq!(
+            c.host_volumes["shared"],
+            StaticVolume {
+                path: "/srv/shared".into(),
+                read_only: true
+            }
+        );
+        assert!(!c.host_volumes["scratch"].read_only);
+    }
+
+    #[test]
+    fn later_files_win_and_unknown_fields_are_errors() {
+        let a = write("a.hcl", "name = \"a\"\nports { http = 1 }\n");
+        let b = write("b.json", "{\"name\": \"b\"}");
+        let c = load(&[a, b], true).unwrap();
+        assert_eq!(c.name, "b");
+        assert_eq!(c.http_port, 1);
+        let bad = write("bad.hcl", "nmae = \"x\"\n");
+        let err = load(std::slice::from_ref(&bad), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("nmae") && err.contains(&bad.display().to_string()),
+            "{err}"
+        );
+        let bad = write("bad2.hcl", "log_level = \"loud\"\n");
+        assert!(load(&[bad], false).is_err());
+    }
+}

@@ -1,0 +1,463 @@
+//! Task drivers. nodeward has one, `raw_exec`: a local process with no isolation.
+//!
+//! Protocol: [`Driver::start`] spawns the task's process in a process group of its own and one
+//! waiter thread for it. The waiter pumps the process's stdout and stderr into rotated log files
+//! (so a chatty task never blocks on a full pipe) and watches a pidfd; when the process exits it
+//! reaps it, SIGKILLs whatever is left of its process group (no process of a task outlives it),
+//! and sends one [`ExitStatus`] on [`TaskProcess::exited`]. The task runner owns the
+//! [`TaskProcess`] and signals the group through it.
+
+pub mod logs;
+
+use crossbeam_channel::{bounded, Receiver};
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::jobspec::LogConfig;
+use logs::{RotatingFile, Stream};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("exec: {command:?}: executable file not found in $PATH")]
+    NotFound { command: String },
+    #[error("failed to start {command:?}: {source}")]
+    Spawn { command: String, source: io::Error },
+    #[error("user {user:?} not found")]
+    UnknownUser { user: String },
+    #[error("cannot run as user {user:?}: the agent is not running as root")]
+    NotRoot { user: String },
+    #[error("cannot watch process {pid}: {source}")]
+    Watch { pid: i32, source: io::Error },
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct StartSpec {
+    pub command: String,
+    pub args: Vec<String>,
+    /// The complete environment of the process.
+    pub env: BTreeMap<String, String>,
+    pub cwd: PathBuf,
+    pub user: Option<String>,
+    /// `alloc/logs`.
+    pub log_dir: PathBuf,
+    pub task_name: String,
+    pub logs: LogConfig,
+    /// Names the waiter thread.
+    pub thread_name: String,
+}
+
+/// How a process ended: a signal `S` reads as exit code `128 + S`, the way shells and Nomad say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitStatus {
+    pub exit_code: i32,
+    pub signal: i32,
+}
+
+impl ExitStatus {
+    pub fn success(&self) -> bool {
+        self.exit_code == 0 && self.signal == 0
+    }
+}
+
+/// A running task process.
+pub struct TaskProcess {
+    pub pid: i32,
+    /// Start time in clock ticks since boot, to tell a reused PID apart.
+    pub start_ticks: u64,
+    /// Receives one status when the process has exited and been reaped.
+    pub exited: Receiver<ExitStatus>,
+}
+
+impl TaskProcess {
+    /// Sends `signal` to the task's whole process group.
+    pub fn signal_group(&self, signal: i32) -> io::Result<()> {
+        signal_group(self.pid, signal)
+    }
+}
+
+/// Sends `signal` to process group `pgid`. A group that is already gone is not an error.
+pub fn signal_group(pgid: i32, signal: i32) -> io::Result<()> {
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+    let rc = unsafe { libc::kill(-pgid, signal) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::ESRCH) {
+        return Ok(());
+    }
+    Err(err)
+}
+
+pub trait Driver: Send + Sync {
+    fn start(&self, spec: &StartSpec) -> Result<TaskProcess, DriverError>;
+}
+
+/// The `raw_exec` driver.
+#[derive(Debug, Default)]
+pub struct RawExec;
+
+impl Driver for RawExec {
+    fn start(&self, spec: &StartSpec) -> Result<TaskProcess, DriverError> {
+        let program = resolve_command(&spec.command, spec.env.get("PATH").map(String::as_str))
+            .ok_or_else(|| DriverError::NotFound {
+                command: spec.command.clone(),
+            })?;
+        let mut cmd = Command::new(&program);
+        cmd.args(&spec.args)
+            .env_clear()
+            .envs(&spec.env)
+            .current_dir(&spec.cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        if let Some(user) = &spec.user {
+            let (uid, gid) = lookup_user(user)?;
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                return Err(DriverError::NotRoot { user: user.clone() });
+            }
+            cmd.uid(uid).gid(gid);
+        }
+        let mut child = cmd.spawn().map_err(|source| DriverError::Spawn {
+            command: spec.command.clone(),
+            source,
+        })?;
+        let pid = child.id() as i32;
+        let pidfd = match pidfd_open(pid) {
+            Ok(fd) => fd,
+            Err(source) => {
+                let _ = signal_group(pid, libc::SIGKILL);
+                let _ = child.wait();
+                return Err(DriverError::Watch { pid, source });
+            }
+        };
+        let start_ticks = process_start_ticks(pid).unwrap_or(0);
+        let (tx, exited) = bounded(1);
+        let stdout = RotatingFile::open(
+            &spec.log_dir,
+            &spec.task_name,
+            Stream::Stdout,
+            spec.logs.max_files,
+            spec.logs.max_file_size_mb,
+        );
+        let stderr = RotatingFile::open(
+            &spec.log_dir,
+            &spec.task_name,
+            Stream::Stderr,
+            spec.logs.max_files,
+            spec.logs.max_file_size_mb,
+        );
+        let waiter = Waiter {
+            pid,
+            pidfd,
+            stdout: child
+                .stdout
+                .take()
+                .map(|s| (std::fs::File::from(OwnedFd::from(s)), stdout)),
+            stderr: child
+                .stderr
+                .take()
+                .map(|s| (std::fs::File::from(OwnedFd::from(s)), stderr)),
+        };
+        let spawned = crate::thread::spawn(spec.thread_name.clone(), move || {
+            let status = waiter.run(child);
+            let _ = tx.send(status);
+        });
+        if let Err(e) = spawned {
+            let _ = signal_group(pid, libc::SIGKILL);
+            return Err(DriverError::Watch { pid, source: e });
+        }
+        Ok(TaskProcess {
+            pid,
+            start_ticks,
+            exited,
+        })
+    }
+}
+
+/// Resolves `command` through `path` (the task's PATH, else the agent's), like `exec.LookPath`.
+pub fn resolve_command(command: &str, path: Option<&str>) -> Option<PathBuf> {
+    if command.is_empty() {
+        return None;
+    }
+    if command.contains('/') {
+        let p = PathBuf::from(command);
+        return is_executable(&p).then_some(p);
+    }
+    let agent_path = std::env::var("PATH").ok();
+    let path = path
+        .map(str::to_string)
+        .or(agent_path)
+        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".to_string());
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(command))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// The uid and gid of `user`.
+pub fn lookup_user(user: &str) -> Result<(u32, u32), DriverError> {
+    let unknown = || DriverError::UnknownUser {
+        user: user.to_string(),
+    };
+    let name = CString::new(user).map_err(|_| unknown())?;
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: all pointers are valid for the duration of the call; buf outlives the use of pwd's
+    // string fields, and only the numeric ids are read.
+    let rc = unsafe {
+        libc::getpwnam_r(
+            name.as_ptr(),
+            &mut pwd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    if rc != 0 || result.is_null() {
+        return Err(unknown());
+    }
+    Ok((pwd.pw_uid, pwd.pw_gid))
+}
+
+fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new file descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the syscall returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Field 22 of `/proc/<pid>/stat`: when the process started, in clock ticks since boot.
+pub fn process_start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses; fields after it follow the last ')'.
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether `pid` is alive and is the same process that started at `start_ticks`.
+pub fn same_process_alive(pid: i32, start_ticks: u64) -> bool {
+    pid > 0 && process_start_ticks(pid) == Some(start_ticks)
+}
+
+struct Waiter {
+    pid: i32,
+    pidfd: OwnedFd,
+    stdout: Option<(std::fs::File, RotatingFile)>,
+    stderr: Option<(std::fs::File, RotatingFile)>,
+}
+
+/// After the process exits, how long the waiter keeps copying output from the pipes (held open by a
+/// child that escaped the process group) before it gives up on them.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+impl Waiter {
+    fn run(mut self, mut child: Child) -> ExitStatus {
+        let mut status = None;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut drain_deadline: Option<std::time::Instant> = None;
+        loop {
+            let mut fds = Vec::with_capacity(3);
+            let mut which = Vec::with_capacity(3);
+            for (i, s) in [&self.stdout, &self.stderr].into_iter().enumerate() {
+                if let Some((fd, _)) = s {
+                    fds.push(libc::pollfd {
+                        fd: fd.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    });
+                    which.push(i);
+                }
+            }
+            if status.is_none() {
+                fds.push(libc::pollfd {
+                    fd: self.pidfd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+                which.push(2);
+            }
+            if fds.is_empty() {
+                break;
+            }
+            let timeout_ms = match drain_deadline {
+                None => -1,
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    left.as_millis().min(i32::MAX as u128) as i32
+                }
+            };
+            // SAFETY: fds is a valid array of pollfd for the duration of the call.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+            if n < 0 {
+                let err = io::Error::last_os_error();
+                if err.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                log::error!("poll on task {} failed: {err}", self.pid);
+                break;
+            }
+            for (pfd, &w) in fds.iter().zip(&which) {
+                if pfd.revents == 0 {
+                    continue;
+                }
+                match w {
+                    2 => {
+                        status = Some(reap(&mut child));
+                        // Whatever the task started and left behind dies with it.
+                        let _ = signal_group(self.pid, libc::SIGKILL);
+                        drain_deadline = Some(std::time::Instant::now() + DRAIN_AFTER_EXIT);
+                    }
+                    i => {
+                        let slot = if i == 0 {
+                            &mut self.stdout
+                        } else {
+                            &mut self.stderr
+                        };
+                        if let Some((pipe, file)) = slot {
+                            // poll said readable: this read returns at once.
+                            match pipe.read(&mut buf) {
+                                Ok(0) => *slot = None,
+                                Ok(n) => {
+                                    if let Err(e) = file.write(&buf[..n]) {
+                                        log::warn!("cannot write log of task {}: {e}", self.pid);
+                                    }
+                                }
+                                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                                Err(_) => *slot = None,
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        status.unwrap_or_else(|| reap(&mut child))
+    }
+}
+
+fn reap(child: &mut Child) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    match child.wait() {
+        Ok(st) => match (st.code(), st.signal()) {
+            (_, Some(sig)) => ExitStatus {
+                exit_code: 128 + sig,
+                signal: sig,
+            },
+            (Some(code), None) => ExitStatus {
+                exit_code: code,
+                signal: 0,
+            },
+            (None, None) => ExitStatus {
+                exit_code: -1,
+                signal: 0,
+            },
+        },
+        Err(e) => {
+            log::error!("cannot reap task process {}: {e}", child.id());
+            ExitStatus {
+                exit_code: -1,
+                signal: 0,
+            }
+        }
+    }
+}
+
+/// Stops the process group led by `pid`, which is not a child of this agent (an agent that crashed
+/// started it): the kill signal, up to `timeout` for it to go, then SIGKILL for the whole group.
+/// This runs once per task at agent start, so a short poll of `/proc` is the simple way to wait.
+pub fn stop_foreign_group(pid: i32, start_ticks: u64, signal: i32, timeout: Duration) {
+    let _ = signal_group(pid, signal);
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline && same_process_alive(pid, start_ticks) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = signal_group(pid, libc::SIGKILL);
+}
+
+/// A process of a task, found through `/proc`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    pub pid: i32,
+    pub pgid: i32,
+    pub alloc_id: String,
+    pub task: String,
+}
+
+/// Finds processes whose environment marks them as a task of one of `alloc_ids`
+/// (`NOMAD_ALLOC_ID` and `NOMAD_TASK_NAME`). After an agent crash this finds a task process even
+/// when the crash came before its PID reached the state file.
+pub fn find_task_processes(alloc_ids: &std::collections::HashSet<String>) -> Vec<Leftover> {
+    let mut found = Vec::new();
+    if alloc_ids.is_empty() {
+        return found;
+    }
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let mut alloc = None;
+        let mut task = None;
+        for var in environ.split(|b| *b == 0) {
+            if let Some(v) = var.strip_prefix(b"NOMAD_ALLOC_ID=") {
+                alloc = Some(String::from_utf8_lossy(v).into_owned());
+            } else if let Some(v) = var.strip_prefix(b"NOMAD_TASK_NAME=") {
+                task = Some(String::from_utf8_lossy(v).into_owned());
+            }
+        }
+        let (Some(alloc_id), Some(task)) = (alloc, task) else {
+            continue;
+        };
+        if !alloc_ids.contains(&alloc_id) {
+            continue;
+        }
+        // SAFETY: getpgid takes a pid and returns its group or -1.
+        let pgid = unsafe { libc::getpgid(pid) };
+        if pgid > 0 {
+            found.push(Leftover {
+                pid,
+                pgid,
+                alloc_id,
+                task,
+            });
+        }
+    }
+    found
+}

@@ -1,0 +1,506 @@
+//! The task runner: one OS thread per task that runs it, restarts it and records its events.
+//!
+//! Protocol:
+//! - Commands ([`TaskCommand`]: kill, restart, signal) arrive on the runner's command channel from
+//!   the API. Dropping every sender of that channel counts as a kill.
+//! - Hooks' background work (the CSI supervisor) sends [`HookRequest`]s tagged with the run they
+//!   belong to; a request for a run that is over, or that arrives once a kill began, is dropped.
+//! - The process waiter (see [`crate::driver`]) sends one exit status per run.
+//! - The agent's shutdown channel disconnects when the agent stops: the runner stops the process
+//!   with its kill signal and timeout, leaves the task `pending` (it starts again when the agent
+//!   restarts), runs the stop hooks and returns.
+//!
+//! Every wait is a `select!` over the awaited thing, the command channel, the hook channel and the
+//! shutdown channel, so nothing blocks beyond a kill or a shutdown. *Kill* (the task ends for good)
+//! and *shutdown* (the agent ends) are kept apart.
+
+use crossbeam_channel::{after, bounded, select, unbounded, Receiver, Sender};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::driver::{self, Driver, ExitStatus, StartSpec, TaskProcess};
+use crate::jobspec::{interpolate::interpolate, validate::signal_number, JobType};
+use crate::state::StateStore;
+use crate::task::events::{now_nanos, now_rfc3339, TaskEvent, TaskState, TaskStatus};
+use crate::task::hooks::{HookRequest, Never, RunHandle, TaskContext, TaskHook};
+use crate::task::restart::{Decision, RestartTracker, RunEnd};
+
+/// How long the runner waits for a process to be reaped after SIGKILL before it gives up on it.
+const REAP_AFTER_SIGKILL: Duration = Duration::from_secs(30);
+
+/// A command from the API to a task.
+#[derive(Debug, Clone)]
+pub enum TaskCommand {
+    /// Stop the task for good (alloc stop, job stop).
+    Kill,
+    /// A user's `alloc restart`: restart at once, not counted by the policy.
+    Restart,
+    /// Send a signal to the task's process group.
+    Signal { signal: i32, name: String },
+}
+
+/// What every runner shares.
+#[derive(Clone)]
+pub struct RunnerDeps {
+    pub driver: Arc<dyn Driver>,
+    pub store: Arc<StateStore>,
+    /// Disconnects when the agent shuts down.
+    pub shutdown: Receiver<Never>,
+}
+
+/// The owner's side of a running task runner.
+pub struct TaskRunnerHandle {
+    commands: Sender<TaskCommand>,
+    join: Option<std::thread::JoinHandle<Option<()>>>,
+}
+
+impl TaskRunnerHandle {
+    pub fn send(&self, cmd: TaskCommand) {
+        let _ = self.commands.send(cmd);
+    }
+
+    /// Waits for the runner thread to end.
+    pub fn join(&mut self) {
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.join.as_ref().is_none_or(|j| j.is_finished())
+    }
+}
+
+/// Starts the runner thread of one task. `restored` is set when the agent picks the task up again
+/// from its state file.
+pub fn spawn(
+    ctx: TaskContext,
+    hooks: Vec<Arc<dyn TaskHook>>,
+    state: Arc<Mutex<TaskState>>,
+    deps: RunnerDeps,
+    restored: bool,
+) -> std::io::Result<TaskRunnerHandle> {
+    let (commands, command_rx) = unbounded();
+    let (hook_tx, hook_rx) = unbounded();
+    let batch = ctx.job.job_type == JobType::Batch;
+    let runner = TaskRunner {
+        tracker: RestartTracker::new(ctx.task.restart_policy, batch),
+        ctx,
+        hooks,
+        state,
+        deps,
+        commands: command_rx,
+        hook_tx,
+        hook_rx,
+        origin: Instant::now(),
+        run_id: 0,
+    };
+    let name = format!(
+        "task-{}-{}",
+        short(&runner.ctx.alloc_id),
+        runner.ctx.task.name
+    );
+    let join = crate::thread::spawn(name, move || runner.run(restored))?;
+    Ok(TaskRunnerHandle {
+        commands,
+        join: Some(join),
+    })
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(8)]
+}
+
+struct TaskRunner {
+    ctx: TaskContext,
+    hooks: Vec<Arc<dyn TaskHook>>,
+    /// Shared with the allocation registry, which the API reads.
+    state: Arc<Mutex<TaskState>>,
+    deps: RunnerDeps,
+    commands: Receiver<TaskCommand>,
+    hook_tx: Sender<HookRequest>,
+    hook_rx: Receiver<HookRequest>,
+    tracker: RestartTracker,
+    origin: Instant,
+    run_id: u64,
+}
+
+/// How the wait for a running process ended.
+enum Waited {
+    Ended(RunEnd, ExitStatus),
+    /// The agent is shutting down; the process was stopped.
+    Shutdown(ExitStatus),
+}
+
+/// How a restart delay ended.
+enum Slept {
+    Elapsed,
+    Killed,
+    Shutdown,
+}
+
+impl TaskRunner {
+    fn update(&self, f: impl FnOnce(&mut TaskState)) {
+        f(&mut self.state.lock());
+        self.deps.store.save_soon();
+    }
+
+    fn emit(&self, event: TaskEvent) {
+        self.update(|s| s.push(event));
+    }
+
+    fn run(mut self, restored: bool) {
+        if restored {
+            self.stop_leftover();
+        } else {
+            self.emit(TaskEvent::received(now_nanos()));
+            self.emit(TaskEvent::task_setup(now_nanos()));
+        }
+        // Between runs a kill is seen by the restart delay; before the first run, here.
+        if self.killed_before_start() {
+            return self.finish_killed();
+        }
+        loop {
+            let mut env = self.base_env();
+            for hook in &self.hooks {
+                if let Err(e) = hook.prestart(&self.ctx, &mut env) {
+                    log::warn!(
+                        "task {} of alloc {}: {} hook failed: {e}",
+                        self.ctx.task.name,
+                        self.ctx.alloc_id,
+                        hook.name()
+                    );
+                    self.emit(TaskEvent::setup_failure(now_nanos(), &e.0, true));
+                    return self.finish_dead(false);
+                }
+            }
+            let spec = self.start_spec(env);
+            let (end, status) = match self.deps.driver.start(&spec) {
+                Err(e) => {
+                    self.emit(TaskEvent::driver_failure(now_nanos(), &e.to_string()));
+                    (RunEnd::StartFailed, None)
+                }
+                Ok(process) => match self.supervise(process) {
+                    Waited::Ended(end, status) => (end, Some(status)),
+                    Waited::Shutdown(status) => {
+                        self.emit(TaskEvent::terminated(
+                            now_nanos(),
+                            status.exit_code,
+                            status.signal,
+                            "",
+                        ));
+                        self.update(|s| {
+                            s.state = TaskStatus::Pending;
+                            s.pid = None;
+                            s.pid_start_ticks = None;
+                        });
+                        return self.run_stop_hooks();
+                    }
+                },
+            };
+            if let Some(status) = status {
+                self.emit(TaskEvent::terminated(
+                    now_nanos(),
+                    status.exit_code,
+                    status.signal,
+                    "",
+                ));
+            }
+            let decision = self
+                .tracker
+                .decide(end, self.origin.elapsed(), fastrand::f64());
+            match decision {
+                Decision::Killed => return self.finish_killed(),
+                Decision::NotRestarting { reason } => {
+                    self.emit(TaskEvent::not_restarting(now_nanos(), &reason));
+                    return self.finish_dead(true);
+                }
+                Decision::Complete { reason } => {
+                    log::info!(
+                        "task {} of alloc {} complete: {reason}",
+                        self.ctx.task.name,
+                        self.ctx.alloc_id
+                    );
+                    return self.finish_dead(false);
+                }
+                Decision::Restart { delay, reason } => {
+                    self.emit(TaskEvent::restarting(now_nanos(), delay, &reason));
+                    self.update(|s| s.state = TaskStatus::Pending);
+                    match self.sleep(delay) {
+                        Slept::Elapsed => {}
+                        Slept::Killed => return self.finish_killed(),
+                        Slept::Shutdown => return self.run_stop_hooks(),
+                    }
+                    self.update(|s| {
+                        s.restarts += 1;
+                        s.last_restart = Some(now_rfc3339());
+                    });
+                }
+            }
+        }
+    }
+
+    /// A kill that arrived before the first start (or between runs) ends the task without running it.
+    fn killed_before_start(&self) -> bool {
+        loop {
+            match self.commands.try_recv() {
+                Ok(TaskCommand::Kill) => return true,
+                Ok(_) => continue,
+                Err(crossbeam_channel::TryRecvError::Empty) => return false,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return true,
+            }
+        }
+    }
+
+    /// Runs one started process until it exits, is killed or restarted, or the agent shuts down.
+    fn supervise(&mut self, process: TaskProcess) -> Waited {
+        self.run_id += 1;
+        let run_id = self.run_id;
+        self.update(|s| {
+            s.state = TaskStatus::Running;
+            s.started_at = Some(now_rfc3339());
+            s.finished_at = None;
+            s.pid = Some(process.pid);
+            s.pid_start_ticks = Some(process.start_ticks);
+        });
+        self.emit(TaskEvent::started(now_nanos()));
+        // Hooks' background work watches `done`: dropping `done_tx` tells it the run is over.
+        let (done_tx, done_rx) = bounded::<Never>(0);
+        let handle = RunHandle::new(
+            run_id,
+            done_rx,
+            self.deps.shutdown.clone(),
+            self.hook_tx.clone(),
+        );
+        for hook in &self.hooks {
+            hook.poststart(&self.ctx, handle.clone());
+        }
+        drop(handle);
+        let mut done_tx = Some(done_tx);
+        let task = &self.ctx.task;
+        let kill_signal = signal_number(&task.kill_signal).unwrap_or(libc::SIGINT);
+        let waited = loop {
+            select! {
+                recv(process.exited) -> status => {
+                    let status = status.unwrap_or(ExitStatus { exit_code: -1, signal: 0 });
+                    break Waited::Ended(RunEnd::Exited { success: status.success() }, status);
+                }
+                recv(self.commands) -> cmd => match cmd {
+                    Ok(TaskCommand::Signal { signal, name }) => {
+                        self.emit(TaskEvent::signaling(now_nanos(), &name, ""));
+                        if let Err(e) = process.signal_group(signal) {
+                            log::warn!("cannot signal task {}: {e}", task.name);
+                        }
+                    }
+                    Ok(TaskCommand::Restart) => {
+                        done_tx = None;
+                        self.emit(TaskEvent::restart_signaled(now_nanos(), ""));
+                        let status = self.stop_process(&process, kill_signal);
+                        break Waited::Ended(RunEnd::UserRestart, status);
+                    }
+                    Ok(TaskCommand::Kill) | Err(_) => {
+                        done_tx = None;
+                        self.emit(TaskEvent::killing(now_nanos(), task.kill_timeout));
+                        let status = self.stop_process(&process, kill_signal);
+                        break Waited::Ended(RunEnd::Killed, status);
+                    }
+                },
+                recv(self.hook_rx) -> req => match req {
+                    Ok(HookRequest::Emit { run_id: r, event }) if r == run_id => self.emit(*event),
+                    Ok(HookRequest::Restart { run_id: r, events, failure }) if r == run_id => {
+                        done_tx = None;
+                        for e in events {
+                            self.emit(e);
+                        }
+                        let status = self.stop_process(&process, kill_signal);
+                        let end = if failure { RunEnd::FailureRestart } else { RunEnd::UserRestart };
+                        break Waited::Ended(end, status);
+                    }
+                    _ => {}
+                },
+                recv(self.deps.shutdown) -> _ => {
+                    done_tx = None;
+                    let status = self.stop_process(&process, kill_signal);
+                    break Waited::Shutdown(status);
+                }
+            }
+        };
+        drop(done_tx);
+        self.update(|s| {
+            s.finished_at = Some(now_rfc3339());
+            s.pid = None;
+            s.pid_start_ticks = None;
+        });
+        for hook in &self.hooks {
+            hook.exited(&self.ctx);
+        }
+        waited
+    }
+
+    /// Sends the kill signal to the process group, waits `kill_timeout`, then SIGKILLs the group.
+    fn stop_process(&self, process: &TaskProcess, signal: i32) -> ExitStatus {
+        let lost = ExitStatus {
+            exit_code: -1,
+            signal: 0,
+        };
+        if let Err(e) = process.signal_group(signal) {
+            log::warn!("cannot signal task {}: {e}", self.ctx.task.name);
+        }
+        select! {
+            recv(process.exited) -> st => return st.unwrap_or(lost),
+            recv(after(self.ctx.task.kill_timeout)) -> _ => {}
+        }
+        let _ = process.signal_group(libc::SIGKILL);
+        select! {
+            recv(process.exited) -> st => st.unwrap_or(lost),
+            recv(after(REAP_AFTER_SIGKILL)) -> _ => {
+                log::error!("task {} (pid {}) did not die after SIGKILL", self.ctx.task.name, process.pid);
+                lost
+            }
+        }
+    }
+
+    /// Sleeps the restart delay; a kill ends the task at once, a user restart skips the delay.
+    fn sleep(&self, delay: Duration) -> Slept {
+        let timer = if delay.is_zero() {
+            crossbeam_channel::at(Instant::now())
+        } else {
+            after(delay)
+        };
+        loop {
+            select! {
+                recv(timer) -> _ => return Slept::Elapsed,
+                recv(self.commands) -> cmd => match cmd {
+                    Ok(TaskCommand::Kill) | Err(_) => return Slept::Killed,
+                    Ok(TaskCommand::Restart) => return Slept::Elapsed,
+                    Ok(TaskCommand::Signal { .. }) => {}
+                },
+                recv(self.hook_rx) -> _ => {}
+                recv(self.deps.shutdown) -> _ => return Slept::Shutdown,
+            }
+        }
+    }
+
+    fn finish_killed(&self) {
+        self.emit(TaskEvent::killed(now_nanos()));
+        self.finish_dead(false)
+    }
+
+    fn finish_dead(&self, failed: bool) {
+        self.update(|s| {
+            s.state = TaskStatus::Dead;
+            if failed {
+                s.failed = true;
+            }
+            if s.finished_at.is_none() {
+                s.finished_at = Some(now_rfc3339());
+            }
+            s.pid = None;
+            s.pid_start_ticks = None;
+        });
+        self.run_stop_hooks();
+    }
+
+    fn run_stop_hooks(&self) {
+        for hook in &self.hooks {
+            hook.stop(&self.ctx);
+        }
+        self.deps.store.save_soon();
+    }
+
+    /// A process recorded by an agent that crashed may still run: stop it before starting again, so
+    /// the task never runs twice.
+    fn stop_leftover(&self) {
+        let (pid, ticks) = {
+            let s = self.state.lock();
+            (s.pid, s.pid_start_ticks)
+        };
+        if let (Some(pid), Some(ticks)) = (pid, ticks) {
+            if driver::same_process_alive(pid, ticks) {
+                log::info!(
+                    "stopping leftover process {pid} of task {} (alloc {})",
+                    self.ctx.task.name,
+                    self.ctx.alloc_id
+                );
+                let signal = signal_number(&self.ctx.task.kill_signal).unwrap_or(libc::SIGINT);
+                driver::stop_foreign_group(pid, ticks, signal, self.ctx.task.kill_timeout);
+            }
+        }
+        self.update(|s| {
+            s.pid = None;
+            s.pid_start_ticks = None;
+        });
+    }
+
+    /// The agent's environment, then `NOMAD_*`, then the task's `env` (task wins), interpolated.
+    fn base_env(&self) -> BTreeMap<String, String> {
+        let ctx = &self.ctx;
+        let mut env: BTreeMap<String, String> = std::env::vars().collect();
+        let task_dir = ctx.task_dir.display().to_string();
+        let nomad = [
+            ("NOMAD_ALLOC_ID", ctx.alloc_id.clone()),
+            (
+                "NOMAD_ALLOC_DIR",
+                ctx.alloc_dir.join("alloc").display().to_string(),
+            ),
+            ("NOMAD_TASK_DIR", format!("{task_dir}/local")),
+            ("NOMAD_SECRETS_DIR", format!("{task_dir}/secrets")),
+            ("NOMAD_TASK_NAME", ctx.task.name.clone()),
+            ("NOMAD_GROUP_NAME", ctx.group.clone()),
+            ("NOMAD_JOB_NAME", ctx.job.name.clone()),
+            ("NOMAD_JOB_ID", ctx.job.id.clone()),
+            ("NOMAD_NODE_ID", ctx.node_id.clone()),
+            ("NOMAD_NODE_NAME", ctx.node_name.clone()),
+        ];
+        for (k, v) in nomad {
+            env.insert(k.to_string(), v);
+        }
+        for (k, v) in &ctx.task.env {
+            env.insert(k.clone(), v.clone());
+        }
+        env
+    }
+
+    /// Interpolates `${...}` in command, args and env values from the final environment.
+    fn start_spec(&self, mut env: BTreeMap<String, String>) -> StartSpec {
+        let agent_env: BTreeMap<String, String> = std::env::vars().collect();
+        let lookup_in = |env: &BTreeMap<String, String>, name: &str| -> Option<String> {
+            match name {
+                "node.unique.id" => Some(self.ctx.node_id.clone()),
+                "node.unique.name" => Some(self.ctx.node_name.clone()),
+                _ => name
+                    .strip_prefix("env.")
+                    .and_then(|v| agent_env.get(v).cloned())
+                    .or_else(|| env.get(name).cloned()),
+            }
+        };
+        let snapshot = env.clone();
+        for (k, v) in env.iter_mut() {
+            if self.ctx.task.env.contains_key(k) {
+                *v = interpolate(v, &|n| lookup_in(&snapshot, n));
+            }
+        }
+        let lookup = |n: &str| lookup_in(&env, n);
+        let task = &self.ctx.task;
+        let command = interpolate(&task.config.command, &lookup);
+        let args = task
+            .config
+            .args
+            .iter()
+            .map(|a| interpolate(a, &lookup))
+            .collect();
+        StartSpec {
+            command,
+            args,
+            cwd: self.ctx.task_dir.clone(),
+            user: task.user.clone(),
+            log_dir: self.ctx.alloc_dir.join("alloc").join("logs"),
+            task_name: task.name.clone(),
+            logs: task.log_config,
+            thread_name: format!("wait-{}-{}", short(&self.ctx.alloc_id), task.name),
+            env,
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! The test harness: runs the real `nodeward` binary on a temporary data directory and a loopback
+//! port chosen by the kernel, and talks to it over HTTP and through its CLI.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_nodeward");
+
+/// A fresh temporary directory, removed when dropped. Its path is short: CSI sockets live under
+/// `<data_dir>/client/csi/plugins/<alloc id>/` and a unix socket path has at most 107 bytes.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let short = &uuid::Uuid::new_v4().simple().to_string()[..10];
+        let p = std::env::temp_dir().join(format!("nw-{}-{short}", &tag[..tag.len().min(6)]));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub struct TestAgent {
+    pub child: Option<Child>,
+    pub dir: PathBuf,
+    pub data_dir: PathBuf,
+    pub config: PathBuf,
+    pub addr: String,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+fn http_agent() -> ureq::Agent {
+    ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build(),
+    )
+}
+
+impl TestAgent {
+    /// Starts an agent in `dir` with `extra` appended to its configuration.
+    pub fn start_in(dir: &Path, extra: &str) -> TestAgent {
+        let data_dir = dir.join("data");
+        let config = dir.join("agent.hcl");
+        std::fs::write(
+            &config,
+            format!(
+                "data_dir = \"{}\"\nname = \"test-node\"\nlog_level = \"debug\"\nports {{ http = 0 }}\n{extra}\n",
+                data_dir.display()
+            ),
+        )
+        .unwrap();
+        Self::launch(dir, data_dir, config, &[])
+    }
+
+    pub fn launch(dir: &Path, data_dir: PathBuf, config: PathBuf, args: &[&str]) -> TestAgent {
+        let mut child = Command::new(BIN)
+            .arg("agent")
+            .arg("-config")
+            .arg(&config)
+            .args(args)
+            .env("RUST_LOG", "nodeward=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start nodeward agent");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log2 = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(i) = line.find("API on http://") {
+                    let _ = tx.send(line[i + "API on http://".len()..].trim().to_string());
+                }
+                if std::env::var_os("NODEWARD_TEST_LOG").is_some() {
+                    eprintln!("agent: {line}");
+                }
+                log2.lock().unwrap().push(line);
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(a) => a,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "agent did not start; its log:\n{}",
+                    log.lock().unwrap().join("\n")
+                );
+            }
+        };
+        TestAgent {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+            data_dir,
+            config,
+            addr,
+            log,
+        }
+    }
+
+    /// Starts the agent again on the same data directory and configuration.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop the agent first");
+        let mut again = Self::launch(&self.dir, self.data_dir.clone(), self.config.clone(), &[]);
+        self.child = again.child.take();
+        self.addr = again.addr.clone();
+        self.log = again.log.clone();
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn request(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+        let url = self.url(path);
+        // A connection per request: tests send refused bodies after which the server closes the
+        // connection, and they must not depend on how a client pools.
+        let http = http_agent();
+        let resp = match (method, body) {
+            ("GET", _) => http.get(&url).call(),
+            ("DELETE", _) => http.delete(&url).call(),
+            ("PUT", b) => http.put(&url).send(b.unwrap_or("")),
+            ("POST", b) => http.post(&url).send(b.unwrap_or("")),
+            _ => panic!("method {method}"),
+        };
+        let mut resp = resp.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        (status, text)
+    }
+
+    pub fn get(&self, path: &str) -> Value {
+        let (status, body) = self.request("GET", path, None);
+        assert_eq!(status, 200, "GET {path}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+    }
+
+    pub fn put_json(&self, path: &str, body: &Value) -> (u16, String) {
+        self.request("PUT", path, Some(&body.to_string()))
+    }
+
+    /// Registers a job given as HCL through the API (parse, then register); returns the job ID.
+    pub fn run_hcl(&self, hcl: &str) -> String {
+        let (status, job) = self.request(
+            "POST",
+            "/v1/jobs/parse",
+            Some(&serde_json::json!({"JobHCL": hcl}).to_string()),
+        );
+        assert_eq!(status, 200, "parse: {job}");
+        let job: Value = serde_json::from_str(&job).unwrap();
+        let (status, body) = self.put_json("/v1/jobs", &serde_json::json!({"Job": job}));
+        assert_eq!(status, 200, "register: {body}");
+        job["ID"].as_str().unwrap().to_string()
+    }
+
+    /// The allocations of a job.
+    pub fn allocs(&self, job: &str) -> Vec<Value> {
+        self.get(&format!("/v1/job/{job}/allocations"))
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The only allocation of a job, waiting for it to exist.
+    pub fn alloc_id(&self, job: &str) -> String {
+        let allocs = self.allocs(job);
+        assert_eq!(allocs.len(), 1, "{allocs:?}");
+        allocs[0]["ID"].as_str().unwrap().to_string()
+    }
+
+    pub fn task_state(&self, alloc: &str, task: &str) -> Value {
+        self.get(&format!("/v1/allocation/{alloc}"))["TaskStates"][task].clone()
+    }
+
+    /// `(Type, DisplayMessage)` of a task's events, oldest first.
+    pub fn events(&self, alloc: &str, task: &str) -> Vec<(String, String)> {
+        self.task_state(alloc, task)["Events"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|e| {
+                (
+                    e["Type"].as_str().unwrap_or("").to_string(),
+                    e["DisplayMessage"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Runs the CLI against this agent.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .env("NODEWARD_ADDR", format!("http://{}", self.addr))
+            .output()
+            .expect("run nodeward CLI")
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    /// Sends `signal` and waits for the agent to exit; returns its exit code.
+    pub fn stop_with(&mut self, signal: i32, timeout: Duration) -> Option<i32> {
+        let mut child = self.child.take()?;
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return st.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("agent did not exit within {timeout:?} of signal {signal}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for TestAgent {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = self.stop_with(libc::SIGTERM, Duration::from_secs(30));
+        }
+    }
+}
+
+/// Polls `f` until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `pid` is a live process (a zombie counts as dead).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => {
+            let state = s
+                .rsplit_once(')')
+                .map(|(_, r)| r.trim_start().chars().next());
+            !matches!(state, Some(Some('Z')) | Some(Some('X')))
+        }
+        Err(_) => false,
+    }
+}
+
+/// PIDs of live processes whose command line contains `needle`.
+pub fn pids_with(needle: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) && alive(pid) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use nodeward::state::{StateFile, StateStore};
 use nodeward::task::hooks::Never;
 use nodeward::volume::plugin::Timeouts;
-use nodeward::volume::{ManagerConfig, StaticVolume, VolumeManager, VolumeState};
+use nodeward::config::StaticVolume;
+use nodeward::task::mounts::VolumeLookup;
+use nodeward::volume::{ManagerConfig, VolumeManager, VolumeState};
 
 struct Node {
     data: PathBuf,
@@ -59,7 +61,7 @@ fn script(dir: &Path, name: &str, body: &str) {
     fs::rename(&tmp, dir.join(name)).unwrap();
 }
 
-fn node(data: &Path, timeout: Duration, statics: Vec<StaticVolume>) -> Node {
+fn node(data: &Path, timeout: Duration, statics: BTreeMap<String, StaticVolume>) -> Node {
     let (store, state) = StateStore::open(data, false).unwrap();
     let (stop, shutdown): (Sender<Never>, Receiver<Never>) = bounded(0);
     let mut config = ManagerConfig::new(data, store.node_id(), "default");
@@ -69,7 +71,7 @@ fn node(data: &Path, timeout: Duration, statics: Vec<StaticVolume>) -> Node {
         delete: timeout,
     };
     config.restore_deadline = Duration::from_secs(30);
-    let mgr = VolumeManager::new(config, store.clone(), statics, shutdown).unwrap();
+    let mgr = VolumeManager::new(config, store.clone(), &statics, shutdown).unwrap();
     Node {
         data: data.to_path_buf(),
         store,
@@ -80,7 +82,7 @@ fn node(data: &Path, timeout: Duration, statics: Vec<StaticVolume>) -> Node {
 }
 
 fn fresh(timeout: Duration) -> Node {
-    node(&tempdir("vol").join("data"), timeout, Vec::new())
+    node(&tempdir("vol").join("data"), timeout, BTreeMap::new())
 }
 
 /// A plugin that answers a volume under the volumes directory and records its arguments and its
@@ -522,25 +524,27 @@ fn register_checks_the_host_path() {
     let body = serde_json::to_vec(&json!({"Volume": {"Name": "r", "HostPath": dir}}));
     let answer = n.mgr.register_json(&body.unwrap()).unwrap();
     assert_eq!(answer["Volume"]["State"], "ready");
-    assert_eq!(n.mgr.lookup("r").unwrap().path, dir.display().to_string());
+    assert_eq!(n.mgr.lookup("r").unwrap().path, dir);
     assert!(n.on_disk().host_volumes[0].registered);
 }
 
 #[test]
 fn dynamic_volume_overrides_a_static_one_and_wakes_subscribers() {
     let data = tempdir("vol").join("data");
-    let statics = vec![StaticVolume {
-        name: "shared".into(),
-        path: "/srv/shared".into(),
-        read_only: true,
-    }];
+    let statics = BTreeMap::from([(
+        "shared".to_string(),
+        StaticVolume {
+            path: "/srv/shared".into(),
+            read_only: true,
+        },
+    )]);
     let n = node(&data, Duration::from_secs(30), statics);
     let hv = n.mgr.host_volumes();
     assert_eq!(
         serde_json::to_value(&hv["shared"]).unwrap(),
         json!({"Name": "shared", "Path": "/srv/shared", "ReadOnly": true, "ID": ""})
     );
-    let woken = n.mgr.subscribe();
+    let woken = n.mgr.changes();
     assert!(n.mgr.lookup("fresh").is_none());
     let answer = n
         .create(json!({"Name": "fresh", "PluginID": "mkdir"}))
@@ -570,7 +574,7 @@ fn restore_is_partial_and_retries_bring_volumes_back() {
     script(&plugins, "two", answer);
     let registered = tempdir("regpath");
     let ids = {
-        let n = node(&data, Duration::from_secs(30), Vec::new());
+        let n = node(&data, Duration::from_secs(30), BTreeMap::new());
         let a = n.create(json!({"Name": "a", "PluginID": "one"})).unwrap();
         let b = n.create(json!({"Name": "b", "PluginID": "two"})).unwrap();
         let c = n.create(json!({"Name": "c", "PluginID": "mkdir"})).unwrap();
@@ -582,7 +586,7 @@ fn restore_is_partial_and_retries_bring_volumes_back() {
     fs::rename(&two, data.join("two.away")).unwrap();
     fs::remove_dir(&registered).unwrap();
 
-    let n = node(&data, Duration::from_secs(30), Vec::new());
+    let n = node(&data, Duration::from_secs(30), BTreeMap::new());
     assert_eq!(n.state.host_volumes.len(), 4);
     let report = n.mgr.restore(n.state.host_volumes.clone());
     let mut want_ready = vec![ids[0].clone(), ids[2].clone()];

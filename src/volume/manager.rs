@@ -17,7 +17,7 @@
 //! under an overall deadline; a disconnect of the shutdown channel kills plugins in flight. A
 //! volume that fails becomes `unavailable` with the reason; it stays in the state file.
 //!
-//! Subscribers ([`VolumeManager::subscribe`]) get a coalesced `()` after every change to the set of
+//! Subscribers ([`VolumeLookup::changes`]) get a coalesced `()` after every change to the set of
 //! ready volumes; an allocation waiting for a volume selects over that, its kill and shutdown.
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 
 use super::plugin::{self, Plugin, PluginError, Plugins, Timeouts, VolumeRequest};
 use super::spec::{self, Capability, SpecError, VolumeSpec};
+use crate::config::{AgentConfig, StaticVolume};
 use crate::state::{Snapshot, StateError, StateFile, StateStore};
+use crate::task::mounts::{HostVolume, VolumeLookup};
 use crate::task::events::now_nanos;
 use crate::task::hooks::Never;
 
@@ -159,23 +161,6 @@ impl VolumeRecord {
     }
 }
 
-/// A `host_volume "name" { path read_only }` block of the agent configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StaticVolume {
-    pub name: String,
-    pub path: String,
-    pub read_only: bool,
-}
-
-/// What an allocation needs to mount a volume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostVolumeInfo {
-    /// `None` for a static volume.
-    pub id: Option<String>,
-    pub path: String,
-    pub read_only: bool,
-}
-
 /// One entry of the node's `HostVolumes`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "PascalCase")]
@@ -211,6 +196,15 @@ impl ManagerConfig {
             timeouts: Timeouts::default(),
             restore_parallelism: RESTORE_PARALLELISM,
             restore_deadline: RESTORE_DEADLINE,
+        }
+    }
+
+    /// From the agent's configuration: its plugin and volumes directories and node pool.
+    pub fn from_agent(config: &AgentConfig, node_id: &str) -> ManagerConfig {
+        ManagerConfig {
+            plugin_dir: config.host_volume_plugin_dir.clone(),
+            volumes_dir: config.host_volumes_dir.clone(),
+            ..ManagerConfig::new(&config.data_dir, node_id, &config.node_pool)
         }
     }
 }
@@ -283,7 +277,8 @@ impl Registry {
 pub struct VolumeManager {
     plugins: Plugins,
     store: Arc<StateStore>,
-    statics: BTreeMap<String, StaticVolume>,
+    /// Static volumes from the agent configuration, by name. Never change.
+    statics: BTreeMap<String, HostVolume>,
     shutdown: Receiver<Never>,
     restore_parallelism: usize,
     restore_deadline: Duration,
@@ -301,7 +296,7 @@ impl VolumeManager {
     pub fn new(
         config: ManagerConfig,
         store: Arc<StateStore>,
-        statics: Vec<StaticVolume>,
+        statics: &BTreeMap<String, StaticVolume>,
         shutdown: Receiver<Never>,
     ) -> Result<Arc<VolumeManager>, VolumeError> {
         use std::os::unix::fs::DirBuilderExt;
@@ -326,7 +321,18 @@ impl VolumeManager {
                 timeouts: config.timeouts,
             },
             store: store.clone(),
-            statics: statics.into_iter().map(|s| (s.name.clone(), s)).collect(),
+            statics: statics
+                .iter()
+                .map(|(name, s)| {
+                    let volume = HostVolume {
+                        name: name.clone(),
+                        path: s.path.clone(),
+                        read_only: s.read_only,
+                        id: None,
+                    };
+                    (name.clone(), volume)
+                })
+                .collect(),
             shutdown,
             restore_parallelism: config.restore_parallelism.max(1),
             restore_deadline: config.restore_deadline,
@@ -851,7 +857,7 @@ impl VolumeManager {
                     s.name.clone(),
                     HostVolumeConfig {
                         name: s.name.clone(),
-                        path: s.path.clone(),
+                        path: s.path.display().to_string(),
                         read_only: s.read_only,
                         id: String::new(),
                     },
@@ -875,60 +881,15 @@ impl VolumeManager {
         out
     }
 
-    /// The volume named `name`, if it is ready (dynamic) or configured (static).
-    pub fn lookup(&self, name: &str) -> Option<HostVolumeInfo> {
-        {
-            let reg = self.registry.lock();
-            let ready = reg
-                .volumes
-                .values()
-                .find(|e| e.record.name == name && e.state == VolumeState::Ready);
-            if let Some(e) = ready {
-                return Some(HostVolumeInfo {
-                    id: Some(e.record.id.clone()),
-                    path: e.record.host_path.clone(),
-                    read_only: false,
-                });
-            }
-        }
-        self.statics.get(name).map(|s| HostVolumeInfo {
-            id: None,
-            path: s.path.clone(),
-            read_only: s.read_only,
-        })
-    }
-
-    /// A channel that receives `()` after every change to the ready volumes (coalesced: at most
-    /// one is queued). Drop the receiver to unsubscribe.
-    pub fn subscribe(&self) -> Receiver<()> {
-        let (tx, rx) = bounded(1);
-        self.subscribers.lock().push(tx);
-        rx
-    }
-
     fn notify(&self) {
         self.subscribers
             .lock()
             .retain(|tx| !matches!(tx.try_send(()), Err(TrySendError::Disconnected(_))));
     }
 
-    /// Records that allocation `alloc_id` uses the volume named `name`.
-    pub fn claim(&self, name: &str, alloc_id: &str) {
-        self.registry
-            .lock()
-            .users
-            .entry(name.to_string())
-            .or_default()
-            .insert(alloc_id.to_string());
-    }
-
-    /// Forgets allocation `alloc_id` on every volume.
-    pub fn release(&self, alloc_id: &str) {
-        let mut reg = self.registry.lock();
-        reg.users.retain(|_, allocs| {
-            allocs.remove(alloc_id);
-            !allocs.is_empty()
-        });
+    /// `HostVolumes` as the node's JSON (`GET /v1/node/:id`).
+    pub fn host_volumes_json(&self) -> Value {
+        serde_json::to_value(self.host_volumes()).unwrap_or_default()
     }
 
     /// A copy of one volume's record (full ID).
@@ -1044,5 +1005,53 @@ impl Snapshot for VolumeManager {
             .filter(|e| e.persisted)
             .map(|e| e.record.clone())
             .collect();
+    }
+}
+
+/// What allocations see: ready dynamic volumes first (they override static ones of the same name),
+/// then static ones; a signal after every change; which allocations use which volume.
+impl VolumeLookup for VolumeManager {
+    fn lookup(&self, name: &str) -> Option<HostVolume> {
+        {
+            let reg = self.registry.lock();
+            let ready = reg
+                .volumes
+                .values()
+                .find(|e| e.record.name == name && e.state == VolumeState::Ready);
+            if let Some(e) = ready {
+                return Some(HostVolume {
+                    name: name.to_string(),
+                    path: PathBuf::from(&e.record.host_path),
+                    read_only: false,
+                    id: Some(e.record.id.clone()),
+                });
+            }
+        }
+        self.statics.get(name).cloned()
+    }
+
+    /// Receives `()` after every change to the ready volumes (coalesced: at most one is queued).
+    /// Dropping the receiver unsubscribes.
+    fn changes(&self) -> Receiver<()> {
+        let (tx, rx) = bounded(1);
+        self.subscribers.lock().push(tx);
+        rx
+    }
+
+    fn claim(&self, name: &str, alloc_id: &str) {
+        self.registry
+            .lock()
+            .users
+            .entry(name.to_string())
+            .or_default()
+            .insert(alloc_id.to_string());
+    }
+
+    fn release(&self, alloc_id: &str) {
+        let mut reg = self.registry.lock();
+        reg.users.retain(|_, allocs| {
+            allocs.remove(alloc_id);
+            !allocs.is_empty()
+        });
     }
 }

@@ -13,6 +13,5 @@ pub mod plugin;
 pub mod spec;
 
 pub use manager::{
-    HostVolumeConfig, HostVolumeInfo, ManagerConfig, StaticVolume, VolumeError, VolumeManager,
-    VolumeRecord, VolumeState,
+    HostVolumeConfig, ManagerConfig, VolumeError, VolumeManager, VolumeRecord, VolumeState,
 };

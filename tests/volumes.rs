@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nodeward::config::StaticVolume;
 use nodeward::state::{StateFile, StateStore};
 use nodeward::task::hooks::Never;
-use nodeward::volume::plugin::Timeouts;
-use nodeward::config::StaticVolume;
 use nodeward::task::mounts::VolumeLookup;
+use nodeward::volume::plugin::Timeouts;
 use nodeward::volume::{ManagerConfig, VolumeManager, VolumeState};
 
 struct Node {

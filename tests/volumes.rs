@@ -663,3 +663,38 @@ echo "{\"path\": \"$DHV_VOLUMES_DIR/$DHV_VOLUME_ID\"}""#,
     assert_eq!(mem, hv);
     assert!(!mem.is_empty());
 }
+
+#[test]
+fn restore_has_an_overall_deadline() {
+    let data = tempdir("vol").join("data");
+    let plugins = data.join("host_volume_plugins");
+    script(
+        &plugins,
+        "flaky",
+        r#"if [ -e "${0%/*}/hang" ]; then /bin/sleep 1000; fi
+echo "{\"path\": \"$DHV_VOLUMES_DIR/$DHV_VOLUME_ID\"}""#,
+    );
+    let id = {
+        let n = node(&data, Duration::from_secs(30), BTreeMap::new());
+        let a = n.create(json!({"Name": "a", "PluginID": "flaky"})).unwrap();
+        a["Volume"]["ID"].as_str().unwrap().to_string()
+    };
+    fs::write(plugins.join("hang"), "").unwrap();
+    let (store, state) = StateStore::open(&data, false).unwrap();
+    let (_stop, shutdown) = bounded::<Never>(0);
+    let mut config = ManagerConfig::new(&data, store.node_id(), "default");
+    config.restore_deadline = Duration::from_secs(1);
+    let mgr = VolumeManager::new(config, store, &BTreeMap::new(), shutdown).unwrap();
+    let report = mgr.restore(state.host_volumes);
+    assert_eq!(
+        report.unavailable,
+        vec![(
+            id.clone(),
+            format!(
+                "error creating volume \"{id}\" with plugin \"flaky\": restore did not finish within 1s; the plugin was killed"
+            )
+        )]
+    );
+    fs::remove_file(plugins.join("hang")).unwrap();
+    assert_eq!(mgr.retry_unavailable().ready, vec![id]);
+}

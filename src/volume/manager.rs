@@ -820,11 +820,23 @@ impl VolumeManager {
             .plugins
             .lookup(&record.plugin_id)
             .map_err(|e| e.to_string())?;
+        let clamped = left < self.plugins.timeouts.create;
         let timeout = left.min(self.plugins.timeouts.create);
         let created = self
             .plugins
             .create_with_timeout(&plugin, &record.request(), timeout, &self.shutdown)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| match e {
+                PluginError::Create {
+                    volume_id,
+                    plugin,
+                    failure: plugin::Failure::TimedOut(_),
+                } if clamped => format!(
+                    "error creating volume {volume_id:?} with plugin {plugin:?}: restore did not \
+                     finish within {}; the plugin was killed",
+                    crate::util::duration::format(self.restore_deadline)
+                ),
+                e => e.to_string(),
+            })?;
         Ok(VolumeRecord {
             host_path: created.path,
             capacity_bytes: created.bytes,
@@ -1053,5 +1065,72 @@ impl VolumeLookup for VolumeManager {
             allocs.remove(alloc_id);
             !allocs.is_empty()
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, name: &str) -> (String, Entry) {
+        let record = VolumeRecord {
+            id: id.to_string(),
+            name: name.to_string(),
+            namespace: "default".to_string(),
+            plugin_id: "mkdir".to_string(),
+            node_id: String::new(),
+            node_pool: String::new(),
+            requested_capacity_min_bytes: 0,
+            requested_capacity_max_bytes: 0,
+            requested_capabilities: Vec::new(),
+            parameters: BTreeMap::new(),
+            host_path: "/x".to_string(),
+            capacity_bytes: 0,
+            registered: false,
+            create_time: 0,
+            modify_time: 0,
+        };
+        let e = Entry {
+            record,
+            state: VolumeState::Ready,
+            status: String::new(),
+            busy: false,
+            persisted: true,
+        };
+        (id.to_string(), e)
+    }
+
+    #[test]
+    fn ids_resolve_by_unique_prefix() {
+        let reg = Registry {
+            volumes: [entry("abc1", "a"), entry("abc2", "b"), entry("abd", "c")]
+                .into_iter()
+                .collect(),
+            users: BTreeMap::new(),
+        };
+        assert_eq!(reg.resolve("abc1").unwrap(), "abc1");
+        assert_eq!(reg.resolve("abd").unwrap(), "abd");
+        assert_eq!(reg.resolve("abc2").unwrap(), "abc2");
+        let err = reg.resolve("abc").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "prefix \"abc\" matches several volumes: abc1, abc2"
+        );
+        assert_eq!(err.status(), 400);
+        assert_eq!(reg.resolve("x").unwrap_err().status(), 404);
+        assert_eq!(reg.resolve("").unwrap_err().status(), 404);
+        assert_eq!(reg.name_taken_by("b"), Some("abc2"));
+        assert_eq!(reg.name_taken_by("z"), None);
+    }
+
+    #[test]
+    fn records_round_trip_through_the_state_file_shape() {
+        let (_, e) = entry("abc1", "a");
+        let v = serde_json::to_value(&e.record).unwrap();
+        assert_eq!(v["ID"], "abc1");
+        assert_eq!(v["PluginID"], "mkdir");
+        assert_eq!(v["HostPath"], "/x");
+        let back: VolumeRecord = serde_json::from_value(v).unwrap();
+        assert_eq!(back, e.record);
     }
 }

@@ -582,20 +582,16 @@ fn log_stderr(stderr: impl Read, name: &str) {
         line.clear();
         // Lines are bounded by what is left of the budget; the rest is discarded below.
         let budget = (STDERR_LIMIT - logged) as u64;
-        match (&mut reader)
-            .take(budget.max(1))
-            .read_until(b'\n', &mut line)
-        {
+        match (&mut reader).take(budget).read_until(b'\n', &mut line) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                if logged >= STDERR_LIMIT {
-                    continue;
-                }
                 logged += n;
                 let text = String::from_utf8_lossy(&line);
                 log::info!("{name}: {}", text.trim_end());
                 if logged >= STDERR_LIMIT {
-                    log::info!("{name}: more stderr was discarded");
+                    log::info!("{name}: further stderr is discarded");
+                    let _ = io::copy(&mut reader, &mut io::sink());
+                    break;
                 }
             }
         }

@@ -698,3 +698,33 @@ echo "{\"path\": \"$DHV_VOLUMES_DIR/$DHV_VOLUME_ID\"}""#,
     fs::remove_file(plugins.join("hang")).unwrap();
     assert_eq!(mgr.retry_unavailable().ready, vec![id]);
 }
+
+#[test]
+fn start_fingerprints_restores_and_stops_with_shutdown() {
+    let data = tempdir("vol").join("data");
+    let id = {
+        let n = node(&data, Duration::from_secs(30), BTreeMap::new());
+        let a = n.create(json!({"Name": "a", "PluginID": "mkdir"})).unwrap();
+        a["Volume"]["ID"].as_str().unwrap().to_string()
+    };
+    let (store, state) = StateStore::open(&data, false).unwrap();
+    let (stop, shutdown) = bounded::<Never>(0);
+    let config = ManagerConfig::new(&data, store.node_id(), "default");
+    let mgr = VolumeManager::start(
+        config,
+        store,
+        &BTreeMap::new(),
+        state.host_volumes,
+        shutdown,
+    )
+    .unwrap();
+    assert_eq!(
+        mgr.attributes()["plugins.host_volume.mkdir.version"],
+        "0.0.1"
+    );
+    assert_eq!(mgr.lookup("a").unwrap().id, Some(id));
+    drop(stop);
+    wait_until("the retry thread to stop", || {
+        nodeward::thread::live() <= threads
+    });
+}

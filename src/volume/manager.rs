@@ -344,6 +344,36 @@ impl VolumeManager {
         Ok(manager)
     }
 
+    /// Everything the agent does at start, in order: [`VolumeManager::new`], fingerprint the
+    /// plugins, restore `records` (the state file's volumes; blocks until done or the restore
+    /// deadline), and a thread that retries unavailable volumes every [`RETRY_INTERVAL`] until
+    /// `shutdown` disconnects. Call it before the API serves volume requests.
+    pub fn start(
+        config: ManagerConfig,
+        store: Arc<StateStore>,
+        statics: &BTreeMap<String, StaticVolume>,
+        records: Vec<VolumeRecord>,
+        shutdown: Receiver<Never>,
+    ) -> Result<Arc<VolumeManager>, VolumeError> {
+        let manager = VolumeManager::new(config, store, statics, shutdown)?;
+        manager.fingerprint();
+        let report = manager.restore(records);
+        if !report.ready.is_empty() || !report.unavailable.is_empty() {
+            log::info!(
+                "host volumes restored: {} ready, {} unavailable",
+                report.ready.len(),
+                report.unavailable.len()
+            );
+        }
+        let retry = manager.clone();
+        crate::thread::spawn("volume-retry", move || retry.run_retry_loop(RETRY_INTERVAL))
+            .map_err(|source| VolumeError::Setup {
+                path: PathBuf::from("volume-retry thread"),
+                source,
+            })?;
+        Ok(manager)
+    }
+
     /// The plugin runner (directories, node identity, timeouts).
     pub fn plugins(&self) -> &Plugins {
         &self.plugins

@@ -538,6 +538,12 @@ pub fn parse_hcl(input: &str) -> Result<VolumeSpec, SpecError> {
     raw.validate()
 }
 
+/// An HCL specification file as the API's request body `{"Volume": {...}}` (what the CLI sends).
+pub fn hcl_to_api_json(input: &str) -> Result<serde_json::Value, SpecError> {
+    let spec = parse_hcl(input)?;
+    Ok(serde_json::json!({ "Volume": spec.to_raw() }))
+}
+
 fn string_value(key: &str, line: usize, value: &hcl::Value) -> Result<String, SpecError> {
     match value {
         hcl::Value::String(s) => Ok(s.clone()),
@@ -627,7 +633,7 @@ parameters {
     #[test]
     fn hcl_round_trips_through_json() {
         let spec = parse_hcl(EXAMPLE).unwrap();
-        let body = serde_json::to_vec(&serde_json::json!({ "Volume": spec.to_raw() })).unwrap();
+        let body = serde_json::to_vec(&hcl_to_api_json(EXAMPLE).unwrap()).unwrap();
         let parsed = parse_json(&body).unwrap();
         assert_eq!(parsed.spec, spec);
         assert!(parsed.warnings.is_empty());

@@ -723,8 +723,14 @@ fn start_fingerprints_restores_and_stops_with_shutdown() {
         "0.0.1"
     );
     assert_eq!(mgr.lookup("a").unwrap().id, Some(id));
+    assert!(thread_named("volume-retry"));
     drop(stop);
-    wait_until("the retry thread to stop", || {
-        nodeward::thread::live() <= threads
-    });
+    wait_until("the retry thread to stop", || !thread_named("volume-retry"));
+}
+
+fn thread_named(name: &str) -> bool {
+    fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .any(|t| fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
 }

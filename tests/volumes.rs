@@ -723,7 +723,7 @@ fn start_fingerprints_restores_and_stops_with_shutdown() {
         "0.0.1"
     );
     assert_eq!(mgr.lookup("a").unwrap().id, Some(id));
-    assert!(thread_named("volume-retry"));
+    wait_until("the retry thread to run", || thread_named("volume-retry"));
     drop(stop);
     wait_until("the retry thread to stop", || !thread_named("volume-retry"));
 }

@@ -114,18 +114,43 @@ impl Driver for RawExec {
         cmd.args(&spec.args)
             .env_clear()
             .envs(&spec.env)
-            .current_dir(&spec.cwd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        if spec.user.is_none() {
+            cmd.current_dir(&spec.cwd);
+        }
         if let Some(user) = &spec.user {
             let (uid, gid) = lookup_user(user)?;
             // SAFETY: geteuid has no preconditions.
             if unsafe { libc::geteuid() } != 0 {
                 return Err(DriverError::NotRoot { user: user.clone() });
             }
-            cmd.uid(uid).gid(gid);
+            // The data directory is 0700, so a task of another user could not enter its
+            // directory once it is that user. Enter it first, then drop privileges: the task
+            // works from its directory (`local/`, `secrets/`, `../alloc/`).
+            let cwd = CString::new(spec.cwd.as_os_str().as_encoded_bytes()).map_err(|_| {
+                DriverError::Spawn {
+                    command: spec.command.clone(),
+                    source: io::Error::other("task directory path has a NUL byte"),
+                }
+            })?;
+            let groups = supplementary_groups(user, gid);
+            // SAFETY: the closure runs in the child between fork and exec and only makes
+            // async-signal-safe system calls on memory prepared before the fork.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::chdir(cwd.as_ptr()) != 0
+                        || libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                        || libc::setgid(gid) != 0
+                        || libc::setuid(uid) != 0
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let mut child = cmd.spawn().map_err(|source| DriverError::Spawn {
             command: spec.command.clone(),
@@ -235,6 +260,30 @@ pub fn lookup_user(user: &str) -> Result<(u32, u32), DriverError> {
         return Err(unknown());
     }
     Ok((pwd.pw_uid, pwd.pw_gid))
+}
+
+/// The groups `user` belongs to, looked up before forking (the lookup reads files and allocates,
+/// which a forked child of a threaded process must not do).
+fn supplementary_groups(user: &str, gid: u32) -> Vec<libc::gid_t> {
+    let Ok(name) = CString::new(user) else {
+        return vec![gid];
+    };
+    let mut n: libc::c_int = 64;
+    loop {
+        let mut groups = vec![0 as libc::gid_t; n as usize];
+        let mut count = n;
+        // SAFETY: groups has room for `count` entries; getgrouplist writes at most that many and
+        // sets count to the number it needs.
+        let rc = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut count) };
+        if rc >= 0 {
+            groups.truncate(count.max(0) as usize);
+            return groups;
+        }
+        if count <= n || n > 65_536 {
+            return vec![gid];
+        }
+        n = count;
+    }
 }
 
 fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {

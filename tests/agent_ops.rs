@@ -16,7 +16,8 @@ fn notifies_systemd_when_ready_and_when_stopping() {
     let dir = TempDir::new("notify");
     let sock_path = dir.path().join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let data = dir.path().join("data");
     let config = dir.path().join("agent.hcl");
     std::fs::write(
@@ -62,7 +63,10 @@ fn corrupt_state_stops_the_agent_and_is_kept() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("state.json") && err.contains("corrupt"), "{err}");
+    assert!(
+        err.contains("state.json") && err.contains("corrupt"),
+        "{err}"
+    );
     assert_eq!(std::fs::read(data.join("state.json")).unwrap(), garbage);
     // With -fresh-state the file is kept aside and the agent starts.
     let agent = TestAgent::launch(dir.path(), data.clone(), config, &["-fresh-state"]);
@@ -99,7 +103,9 @@ fn reregistering_a_job_is_a_noop_unless_it_changed() {
     let m2 = format!("{}.2", 300_000 + fastrand::u32(0..99_999));
     agent.run_hcl(&job(&m1));
     let first = agent.alloc_id("upd");
-    wait_for(WAIT, "first running", || (pids_with(&m1).len() == 1).then_some(()));
+    wait_for(WAIT, "first running", || {
+        (pids_with(&m1).len() == 1).then_some(())
+    });
     agent.run_hcl(&job(&m1));
     assert_eq!(agent.allocs("upd").len(), 1, "an unchanged spec is a no-op");
     agent.run_hcl(&job(&m2));
@@ -145,7 +151,9 @@ job "sig" {{
     let alloc = agent.alloc_id(&job);
     let local = agent.data_dir.join(format!("alloc/{alloc}/t/local"));
     let uid = wait_for(WAIT, "uid written", || {
-        std::fs::read_to_string(local.join("uid")).ok().filter(|s| !s.is_empty())
+        std::fs::read_to_string(local.join("uid"))
+            .ok()
+            .filter(|s| !s.is_empty())
     });
     if root {
         assert_eq!(uid.trim(), "65534", "the task runs as nobody");
@@ -157,11 +165,14 @@ job "sig" {{
     );
     assert_eq!(s, 200, "{body}");
     wait_for(WAIT, "trap ran", || {
-        std::fs::read_to_string(local.join("sig")).ok().filter(|s| s == "got-usr1\n")
+        std::fs::read_to_string(local.join("sig"))
+            .ok()
+            .filter(|s| s == "got-usr1\n")
     });
-    assert!(agent
-        .events(&alloc, "t")
-        .contains(&("Signaling".to_string(), "Task being sent a signal".to_string())));
+    assert!(agent.events(&alloc, "t").contains(&(
+        "Signaling".to_string(),
+        "Task being sent a signal".to_string()
+    )));
     let (s, body) = agent.request(
         "POST",
         &format!("/v1/client/allocation/{alloc}/signal"),
@@ -208,9 +219,16 @@ job "web" {{
     assert!(out.status.success(), "{out:?}");
     let events_at = text.find("Recent Events:").expect("events table");
     let table: Vec<&str> = text[events_at..].lines().collect();
-    assert!(table[1].starts_with("Time") && table[1].contains("Type") && table[1].contains("Description"));
+    assert!(
+        table[1].starts_with("Time")
+            && table[1].contains("Type")
+            && table[1].contains("Description")
+    );
     // Newest first.
-    assert!(table[2].contains("Started") && table[2].contains("Task started by client"), "{text}");
+    assert!(
+        table[2].contains("Started") && table[2].contains("Task started by client"),
+        "{text}"
+    );
     let out = agent.cli(&["alloc", "status", "-json", &alloc]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["ID"], alloc.as_str());
@@ -231,6 +249,12 @@ job "web" {{
         (agent.task_state(&alloc, "httpd")["State"] == "dead").then_some(())
     });
     // Bad usage is exit 2, an error from the agent is exit 1.
-    assert_eq!(agent.cli(&["job", "status", "-nope"]).status.code(), Some(2));
-    assert_eq!(agent.cli(&["alloc", "status", "ffffffff"]).status.code(), Some(1));
+    assert_eq!(
+        agent.cli(&["job", "status", "-nope"]).status.code(),
+        Some(2)
+    );
+    assert_eq!(
+        agent.cli(&["alloc", "status", "ffffffff"]).status.code(),
+        Some(1)
+    );
 }

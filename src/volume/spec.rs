@@ -418,13 +418,32 @@ fn is_empty_json(v: &serde_json::Value) -> bool {
     }
 }
 
-/// Parses a volume specification file in HCL.
+/// Parses a volume specification file in HCL. One-line blocks with several attributes, as the
+/// documentation writes them (`capability { access_mode = "..."  attachment_mode = "..." }`), are
+/// accepted: when the text does not parse as written it is parsed again with such blocks split
+/// onto lines ([`crate::util::hcl_lines`]), and line numbers in errors still point at the input.
 pub fn parse_hcl(input: &str) -> Result<VolumeSpec, SpecError> {
+    let as_written = match hcl::edit::parser::parse_body(input) {
+        Ok(body) => return walk_hcl(input, &body),
+        Err(e) => e,
+    };
+    let (normalized, lines) = crate::util::hcl_lines::normalize(input);
+    if normalized != input {
+        if let Ok(body) = hcl::edit::parser::parse_body(&normalized) {
+            return walk_hcl(&normalized, &body).map_err(|e| match e {
+                SpecError::Syntax(m) => SpecError::Syntax(lines.fix_message(&m)),
+                SpecError::Unknown(m) => SpecError::Unknown(lines.fix_message(&m)),
+                SpecError::Invalid(m) => SpecError::Invalid(lines.fix_message(&m)),
+            });
+        }
+    }
+    Err(SpecError::Syntax(format!("invalid HCL: {as_written}")))
+}
+
+fn walk_hcl(input: &str, body: &hcl::edit::structure::Body) -> Result<VolumeSpec, SpecError> {
     use hcl::edit::structure::Structure;
     use hcl::edit::Span;
 
-    let body = hcl::edit::parser::parse_body(input)
-        .map_err(|e| SpecError::Syntax(format!("invalid HCL: {e}")))?;
     let line = |span: Option<std::ops::Range<usize>>| {
         span.map(|r| input[..r.start.min(input.len())].matches('\n').count() + 1)
             .unwrap_or(0)
@@ -637,6 +656,28 @@ parameters {
         let parsed = parse_json(&body).unwrap();
         assert_eq!(parsed.spec, spec);
         assert!(parsed.warnings.is_empty());
+    }
+
+    #[test]
+    fn one_line_blocks_as_documented() {
+        let spec = parse_hcl(
+            "type = \"host\"\nname = \"test\"\nplugin_id = \"mkdir\"\n\
+             capability { access_mode = \"single-node-writer\"  attachment_mode = \"file-system\" }\n\
+             parameters { mode = \"0755\"  uid = 0 }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            spec.capabilities[0].access_mode,
+            AccessMode::SingleNodeWriter
+        );
+        assert_eq!(spec.parameters.len(), 2);
+        let err =
+            parse_hcl("name = \"test\"\n\ncapability { access_mode = \"x\"  mode = \"y\" }\n")
+                .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "line 3: unknown attribute \"mode\" in capability"
+        );
     }
 
     #[test]

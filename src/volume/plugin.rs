@@ -455,6 +455,12 @@ pub fn run(
     timeout: Duration,
     shutdown: &Receiver<Never>,
 ) -> Result<Output, Failure> {
+    if matches!(
+        shutdown.try_recv(),
+        Err(crossbeam_channel::TryRecvError::Disconnected)
+    ) {
+        return Err(Failure::Cancelled);
+    }
     let deadline = after(timeout);
     let started = Instant::now();
     let mut command = Command::new(path);

@@ -47,10 +47,29 @@ impl Node {
     }
 }
 
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nodeward-{tag}-{}", uuid::Uuid::new_v4()));
-    fs::create_dir_all(&d).unwrap();
-    d
+/// A test's temporary directories, removed when the test passes (kept for a look when it fails).
+struct TempRoot(PathBuf);
+
+impl TempRoot {
+    fn new() -> TempRoot {
+        let d = std::env::temp_dir().join(format!("nodeward-volumes-{}", uuid::Uuid::new_v4()));
+        fs::create_dir_all(&d).unwrap();
+        TempRoot(d)
+    }
+
+    fn dir(&self, tag: &str) -> PathBuf {
+        let d = self.0.join(format!("{tag}-{}", uuid::Uuid::new_v4()));
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+}
+
+impl Drop for TempRoot {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 fn script(dir: &Path, name: &str, body: &str) {
@@ -81,8 +100,8 @@ fn node(data: &Path, timeout: Duration, statics: BTreeMap<String, StaticVolume>)
     }
 }
 
-fn fresh(timeout: Duration) -> Node {
-    node(&tempdir("vol").join("data"), timeout, BTreeMap::new())
+fn fresh(t: &TempRoot, timeout: Duration) -> Node {
+    node(&t.dir("vol").join("data"), timeout, BTreeMap::new())
 }
 
 /// A plugin that answers a volume under the volumes directory and records its arguments and its
@@ -111,11 +130,12 @@ fn env_file(path: &Path) -> BTreeMap<String, String> {
 
 #[test]
 fn plugin_sees_exactly_the_dhv_environment() {
+    let t = TempRoot::new();
     assert!(
         std::env::var_os("PATH").is_some(),
         "the agent itself has a PATH"
     );
-    let n = fresh(Duration::from_secs(30));
+    let n = fresh(&t, Duration::from_secs(30));
     n.script("rec", RECORDER);
     let answer = n
         .create(
@@ -186,7 +206,8 @@ fn plugin_sees_exactly_the_dhv_environment() {
 
 #[test]
 fn failing_plugins_give_exact_errors_and_record_nothing() {
-    let n = fresh(Duration::from_secs(30));
+    let t = TempRoot::new();
+    let n = fresh(&t, Duration::from_secs(30));
     n.script("says", r#"echo '{"error": "no space left"}'; exit 1"#);
     n.script("mute", "echo 'not json'; exit 1");
     n.script("garbage", "echo hello");
@@ -246,8 +267,9 @@ fn regex_like_create(plugin: &str, msg: &str) -> String {
 
 #[test]
 fn lookup_refuses_anything_outside_the_plugin_dir() {
-    let n = fresh(Duration::from_secs(30));
-    let outside = tempdir("outside");
+    let t = TempRoot::new();
+    let n = fresh(&t, Duration::from_secs(30));
+    let outside = t.dir("outside");
     script(&outside, "evil", "echo '{\"path\": \"/tmp\"}'");
     std::os::unix::fs::symlink(outside.join("evil"), n.plugin_dir().join("escape")).unwrap();
     fs::write(n.plugin_dir().join("noexec"), "#!/bin/sh\n").unwrap();
@@ -292,7 +314,8 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn a_hanging_plugin_and_its_children_are_killed_at_the_timeout() {
-    let n = fresh(Duration::from_secs(1));
+    let t = TempRoot::new();
+    let n = fresh(&t, Duration::from_secs(1));
     n.script(
         "hang",
         r#"/bin/sleep 1000 &
@@ -318,7 +341,8 @@ echo $! > "$DHV_VOLUMES_DIR/child-$DHV_OPERATION.pid"
 
 #[test]
 fn shutdown_cancels_a_plugin_in_flight() {
-    let mut n = fresh(Duration::from_secs(300));
+    let t = TempRoot::new();
+    let mut n = fresh(&t, Duration::from_secs(300));
     n.script(
         "slow",
         r#"/bin/sleep 1000 &
@@ -365,7 +389,8 @@ fn peak_rss_kib() -> u64 {
 
 #[test]
 fn a_plugin_printing_without_end_does_not_exhaust_memory() {
-    let n = fresh(Duration::from_secs(3));
+    let t = TempRoot::new();
+    let n = fresh(&t, Duration::from_secs(3));
     // A gigabyte, then exit 0: cut at the cap and refused.
     n.script("gig", "/usr/bin/head -c 1073741824 /dev/zero");
     // Endless: cut at the cap, killed at the timeout.
@@ -394,7 +419,8 @@ fn a_plugin_printing_without_end_does_not_exhaust_memory() {
 
 #[test]
 fn mkdir_parameters_and_lifecycle() {
-    let n = fresh(Duration::from_secs(30));
+    let t = TempRoot::new();
+    let n = fresh(&t, Duration::from_secs(30));
     for (params, want) in [
         (json!({"mode": "0999"}), "invalid value for \"mode\""),
         (json!({"uid": "root"}), "invalid value for \"uid\""),
@@ -448,7 +474,8 @@ fn mkdir_parameters_and_lifecycle() {
 
 #[test]
 fn recreate_with_the_same_id_updates_capacity() {
-    let n = fresh(Duration::from_secs(30));
+    let t = TempRoot::new();
+    let n = fresh(&t, Duration::from_secs(30));
     n.script("rec", RECORDER);
     let first = n
         .create(json!({"Name": "c", "PluginID": "rec", "RequestedCapacityMinBytes": 100}))
@@ -468,7 +495,8 @@ fn recreate_with_the_same_id_updates_capacity() {
 
 #[test]
 fn delete_with_a_failing_plugin_keeps_the_volume_unless_forced() {
-    let n = fresh(Duration::from_secs(30));
+    let t = TempRoot::new();
+    let n = fresh(&t, Duration::from_secs(30));
     n.script(
         "nodel",
         r#"case "$1" in
@@ -492,7 +520,8 @@ esac"#,
 
 #[test]
 fn a_failed_state_write_undoes_a_first_create() {
-    let n = fresh(Duration::from_secs(30));
+    let t = TempRoot::new();
+    let n = fresh(&t, Duration::from_secs(30));
     // A non-empty directory where the state file goes: the rename over it fails.
     fs::create_dir_all(n.store.path().join("blocker")).unwrap();
     let (status, msg) = n
@@ -513,14 +542,15 @@ fn a_failed_state_write_undoes_a_first_create() {
 
 #[test]
 fn register_checks_the_host_path() {
-    let n = fresh(Duration::from_secs(30));
+    let t = TempRoot::new();
+    let n = fresh(&t, Duration::from_secs(30));
     let body = serde_json::to_vec(&json!({"Volume": {"Name": "r", "HostPath": "/nonexistent/x"}}));
     let err = n.mgr.register_json(&body.unwrap()).unwrap_err();
     assert_eq!(
         err.to_string(),
         "could not verify host path for \"r\": No such file or directory (os error 2)"
     );
-    let dir = tempdir("reg");
+    let dir = t.dir("reg");
     let body = serde_json::to_vec(&json!({"Volume": {"Name": "r", "HostPath": dir}}));
     let answer = n.mgr.register_json(&body.unwrap()).unwrap();
     assert_eq!(answer["Volume"]["State"], "ready");
@@ -530,7 +560,8 @@ fn register_checks_the_host_path() {
 
 #[test]
 fn dynamic_volume_overrides_a_static_one_and_wakes_subscribers() {
-    let data = tempdir("vol").join("data");
+    let t = TempRoot::new();
+    let data = t.dir("vol").join("data");
     let statics = BTreeMap::from([(
         "shared".to_string(),
         StaticVolume {
@@ -567,12 +598,13 @@ fn dynamic_volume_overrides_a_static_one_and_wakes_subscribers() {
 
 #[test]
 fn restore_is_partial_and_retries_bring_volumes_back() {
-    let data = tempdir("vol").join("data");
+    let t = TempRoot::new();
+    let data = t.dir("vol").join("data");
     let plugins = data.join("host_volume_plugins");
     let answer = r#"echo "{\"path\": \"$DHV_VOLUMES_DIR/$DHV_VOLUME_ID\", \"bytes\": 7}""#;
     script(&plugins, "one", answer);
     script(&plugins, "two", answer);
-    let registered = tempdir("regpath");
+    let registered = t.dir("regpath");
     let ids = {
         let n = node(&data, Duration::from_secs(30), BTreeMap::new());
         let a = n.create(json!({"Name": "a", "PluginID": "one"})).unwrap();
@@ -620,7 +652,8 @@ fn restore_is_partial_and_retries_bring_volumes_back() {
 
 #[test]
 fn parallel_creates_and_deletes_keep_names_unique_and_state_consistent() {
-    let n = fresh(Duration::from_secs(60));
+    let t = TempRoot::new();
+    let n = fresh(&t, Duration::from_secs(60));
     n.script(
         "ext",
         r#"/bin/mkdir -p "$DHV_VOLUMES_DIR/$DHV_VOLUME_ID"
@@ -666,7 +699,8 @@ echo "{\"path\": \"$DHV_VOLUMES_DIR/$DHV_VOLUME_ID\"}""#,
 
 #[test]
 fn restore_has_an_overall_deadline() {
-    let data = tempdir("vol").join("data");
+    let t = TempRoot::new();
+    let data = t.dir("vol").join("data");
     let plugins = data.join("host_volume_plugins");
     script(
         &plugins,
@@ -701,7 +735,8 @@ echo "{\"path\": \"$DHV_VOLUMES_DIR/$DHV_VOLUME_ID\"}""#,
 
 #[test]
 fn start_fingerprints_restores_and_stops_with_shutdown() {
-    let data = tempdir("vol").join("data");
+    let t = TempRoot::new();
+    let data = t.dir("vol").join("data");
     let id = {
         let n = node(&data, Duration::from_secs(30), BTreeMap::new());
         let a = n.create(json!({"Name": "a", "PluginID": "mkdir"})).unwrap();

@@ -164,7 +164,7 @@ pub fn delete(volumes_dir: &Path, volume_id: &str) -> Result<(), MkdirError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::volume::plugin::testing::tempdir;
+    use crate::volume::plugin::testing::{tempdir, Cleanup};
 
     fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -203,6 +203,7 @@ mod tests {
     #[test]
     fn create_applies_mode_despite_umask_and_is_idempotent() {
         let dir = tempdir("mkdir").join("volumes");
+        let _clean = Cleanup(dir.parent().unwrap().to_path_buf());
         let p = Params::parse(&params(&[("mode", "0777")])).unwrap();
         let created = create(&dir, "v1", &p).unwrap();
         assert_eq!(created.path, dir.join("v1").display().to_string());
@@ -224,6 +225,7 @@ mod tests {
     #[test]
     fn chown_failure_removes_the_directory() {
         let dir = tempdir("mkdir").join("volumes");
+        let _clean = Cleanup(dir.parent().unwrap().to_path_buf());
         // Run on a thread without CAP_CHOWN (capabilities are per thread), so chown to another
         // user fails even when the tests run as root.
         let d = dir.clone();

@@ -681,6 +681,17 @@ pub(crate) mod testing {
     use std::os::unix::fs::PermissionsExt;
     use std::path::{Path, PathBuf};
 
+    /// Removes a test's directory when the test passes; a failing test leaves it for a look.
+    pub struct Cleanup(pub PathBuf);
+
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
     pub fn tempdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("nodeward-{tag}-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&d).unwrap();
@@ -733,7 +744,7 @@ pub(crate) mod testing {
 
 #[cfg(test)]
 mod tests {
-    use super::testing::{script, tempdir};
+    use super::testing::{script, tempdir, Cleanup};
     use super::*;
 
     fn plugins(timeout: Duration) -> Plugins {
@@ -767,8 +778,10 @@ mod tests {
     #[test]
     fn lookup_is_confined() {
         let p = plugins(Duration::from_secs(5));
+        let _clean = Cleanup(p.plugin_dir.parent().unwrap().to_path_buf());
         script(&p.plugin_dir, "ok", "echo");
         let outside = tempdir("outside");
+        let _clean_outside = Cleanup(outside.clone());
         script(&outside, "evil", "echo");
         std::os::unix::fs::symlink(outside.join("evil"), p.plugin_dir.join("link")).unwrap();
         std::os::unix::fs::symlink(p.plugin_dir.join("ok"), p.plugin_dir.join("inside")).unwrap();
@@ -803,6 +816,7 @@ mod tests {
     #[test]
     fn exit_status_and_error_messages() {
         let p = plugins(Duration::from_secs(10));
+        let _clean = Cleanup(p.plugin_dir.parent().unwrap().to_path_buf());
         let (_tx, shutdown) = bounded::<Never>(0);
         script(
             &p.plugin_dir,
@@ -837,6 +851,7 @@ mod tests {
     #[test]
     fn bad_answers_say_what_was_wrong() {
         let p = plugins(Duration::from_secs(10));
+        let _clean = Cleanup(p.plugin_dir.parent().unwrap().to_path_buf());
         let (_tx, shutdown) = bounded::<Never>(0);
         let cases = [
             ("garbage", "echo hello", "expected JSON"),
@@ -879,6 +894,7 @@ mod tests {
     #[test]
     fn fingerprint_all_lists_versions() {
         let p = plugins(Duration::from_secs(10));
+        let _clean = Cleanup(p.plugin_dir.parent().unwrap().to_path_buf());
         let (_tx, shutdown) = bounded::<Never>(0);
         script(&p.plugin_dir, "a", "echo '{\"version\": \"1.2.3\"}'");
         script(&p.plugin_dir, "b", "exit 1");

@@ -394,6 +394,14 @@ pub fn parse_json(body: &[u8]) -> Result<ParsedVolume, SpecError> {
             if !val.is_null() {
                 kept.insert(key.clone(), val.clone());
             }
+            // Parameters are strings; numbers and booleans are taken as their text, as HCL does.
+            if let Some(serde_json::Value::Object(params)) = kept.get_mut("Parameters") {
+                for v in params.values_mut() {
+                    if v.is_number() || v.is_boolean() {
+                        *v = serde_json::Value::String(v.to_string());
+                    }
+                }
+            }
         } else if !JSON_OUTPUT_FIELDS.contains(&key.as_str()) && !is_empty_json(val) {
             warnings.push(format!(
                 "field {key:?} is not supported by nodeward and was ignored"
@@ -813,6 +821,12 @@ parameters {
             parsed.warnings,
             vec!["field \"Topology\" is not supported by nodeward and was ignored".to_string()]
         );
+        let parsed =
+            parse_json(br#"{"Volume": {"Name": "v", "Parameters": {"uid": 1000, "x": true}}}"#)
+                .unwrap();
+        assert_eq!(parsed.spec.parameters["uid"], "1000");
+        assert_eq!(parsed.spec.parameters["x"], "true");
+        assert!(parse_json(br#"{"Volume": {"Name": "v", "Parameters": {"a": [1]}}}"#).is_err());
         assert!(parse_json(br#"{"Volume": {"Name": "v", "Namespace": "prod"}}"#).is_err());
         assert!(parse_json(br#"{"Volume": {"Name": "v", "ID": "nope"}}"#).is_err());
         assert!(parse_json(br#"{"Volume": {"Name": "v", "HostPath": "rel"}}"#).is_err());

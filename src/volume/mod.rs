@@ -1,11 +1,17 @@
 //! Dynamic and static host volumes (host-volumes.md).
+//!
+//! - [`spec`]: the volume specification (HCL and Nomad's API JSON) and its validation.
+//! - [`plugin`]: finding and running DHV plugins, confined to the plugin directory.
+//! - [`mkdir`]: the built-in `mkdir` plugin.
+//! - [`manager`]: the node's registry of volumes: create, register, delete, restore, `HostVolumes`.
+//! - [`format`]: the CLI's text for `volume create`.
 
-use serde::{Deserialize, Serialize};
+pub mod format;
+pub mod manager;
+pub mod mkdir;
+pub mod plugin;
+pub mod spec;
 
-/// A dynamic host volume as the state file keeps it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct VolumeRecord {
-    #[serde(rename = "ID")]
-    pub id: String,
-}
+pub use manager::{
+    HostVolumeConfig, ManagerConfig, VolumeError, VolumeManager, VolumeRecord, VolumeState,
+};

@@ -25,10 +25,11 @@ use crate::csi::supervisor::{CsiPluginHook, CsiSettings};
 use crate::driver::RawExec;
 use crate::state::{StateError, StateStore};
 use crate::task::hooks::{HookFactory, Never, TaskContext, TaskHook};
-use crate::task::mounts::{HostVolume, VolumeLookup, VolumeMountHook};
+use crate::task::mounts::{VolumeLookup, VolumeMountHook};
 use crate::task::runner::RunnerDeps;
 use crate::task::taskdir::TaskDirHook;
 use crate::util::systemd;
+use crate::volume::manager::{ManagerConfig, VolumeManager};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -36,49 +37,6 @@ pub enum AgentError {
     State(#[from] StateError),
     #[error("cannot start: {0}")]
     Start(String),
-}
-
-/// Static host volumes from the configuration.
-pub struct StaticVolumes {
-    volumes: BTreeMap<String, HostVolume>,
-    /// Guards: subscribers to volume changes. Static volumes never change, so nothing is sent.
-    subscribers: Mutex<Vec<Sender<()>>>,
-}
-
-impl StaticVolumes {
-    pub fn new(config: &AgentConfig) -> StaticVolumes {
-        let volumes = config
-            .host_volumes
-            .iter()
-            .map(|(name, v)| {
-                (
-                    name.clone(),
-                    HostVolume {
-                        name: name.clone(),
-                        path: v.path.clone(),
-                        read_only: v.read_only,
-                        id: None,
-                    },
-                )
-            })
-            .collect();
-        StaticVolumes {
-            volumes,
-            subscribers: Mutex::new(Vec::new()),
-        }
-    }
-}
-
-impl VolumeLookup for StaticVolumes {
-    fn lookup(&self, name: &str) -> Option<HostVolume> {
-        self.volumes.get(name).cloned()
-    }
-
-    fn changes(&self) -> Receiver<()> {
-        let (tx, rx) = bounded(1);
-        self.subscribers.lock().push(tx);
-        rx
-    }
 }
 
 /// Builds every task's hooks: task directory, volume mounts, and the CSI plugin supervisor for a
@@ -111,6 +69,8 @@ pub struct Agent {
     pub store: Arc<StateStore>,
     pub allocs: Arc<AllocManager>,
     pub volumes: Arc<dyn VolumeLookup>,
+    /// The same manager, for the volume API.
+    pub host_volumes: Arc<VolumeManager>,
     pub csi: Arc<PluginRegistry>,
     pub started: std::time::Instant,
     /// Dropped to shut everything down.
@@ -123,7 +83,16 @@ impl Agent {
     pub fn start(config: AgentConfig, fresh_state: bool) -> Result<Arc<Agent>, AgentError> {
         let (store, state) = StateStore::open(&config.data_dir, fresh_state)?;
         let (shutdown_tx, shutdown) = bounded::<Never>(0);
-        let volumes: Arc<dyn VolumeLookup> = Arc::new(StaticVolumes::new(&config));
+        // Volumes are restored before allocations, which wait for the ones they mount.
+        let host_volumes = VolumeManager::start(
+            ManagerConfig::from_agent(&config, store.node_id()),
+            store.clone(),
+            &config.host_volumes,
+            state.host_volumes.clone(),
+            shutdown.clone(),
+        )
+        .map_err(|e| AgentError::Start(e.to_string()))?;
+        let volumes: Arc<dyn VolumeLookup> = host_volumes.clone();
         let csi = Arc::new(PluginRegistry::new(store.node_id()));
         csi.restore(state.csi_plugins.clone());
         csi.attach_state(&store);
@@ -164,6 +133,7 @@ impl Agent {
             store,
             allocs,
             volumes,
+            host_volumes,
             csi,
             started: std::time::Instant::now(),
             shutdown_tx: Mutex::new(Some(shutdown_tx)),
@@ -188,12 +158,13 @@ impl Agent {
             env!("CARGO_PKG_VERSION").to_string(),
         );
         a.insert("driver.raw_exec".to_string(), "1".to_string());
+        a.extend(self.host_volumes.attributes());
         a
     }
 
     /// `HostVolumes` of the node, keyed by name.
     pub fn host_volumes_json(&self) -> serde_json::Value {
-        serde_json::Value::Object(Default::default())
+        self.host_volumes.host_volumes_json()
     }
 
     /// `{"CSINodePlugins": ..., "CSIControllerPlugins": ...}`.
@@ -205,6 +176,20 @@ impl Agent {
     /// `RUST_LOG` rules), plugin fingerprints and unavailable volumes.
     pub fn reload(&self) {
         log::info!("reloading (SIGHUP)");
+        // Plugin runs may take a while; the signal loop must stay free for SIGTERM.
+        let volumes = self.host_volumes.clone();
+        let spawned = crate::thread::spawn("volume-reload", move || {
+            volumes.fingerprint();
+            let report = volumes.retry_unavailable();
+            log::info!(
+                "reload: {} volumes ready, {} unavailable",
+                report.ready.len(),
+                report.unavailable.len()
+            );
+        });
+        if let Err(e) = spawned {
+            log::error!("reload: cannot start the volume reload: {e}");
+        }
         if !self.config.sources.is_empty() {
             match crate::config::load(&self.config.sources, self.config.dev) {
                 Ok(fresh) => set_log_level(&fresh.log_level),

@@ -170,9 +170,12 @@ fn delete(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
     } else {
         format!("/v1/volume/host/{}", enc(id))
     };
-    ctx.client
+    let answer = ctx
+        .client
         .delete(&path)
         .map_err(|e| failed("deleting volume", e))?;
-    ctx.println(&format!("Successfully deleted volume {id:?}!"));
+    // The agent resolves a prefix; say which volume went.
+    let deleted = answer["VolumeID"].as_str().unwrap_or(id);
+    ctx.println(&format!("Successfully deleted volume {deleted:?}!"));
     Ok(())
 }

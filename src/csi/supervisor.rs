@@ -11,7 +11,7 @@
 //!   this run. So exactly one supervisor exists per task at any moment, also across crash
 //!   restarts. [`CsiPluginHook::live_supervisors`] counts them.
 //! - The supervisor thread runs three phases (csi.md): wait until the plugin is healthy
-//!   (probe at once, then after a backoff of 100 ms doubling to 5 s, until `health_timeout` from
+//!   (probe at once, then after a backoff of 100 ms doubling to 5 s — and at once when a missing socket file appears — until `health_timeout` from
 //!   poststart), register it in the [`PluginRegistry`], then probe every `csi_probe_interval`.
 //!   It talks to the runner only through its [`RunHandle`]: `emit` for `Plugin became healthy` /
 //!   `Plugin became unhealthy`, `restart` (a failure restart) when the plugin does not become
@@ -28,7 +28,7 @@
 //! The runner calls a task's hooks from its one thread, so `poststart`, `exited` and `stop` never
 //! overlap; the `current` lock only hands the supervisor's handle over safely.
 
-use crossbeam_channel::{after, bounded, select, tick, Receiver, Sender};
+use crossbeam_channel::{after, bounded, never, select, tick, Receiver, Sender};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fs::DirBuilder;
@@ -55,6 +55,8 @@ pub const ENDPOINT_ENV: &str = "CSI_ENDPOINT";
 /// The first wait between probes while waiting for a plugin; it doubles up to [`BACKOFF_MAX`].
 pub const BACKOFF_START: Duration = Duration::from_millis(100);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// While a plugin's socket file does not exist yet, how often the supervisor looks for it.
+pub const SOCKET_POLL: Duration = Duration::from_millis(10);
 /// The timeout of each registration call.
 pub const REGISTER_TIMEOUT: Duration = MAX_CALL_TIMEOUT;
 /// `HealthDescription` of a healthy plugin.
@@ -415,7 +417,7 @@ impl Supervision {
         let deadline = after(deadline_at.saturating_duration_since(Instant::now()));
         let mut backoff = BACKOFF_START;
         let mut last_error: Option<CsiError> = None;
-        loop {
+        'probe: loop {
             let left = deadline_at.saturating_duration_since(Instant::now());
             if !left.is_zero() {
                 match client.probe(call_timeout(left), &self.stops()) {
@@ -433,12 +435,24 @@ impl Supervision {
                     Err(e) => last_error = Some(e),
                 }
             }
-            select! {
-                recv(self.run.done()) -> _ => return Err(Ended::Stopped),
-                recv(self.run.shutdown()) -> _ => return Err(Ended::Stopped),
-                recv(self.retire) -> _ => return Err(Ended::Stopped),
-                recv(deadline) -> _ => break,
-                recv(after(backoff)) -> _ => {}
+            // Wait for the backoff; while the socket file is missing, also look for it every
+            // SOCKET_POLL (a stat, not a probe) and probe the moment it appears, so a plugin that
+            // creates its socket between two probes is seen at once, not a backoff later.
+            let retry = after(backoff);
+            'wait: loop {
+                let look = if client.socket().exists() {
+                    never()
+                } else {
+                    after(SOCKET_POLL)
+                };
+                select! {
+                    recv(self.run.done()) -> _ => return Err(Ended::Stopped),
+                    recv(self.run.shutdown()) -> _ => return Err(Ended::Stopped),
+                    recv(self.retire) -> _ => return Err(Ended::Stopped),
+                    recv(deadline) -> _ => break 'probe,
+                    recv(retry) -> _ => break 'wait,
+                    recv(look) -> _ => if client.socket().exists() { break 'wait },
+                }
             }
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }

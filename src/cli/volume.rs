@@ -5,7 +5,6 @@ use std::path::Path;
 use super::client::enc;
 use super::flags::{bool_flag, value_flag, Parsed};
 use super::format::{self, s, short_id, table};
-use super::volume_spec;
 use super::{failed, CmdError, CmdResult, Ctx, Spec};
 
 pub(super) const COMMANDS: &[&Spec] = &[&CREATE, &REGISTER, &STATUS, &DELETE];
@@ -70,8 +69,8 @@ fn submit(ctx: &mut Ctx, p: &Parsed, endpoint: &str, verb: &str, doing: &str) ->
     let file = Path::new(&p.args[0]);
     let text = std::fs::read_to_string(file)
         .map_err(|e| failed("reading volume file", format!("{}: {e}", file.display())))?;
-    let request =
-        volume_spec::to_request(file, &text).map_err(|e| failed("parsing volume file", e))?;
+    let request = crate::volume::spec::api_request(file, &text)
+        .map_err(|e| failed("parsing volume file", e))?;
     let answer = ctx
         .client
         .put(&format!("/v1/volume/host/{endpoint}"), &request)

@@ -805,7 +805,10 @@ parameters {
     #[test]
     fn humanize_like_nomad() {
         assert_eq!(humanize_bytes(0), "0 B");
+        assert_eq!(humanize_bytes(9), "9 B");
         assert_eq!(humanize_bytes(1023), "1023 B");
+        assert_eq!(humanize_bytes(1024), "1.0 KiB");
+        assert_eq!(humanize_bytes(1536 << 20), "1.5 GiB");
         assert_eq!(humanize_bytes(1536), "1.5 KiB");
         assert_eq!(humanize_bytes(47 << 20), "47 MiB");
         assert_eq!(humanize_bytes(2 << 30), "2.0 GiB");

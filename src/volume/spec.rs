@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::jobspec::validate::validate_name;
+
 /// Why a volume specification was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
@@ -205,19 +207,6 @@ const JSON_OUTPUT_FIELDS: [&str; 9] = [
     "Constraints",
 ];
 
-/// Checks a name that becomes a path component: 1–128 of `[A-Za-z0-9_.-]`, never `.` or `..`.
-pub fn validate_name(what: &str, name: &str) -> Result<(), SpecError> {
-    let ok_chars = name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    if name.is_empty() || name.len() > 128 || !ok_chars || name == "." || name == ".." {
-        return Err(SpecError::Invalid(format!(
-            "invalid {what} name {name:?}: want 1-128 characters of A-Z a-z 0-9 _ . - and not \".\" or \"..\""
-        )));
-    }
-    Ok(())
-}
-
 /// Parses a capacity such as `10MiB`, `1.5 GB` or `4096`. See the module docs for the units.
 pub fn parse_capacity(s: &str) -> Result<u64, SpecError> {
     let bad = |why: &str| SpecError::Invalid(format!("invalid capacity {s:?}: {why}"));
@@ -276,7 +265,8 @@ pub fn humanize_bytes(bytes: u64) -> String {
 impl RawVolume {
     /// Validates once, applying defaults.
     pub fn validate(self) -> Result<VolumeSpec, SpecError> {
-        validate_name("volume", &self.name)?;
+        // The same rule as job, group and task names: the name becomes a path component.
+        validate_name("volume", &self.name).map_err(|e| SpecError::Invalid(e.to_string()))?;
         let id = non_empty(self.id);
         if let Some(id) = &id {
             if uuid::Uuid::parse_str(id).is_err() {

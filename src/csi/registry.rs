@@ -216,10 +216,10 @@ impl PluginRegistry {
         let mut controllers = Map::new();
         for (id, allocs) in &plugins {
             if let Some(info) = best(allocs, PluginKind::Node) {
-                nodes.insert(id.clone(), to_value(info));
+                nodes.insert(id.clone(), info);
             }
             if let Some(info) = best(allocs, PluginKind::Controller) {
-                controllers.insert(id.clone(), to_value(info));
+                controllers.insert(id.clone(), info);
             }
         }
         json!({
@@ -233,20 +233,7 @@ impl PluginRegistry {
         let plugins = self.snapshot();
         let stubs: Vec<Value> = plugins
             .iter()
-            .map(|(id, allocs)| {
-                let s = Summary::of(allocs);
-                json!({
-                    "ID": id,
-                    "Provider": s.provider,
-                    "ControllerRequired": s.controller_required,
-                    "ControllersHealthy": s.controllers_healthy,
-                    "ControllersExpected": s.controllers_expected,
-                    "NodesHealthy": s.nodes_healthy,
-                    "NodesExpected": s.nodes_expected,
-                    "CreateIndex": 0,
-                    "ModifyIndex": 0,
-                })
-            })
+            .map(|(id, allocs)| Value::Object(Summary::of(allocs).stub(id)))
             .collect();
         Value::Array(stubs)
     }
@@ -256,14 +243,14 @@ impl PluginRegistry {
     pub fn plugin_json(&self, plugin_id: &str) -> Option<Value> {
         let allocs = self.plugins.lock().get(plugin_id)?.clone();
         let s = Summary::of(&allocs);
-        let mut nodes = Map::new();
-        if let Some(info) = best(&allocs, PluginKind::Node) {
-            nodes.insert(self.node_id.clone(), to_value(info));
-        }
-        let mut controllers = Map::new();
-        if let Some(info) = best(&allocs, PluginKind::Controller) {
-            controllers.insert(self.node_id.clone(), to_value(info));
-        }
+        let on_this_node = |kind| {
+            let info = best(&allocs, kind);
+            Map::from_iter(info.map(|info| (self.node_id.clone(), info)))
+        };
+        let (nodes, controllers) = (
+            on_this_node(PluginKind::Node),
+            on_this_node(PluginKind::Controller),
+        );
         // One stub per allocation, even when it registers both sides.
         let mut allocations: BTreeMap<&str, Value> = BTreeMap::new();
         for ((alloc, _), e) in &allocs {
@@ -283,21 +270,16 @@ impl PluginRegistry {
                 })
             });
         }
-        Some(json!({
-            "ID": plugin_id,
-            "Provider": s.provider,
-            "Version": s.version,
-            "ControllerRequired": s.controller_required,
-            "Controllers": controllers,
-            "Nodes": nodes,
-            "Allocations": allocations.into_values().collect::<Vec<_>>(),
-            "ControllersHealthy": s.controllers_healthy,
-            "ControllersExpected": s.controllers_expected,
-            "NodesHealthy": s.nodes_healthy,
-            "NodesExpected": s.nodes_expected,
-            "CreateIndex": 0,
-            "ModifyIndex": 0,
-        }))
+        // Nomad's CSIPlugin is the list stub with these fields added.
+        let mut plugin = s.stub(plugin_id);
+        plugin.insert("Version".into(), json!(s.version));
+        plugin.insert("Controllers".into(), Value::Object(controllers));
+        plugin.insert("Nodes".into(), Value::Object(nodes));
+        plugin.insert(
+            "Allocations".into(),
+            Value::Array(allocations.into_values().collect()),
+        );
+        Some(Value::Object(plugin))
     }
 }
 
@@ -307,17 +289,15 @@ impl Snapshot for PluginRegistry {
     }
 }
 
-fn to_value(info: &CsiInfo) -> Value {
-    serde_json::to_value(info).unwrap_or(Value::Null)
-}
-
-/// The registration of one side that represents the plugin: healthy first, then the newest.
-fn best(allocs: &BTreeMap<(String, PluginKind), Entry>, kind: PluginKind) -> Option<&CsiInfo> {
+/// The `CSIInfo` of the registration of one side that represents the plugin: healthy first, then
+/// the newest.
+fn best(allocs: &BTreeMap<(String, PluginKind), Entry>, kind: PluginKind) -> Option<Value> {
     allocs
         .iter()
         .filter(|((_, k), _)| *k == kind)
         .map(|(_, e)| &e.record.info)
         .max_by(|a, b| (a.healthy, &a.update_time).cmp(&(b.healthy, &b.update_time)))
+        .map(|info: &CsiInfo| serde_json::to_value(info).unwrap_or(Value::Null))
 }
 
 #[derive(Default)]
@@ -355,6 +335,24 @@ impl Summary {
             }
         }
         s
+    }
+
+    /// Nomad's `CSIPluginListStub` of the plugin `id`.
+    fn stub(&self, id: &str) -> Map<String, Value> {
+        [
+            ("ID", json!(id)),
+            ("Provider", json!(self.provider)),
+            ("ControllerRequired", json!(self.controller_required)),
+            ("ControllersHealthy", json!(self.controllers_healthy)),
+            ("ControllersExpected", json!(self.controllers_expected)),
+            ("NodesHealthy", json!(self.nodes_healthy)),
+            ("NodesExpected", json!(self.nodes_expected)),
+            ("CreateIndex", json!(0)),
+            ("ModifyIndex", json!(0)),
+        ]
+        .into_iter()
+        .map(|(key, value)| (key.to_string(), value))
+        .collect()
     }
 }
 

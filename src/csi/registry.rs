@@ -32,7 +32,7 @@ type Plugins = BTreeMap<String, BTreeMap<(String, PluginKind), Entry>>;
 pub struct PluginRegistry {
     node_id: String,
     /// Guards every registration. Each method takes it once, copies or changes what it needs and
-    /// releases it before telling the state store.
+    /// releases it before telling the state store (changes go through `update`).
     plugins: Mutex<Plugins>,
     /// Told after every change; set once by [`PluginRegistry::attach_state`]. Weak because the
     /// store holds the registry as a snapshot source.
@@ -56,16 +56,24 @@ impl PluginRegistry {
         store.register(self.clone() as Arc<dyn Snapshot>);
     }
 
-    fn changed(&self) {
-        if let Some(store) = self.state.get().and_then(Weak::upgrade) {
-            store.save_soon();
+    /// Runs `f` on the registrations under the lock; when it reports a change, asks the state
+    /// store to save, after the lock is released. Returns what `f` returned.
+    fn update(&self, f: impl FnOnce(&mut Plugins) -> bool) -> bool {
+        let changed = {
+            let mut plugins = self.plugins.lock();
+            f(&mut plugins)
+        };
+        if changed {
+            if let Some(store) = self.state.get().and_then(Weak::upgrade) {
+                store.save_soon();
+            }
         }
+        changed
     }
 
     /// Loads the registrations the state file kept, marked restored.
     pub fn restore(&self, records: Vec<PluginRecord>) {
-        {
-            let mut plugins = self.plugins.lock();
+        self.update(|plugins| {
             for record in records {
                 plugins.entry(record.plugin_id.clone()).or_default().insert(
                     (record.alloc_id.clone(), record.kind),
@@ -75,15 +83,14 @@ impl PluginRegistry {
                     },
                 );
             }
-        }
-        self.changed();
+            true
+        });
     }
 
     /// Registers one plugin allocation: `records` (one per side) replace whatever that allocation
     /// had registered for the plugin, restored or not.
     pub fn register(&self, plugin_id: &str, alloc_id: &str, records: Vec<PluginRecord>) {
-        {
-            let mut plugins = self.plugins.lock();
+        self.update(|plugins| {
             let allocs = plugins.entry(plugin_id.to_string()).or_default();
             allocs.retain(|(alloc, _), _| alloc != alloc_id);
             for record in records {
@@ -99,8 +106,8 @@ impl PluginRegistry {
             if allocs.is_empty() {
                 plugins.remove(plugin_id);
             }
-        }
-        self.changed();
+            true
+        });
     }
 
     /// Sets the health of every side an allocation registered. Returns false when it has no
@@ -113,8 +120,7 @@ impl PluginRegistry {
         description: &str,
         update_time: &str,
     ) -> bool {
-        let found = {
-            let mut plugins = self.plugins.lock();
+        self.update(|plugins| {
             let mut found = false;
             if let Some(allocs) = plugins.get_mut(plugin_id) {
                 for ((alloc, _), entry) in allocs.iter_mut() {
@@ -127,17 +133,12 @@ impl PluginRegistry {
                 }
             }
             found
-        };
-        if found {
-            self.changed();
-        }
-        found
+        })
     }
 
     /// Removes an allocation's registrations of a plugin. Returns whether it had any.
     pub fn deregister(&self, plugin_id: &str, alloc_id: &str) -> bool {
-        let removed = {
-            let mut plugins = self.plugins.lock();
+        self.update(|plugins| {
             let mut removed = false;
             if let Some(allocs) = plugins.get_mut(plugin_id) {
                 let before = allocs.len();
@@ -148,28 +149,20 @@ impl PluginRegistry {
                 }
             }
             removed
-        };
-        if removed {
-            self.changed();
-        }
-        removed
+        })
     }
 
     /// Keeps only the registrations of allocations for which `keep(alloc_id)` is true; for the
     /// agent after a restore, to drop plugins of allocations it no longer runs.
     pub fn retain_allocs(&self, keep: &dyn Fn(&str) -> bool) {
-        let removed = {
-            let mut plugins = self.plugins.lock();
+        self.update(|plugins| {
             let before: usize = plugins.values().map(BTreeMap::len).sum();
             for allocs in plugins.values_mut() {
                 allocs.retain(|(alloc, _), _| keep(alloc));
             }
             plugins.retain(|_, allocs| !allocs.is_empty());
             before != plugins.values().map(BTreeMap::len).sum::<usize>()
-        };
-        if removed {
-            self.changed();
-        }
+        });
     }
 
     /// Every registration, ordered by plugin, allocation and side.

@@ -16,12 +16,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nodeward::csi::client::StatusCode;
-use nodeward::csi::{CsiClient, CsiError, CsiPluginHook, CsiSettings, PluginKind, PluginRegistry};
+use nodeward::csi::{
+    CsiClient, CsiError, CsiPluginHook, CsiSettings, PluginKind, PluginRecord, PluginRegistry,
+};
 use nodeward::jobspec::{
     CsiPluginConfig, CsiPluginType, DriverConfig, Job, JobType, LogConfig, Resources, Task,
     TaskGroup,
 };
-use nodeward::task::events::{PLUGIN_HEALTHY, PLUGIN_UNHEALTHY, RESTARTING};
+use nodeward::task::events::{TaskEvent, PLUGIN_HEALTHY, PLUGIN_UNHEALTHY, RESTARTING};
 use nodeward::task::hooks::{HookRequest, Never, RunHandle, TaskContext, TaskHook};
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_nodeward-csi-test-plugin");
@@ -143,6 +145,19 @@ impl Run {
         }
     }
 
+    /// The next request, which must be a failure `Restart`; returns its events.
+    fn next_failure_restart(&self) -> Vec<TaskEvent> {
+        match self.next() {
+            HookRequest::Restart {
+                events, failure, ..
+            } => {
+                assert!(failure, "a failure restart: {events:?}");
+                events
+            }
+            other => panic!("expected a restart request, got {other:?}"),
+        }
+    }
+
     /// Waits until the supervisor dropped its handle; returns what it sent meanwhile.
     fn rest(&self) -> Vec<HookRequest> {
         let mut out = Vec::new();
@@ -258,6 +273,27 @@ impl Setup {
     fn count_file(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
+
+    /// One run as the runner starts it: prestart, the plugin process in `mode` (counting its
+    /// probes in `count`), then poststart with a new run's handle.
+    fn start_run(
+        &self,
+        mode: &str,
+        delay_ms: u64,
+        count: &Path,
+        run_id: u64,
+    ) -> (PluginProcess, Run) {
+        let env = self.prestart();
+        let plugin = PluginProcess::start(&env, mode, delay_ms, count);
+        let (run, handle) = Run::new(run_id);
+        self.hook.poststart(&self.ctx, handle);
+        (plugin, run)
+    }
+
+    /// The registry's record of this task's plugin.
+    fn record(&self, kind: PluginKind) -> Option<PluginRecord> {
+        self.registry.get("hostpath", &self.ctx.alloc_id, kind)
+    }
 }
 
 impl Drop for Setup {
@@ -277,36 +313,24 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 /// Expects the failure restart that ends phase 1 and returns the `Plugin became unhealthy`
 /// message.
 fn expect_health_timeout(run: &Run, timeout_text: &str) -> String {
-    match run.next() {
-        HookRequest::Restart {
-            events, failure, ..
-        } => {
-            assert!(failure, "a health timeout is a failure restart");
-            assert_eq!(events.len(), 2, "{events:?}");
-            assert_eq!(events[0].event_type, PLUGIN_UNHEALTHY);
-            assert_eq!(events[1].event_type, RESTARTING);
-            assert_eq!(
-                events[1].display_message,
-                format!("CSI plugin did not become healthy before configured {timeout_text} health timeout")
-            );
-            events[0].display_message.clone()
-        }
-        other => panic!("expected a restart request, got {other:?}"),
-    }
+    let events = run.next_failure_restart();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0].event_type, PLUGIN_UNHEALTHY);
+    assert_eq!(events[1].event_type, RESTARTING);
+    assert_eq!(
+        events[1].display_message,
+        format!(
+            "CSI plugin did not become healthy before configured {timeout_text} health timeout"
+        )
+    );
+    events[0].display_message.clone()
 }
 
 fn expect_register_failure(run: &Run) -> String {
-    match run.next() {
-        HookRequest::Restart {
-            events, failure, ..
-        } => {
-            assert!(failure);
-            assert_eq!(events.len(), 1, "{events:?}");
-            assert_eq!(events[0].event_type, RESTARTING);
-            events[0].display_message.clone()
-        }
-        other => panic!("expected a restart request, got {other:?}"),
-    }
+    let events = run.next_failure_restart();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].event_type, RESTARTING);
+    events[0].display_message.clone()
 }
 
 #[test]
@@ -343,9 +367,7 @@ fn ready_after_a_delay_becomes_healthy_and_registers() {
 
     let alloc = s.ctx.alloc_id.clone();
     wait_until("the plugin is registered", || {
-        s.registry
-            .get("hostpath", &alloc, PluginKind::Controller)
-            .is_some()
+        s.record(PluginKind::Controller).is_some()
     });
     let node = s.registry.node_json();
     let n = &node["CSINodePlugins"]["hostpath"];
@@ -426,10 +448,7 @@ fn a_socket_without_csi_services_fails_probe_as_unimplemented() {
         Duration::from_secs(1),
         Duration::from_secs(30),
     );
-    let env = s.prestart();
-    let _plugin = PluginProcess::start(&env, "wrong-service", 0, &s.count_file("probes"));
-    let (run, handle) = Run::new(1);
-    s.hook.poststart(&s.ctx, handle);
+    let (_plugin, run) = s.start_run("wrong-service", 0, &s.count_file("probes"), 1);
     let unhealthy = expect_health_timeout(&run, "1s");
     println!("{unhealthy}");
     assert!(
@@ -445,11 +464,8 @@ fn ready_false_is_not_healthy() {
         Duration::from_secs(1),
         Duration::from_secs(30),
     );
-    let env = s.prestart();
     let count = s.count_file("probes");
-    let _plugin = PluginProcess::start(&env, "not-ready", 0, &count);
-    let (run, handle) = Run::new(1);
-    s.hook.poststart(&s.ctx, handle);
+    let (_plugin, run) = s.start_run("not-ready", 0, &count, 1);
     let unhealthy = expect_health_timeout(&run, "1s");
     assert_eq!(
         unhealthy,
@@ -482,21 +498,10 @@ fn ready_absent_counts_as_healthy_on_the_tasks_own_endpoint() {
     s.hook.poststart(&s.ctx, handle);
     let (kind, _) = run.next_event();
     assert_eq!(kind, PLUGIN_HEALTHY);
-    let alloc = s.ctx.alloc_id.clone();
-    wait_until("registered", || {
-        s.registry
-            .get("hostpath", &alloc, PluginKind::Node)
-            .is_some()
-    });
-    let record = s
-        .registry
-        .get("hostpath", &alloc, PluginKind::Node)
-        .unwrap();
+    wait_until("registered", || s.record(PluginKind::Node).is_some());
+    let record = s.record(PluginKind::Node).unwrap();
     assert_eq!(record.socket_path, own);
-    assert!(s
-        .registry
-        .get("hostpath", &alloc, PluginKind::Controller)
-        .is_none());
+    assert!(s.record(PluginKind::Controller).is_none());
     drop(run.done.take());
     s.hook.stop(&s.ctx);
 }
@@ -508,10 +513,7 @@ fn get_plugin_info_failing_is_a_registration_failure() {
         Duration::from_secs(20),
         Duration::from_secs(30),
     );
-    let env = s.prestart();
-    let _plugin = PluginProcess::start(&env, "info-fails", 0, &s.count_file("probes"));
-    let (run, handle) = Run::new(1);
-    s.hook.poststart(&s.ctx, handle);
+    let (_plugin, run) = s.start_run("info-fails", 0, &s.count_file("probes"), 1);
     assert_eq!(run.next_event().0, PLUGIN_HEALTHY);
     assert_eq!(
         expect_register_failure(&run),
@@ -528,10 +530,7 @@ fn an_empty_plugin_name_is_a_registration_failure() {
         Duration::from_secs(20),
         Duration::from_secs(30),
     );
-    let env = s.prestart();
-    let _plugin = PluginProcess::start(&env, "empty-name", 0, &s.count_file("probes"));
-    let (run, handle) = Run::new(1);
-    s.hook.poststart(&s.ctx, handle);
+    let (_plugin, run) = s.start_run("empty-name", 0, &s.count_file("probes"), 1);
     assert_eq!(run.next_event().0, PLUGIN_HEALTHY);
     assert_eq!(
         expect_register_failure(&run),
@@ -548,11 +547,7 @@ fn a_crash_after_healthy_and_a_new_run_keep_exactly_one_supervisor() {
         Duration::from_secs(20),
         Duration::from_millis(100),
     );
-    let alloc = s.ctx.alloc_id.clone();
-    let env = s.prestart();
-    let mut first = PluginProcess::start(&env, "crash-after-healthy", 300, &s.count_file("p1"));
-    let (run1, handle1) = Run::new(1);
-    s.hook.poststart(&s.ctx, handle1);
+    let (mut first, run1) = s.start_run("crash-after-healthy", 300, &s.count_file("p1"), 1);
     assert_eq!(run1.next_event().0, PLUGIN_HEALTHY);
     assert_eq!(s.hook.live_supervisors(), 1);
     let status = first.wait_exit();
@@ -563,17 +558,12 @@ fn a_crash_after_healthy_and_a_new_run_keep_exactly_one_supervisor() {
     assert!(message.starts_with("Error: "), "{message}");
     println!("after the crash: {message}");
     wait_until("the registry shows it", || {
-        s.registry
-            .get("hostpath", &alloc, PluginKind::Node)
-            .is_some_and(|r| !r.info.healthy)
+        s.record(PluginKind::Node).is_some_and(|r| !r.info.healthy)
     });
 
     // The runner starts the task again. run1's `done` stays open on purpose.
-    let env = s.prestart();
     let count2 = s.count_file("p2");
-    let _second = PluginProcess::start(&env, "healthy", 0, &count2);
-    let (mut run2, handle2) = Run::new(2);
-    s.hook.poststart(&s.ctx, handle2);
+    let (_second, mut run2) = s.start_run("healthy", 0, &count2, 2);
     assert_eq!(s.hook.live_supervisors(), 1, "exactly one supervisor");
     // The first supervisor is gone: its handle is dropped and it sends nothing more.
     let late: Vec<_> = run1.rest();
@@ -584,9 +574,7 @@ fn a_crash_after_healthy_and_a_new_run_keep_exactly_one_supervisor() {
 
     assert_eq!(run2.next_event().0, PLUGIN_HEALTHY);
     wait_until("registered again", || {
-        s.registry
-            .get("hostpath", &alloc, PluginKind::Node)
-            .is_some_and(|r| r.info.healthy)
+        s.record(PluginKind::Node).is_some_and(|r| r.info.healthy)
     });
     let mut max_live = 0;
     let start = Instant::now();
@@ -614,11 +602,7 @@ fn a_flapping_plugin_gives_one_event_per_transition() {
         Duration::from_secs(20),
         Duration::from_millis(50),
     );
-    let alloc = s.ctx.alloc_id.clone();
-    let env = s.prestart();
-    let _plugin = PluginProcess::start(&env, "flap", 400, &s.count_file("probes"));
-    let (mut run, handle) = Run::new(1);
-    s.hook.poststart(&s.ctx, handle);
+    let (_plugin, mut run) = s.start_run("flap", 400, &s.count_file("probes"), 1);
     // Phase 1 may catch the plugin in a not-ready half; it ends at the first healthy probe.
     assert_eq!(run.next_event().0, PLUGIN_HEALTHY);
     let mut events = Vec::new();
@@ -638,9 +622,7 @@ fn a_flapping_plugin_gives_one_event_per_transition() {
     }
     // The last event was "unhealthy"; the registry follows.
     wait_until("the registry follows", || {
-        s.registry
-            .get("hostpath", &alloc, PluginKind::Node)
-            .is_some()
+        s.record(PluginKind::Node).is_some()
     });
     drop(run.done.take());
     assert!(run
@@ -657,10 +639,7 @@ fn a_kill_while_waiting_ends_the_supervisor_without_any_request() {
         Duration::from_secs(2),
         Duration::from_secs(30),
     );
-    let env = s.prestart();
-    let _plugin = PluginProcess::start(&env, "never-socket", 0, &s.count_file("probes"));
-    let (mut run, handle) = Run::new(1);
-    s.hook.poststart(&s.ctx, handle);
+    let (_plugin, mut run) = s.start_run("never-socket", 0, &s.count_file("probes"), 1);
     std::thread::sleep(Duration::from_millis(300));
     let killed = Instant::now();
     drop(run.done.take());
@@ -678,11 +657,8 @@ fn shutdown_cancels_a_hanging_probe_at_once() {
         Duration::from_secs(30),
         Duration::from_secs(30),
     );
-    let env = s.prestart();
     let count = s.count_file("probes");
-    let _plugin = PluginProcess::start(&env, "hang", 0, &count);
-    let (mut run, handle) = Run::new(1);
-    s.hook.poststart(&s.ctx, handle);
+    let (_plugin, mut run) = s.start_run("hang", 0, &count, 1);
     // A probe with a 5s timeout is now in flight and will never be answered.
     wait_until("the plugin received a probe", || probes(&count) >= 1);
     let t = Instant::now();
@@ -774,17 +750,9 @@ fn shutdown_keeps_the_registration_for_the_next_agent() {
         Duration::from_secs(20),
         Duration::from_millis(100),
     );
-    let alloc = s.ctx.alloc_id.clone();
-    let env = s.prestart();
-    let _plugin = PluginProcess::start(&env, "healthy", 0, &s.count_file("probes"));
-    let (mut run, handle) = Run::new(1);
-    s.hook.poststart(&s.ctx, handle);
+    let (_plugin, mut run) = s.start_run("healthy", 0, &s.count_file("probes"), 1);
     assert_eq!(run.next_event().0, PLUGIN_HEALTHY);
-    wait_until("registered", || {
-        s.registry
-            .get("hostpath", &alloc, PluginKind::Node)
-            .is_some()
-    });
+    wait_until("registered", || s.record(PluginKind::Node).is_some());
     // Let phase 3 probe a few times; a steady plugin produces no events.
     std::thread::sleep(Duration::from_millis(350));
     drop(run.shutdown.take());
@@ -794,9 +762,6 @@ fn shutdown_keeps_the_registration_for_the_next_agent() {
         "no events while healthy, none at shutdown"
     );
     assert_eq!(s.hook.live_supervisors(), 0);
-    assert!(s
-        .registry
-        .get("hostpath", &alloc, PluginKind::Node)
-        .is_some());
+    assert!(s.record(PluginKind::Node).is_some());
     assert!(s.hook.socket_dir().exists());
 }

@@ -80,22 +80,6 @@ pub fn text(v: &Value, key: &str) -> String {
     }
 }
 
-/// Bytes the way Nomad prints sizes (go-humanize `IBytes`): `0 B`, `47 MiB`, `1.5 GiB`.
-pub fn ibytes(n: u64) -> String {
-    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if n < 10 {
-        return format!("{n} B");
-    }
-    let e = ((n as f64).ln() / 1024f64.ln()).floor() as usize;
-    let e = e.min(UNITS.len() - 1);
-    let val = ((n as f64) / 1024f64.powi(e as i32) * 10.0 + 0.5).floor() / 10.0;
-    if val < 10.0 {
-        format!("{val:.1} {}", UNITS[e])
-    } else {
-        format!("{val:.0} {}", UNITS[e])
-    }
-}
-
 /// `Recent Events:` and the table of a task's events, newest first.
 pub fn events_table<Tz>(events: &[Value], tz: &Tz) -> String
 where
@@ -120,52 +104,6 @@ where
         ]);
     }
     format!("Recent Events:\n{}", table(&rows))
-}
-
-/// The key/value block of one host volume (`volume status <id>`).
-pub fn volume_block(volume: &Value) -> String {
-    let capacity = volume
-        .get("CapacityBytes")
-        .and_then(Value::as_u64)
-        .map(ibytes)
-        .unwrap_or_else(|| "<none>".into());
-    key_values(&[
-        ("ID", s(volume, "ID").into()),
-        ("Name", s(volume, "Name").into()),
-        ("Namespace", s(volume, "Namespace").into()),
-        ("Plugin ID", s(volume, "PluginID").into()),
-        ("Node ID", s(volume, "NodeID").into()),
-        ("Node Pool", s(volume, "NodePool").into()),
-        ("Capacity", capacity),
-        ("State", s(volume, "State").into()),
-        ("Host Path", s(volume, "HostPath").into()),
-    ])
-}
-
-/// What `volume create` (verb `Created`) or `volume register` (`Registered`) prints for the API's
-/// `{"Volume": ...}` answer; `now` is the time printed above the block.
-pub fn volume_created(verb: &str, answer: &Value, now: &str) -> String {
-    let volume = answer.get("Volume").unwrap_or(answer);
-    let id = s(volume, "ID");
-    let state = s(volume, "State");
-    let mut out = format!(
-        "==> {verb} host volume {} with ID {id}\n",
-        s(volume, "Name")
-    );
-    if state == "ready" {
-        out.push_str(&format!("  ✓ Host volume {:?} ready\n", short_id(id)));
-    } else {
-        out.push_str(&format!(
-            "  ! Host volume {:?} is {state:?}\n",
-            short_id(id)
-        ));
-    }
-    out.push('\n');
-    out.push_str(&format!("    {now}\n"));
-    for line in volume_block(volume).lines() {
-        out.push_str(&format!("    {line}\n"));
-    }
-    out
 }
 
 #[cfg(test)]
@@ -219,43 +157,8 @@ Time                       Type                     Description
     }
 
     #[test]
-    fn sizes_like_go_humanize() {
-        assert_eq!(ibytes(0), "0 B");
-        assert_eq!(ibytes(9), "9 B");
-        assert_eq!(ibytes(1023), "1023 B");
-        assert_eq!(ibytes(1024), "1.0 KiB");
-        assert_eq!(ibytes(49_283_072), "47 MiB");
-        assert_eq!(ibytes(1536 * 1024 * 1024), "1.5 GiB");
+    fn short_ids() {
         assert_eq!(short_id("1e1d4540-14f9-2515"), "1e1d4540");
         assert_eq!(short_id("abc"), "abc");
-    }
-
-    #[test]
-    fn volume_create_output_matches_nomad() {
-        let answer = json!({"Volume": {
-            "ID": "1e1d4540-14f9-2515-8502-24d46291717d", "Name": "test", "Namespace": "default",
-            "PluginID": "mkdir", "NodeID": "ae118273-5416-3ed7-01dd-10fe8bf49e81",
-            "NodePool": "default", "CapacityBytes": 49_283_072u64, "State": "ready",
-            "HostPath": "/var/lib/nodeward/host_volumes/1e1d4540-14f9-2515-8502-24d46291717d"
-        }, "Warnings": ""});
-        let expected = "\
-==> Created host volume test with ID 1e1d4540-14f9-2515-8502-24d46291717d
-  ✓ Host volume \"1e1d4540\" ready
-
-    2024-12-05T17:06:46-05:00
-    ID        = 1e1d4540-14f9-2515-8502-24d46291717d
-    Name      = test
-    Namespace = default
-    Plugin ID = mkdir
-    Node ID   = ae118273-5416-3ed7-01dd-10fe8bf49e81
-    Node Pool = default
-    Capacity  = 47 MiB
-    State     = ready
-    Host Path = /var/lib/nodeward/host_volumes/1e1d4540-14f9-2515-8502-24d46291717d
-";
-        assert_eq!(
-            volume_created("Created", &answer, "2024-12-05T17:06:46-05:00"),
-            expected
-        );
     }
 }

@@ -9,7 +9,6 @@
 pub mod client;
 pub mod flags;
 pub mod format;
-pub mod volume_spec;
 
 mod alloc;
 mod job;

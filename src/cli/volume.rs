@@ -4,9 +4,9 @@ use std::path::Path;
 
 use super::client::enc;
 use super::flags::{bool_flag, value_flag, Parsed};
-use super::format::{self, s, short_id, table};
-use super::volume_spec;
+use super::format::{s, short_id, table};
 use super::{failed, CmdError, CmdResult, Ctx, Spec};
+use crate::volume::format as volume_text;
 
 pub(super) const COMMANDS: &[&Spec] = &[&CREATE, &REGISTER, &STATUS, &DELETE];
 
@@ -58,30 +58,39 @@ const DELETE: Spec = Spec {
     run: delete,
 };
 
+type Output = fn(&serde_json::Value, &chrono::DateTime<chrono::FixedOffset>) -> String;
+
 fn create(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
-    submit(ctx, p, "create", "Created", "creating volume")
+    submit(
+        ctx,
+        p,
+        "create",
+        "creating volume",
+        volume_text::create_output,
+    )
 }
 
 fn register(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
-    submit(ctx, p, "register", "Registered", "registering volume")
+    submit(
+        ctx,
+        p,
+        "register",
+        "registering volume",
+        volume_text::register_output,
+    )
 }
 
-fn submit(ctx: &mut Ctx, p: &Parsed, endpoint: &str, verb: &str, doing: &str) -> CmdResult {
+fn submit(ctx: &mut Ctx, p: &Parsed, endpoint: &str, doing: &str, output: Output) -> CmdResult {
     let file = Path::new(&p.args[0]);
     let text = std::fs::read_to_string(file)
         .map_err(|e| failed("reading volume file", format!("{}: {e}", file.display())))?;
-    let request =
-        volume_spec::to_request(file, &text).map_err(|e| failed("parsing volume file", e))?;
+    let request = crate::volume::spec::api_request(file, &text)
+        .map_err(|e| failed("parsing volume file", e))?;
     let answer = ctx
         .client
         .put(&format!("/v1/volume/host/{endpoint}"), &request)
         .map_err(|e| failed(doing, e))?;
-    let now = chrono::Local::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    ctx.print(&format::volume_created(verb, &answer, &now));
-    let warnings = s(&answer, "Warnings");
-    if !warnings.is_empty() {
-        ctx.println(&format!("\nVolume Warnings:\n{warnings}"));
-    }
+    ctx.print(&output(&answer, &chrono::Local::now().fixed_offset()));
     Ok(())
 }
 
@@ -142,7 +151,7 @@ fn status(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         return Ok(());
     }
     let volume = answer.get("Volume").unwrap_or(&answer);
-    let mut out = format::volume_block(volume);
+    let mut out = volume_text::volume_block(volume);
     out.push('\n');
     let error = s(volume, "Error");
     if !error.is_empty() {

@@ -32,7 +32,7 @@ type Plugins = BTreeMap<String, BTreeMap<(String, PluginKind), Entry>>;
 pub struct PluginRegistry {
     node_id: String,
     /// Guards every registration. Each method takes it once, copies or changes what it needs and
-    /// releases it before telling the state store.
+    /// releases it before telling the state store (changes go through `update`).
     plugins: Mutex<Plugins>,
     /// Told after every change; set once by [`PluginRegistry::attach_state`]. Weak because the
     /// store holds the registry as a snapshot source.
@@ -56,16 +56,24 @@ impl PluginRegistry {
         store.register(self.clone() as Arc<dyn Snapshot>);
     }
 
-    fn changed(&self) {
-        if let Some(store) = self.state.get().and_then(Weak::upgrade) {
-            store.save_soon();
+    /// Runs `f` on the registrations under the lock; when it reports a change, asks the state
+    /// store to save, after the lock is released. Returns what `f` returned.
+    fn update(&self, f: impl FnOnce(&mut Plugins) -> bool) -> bool {
+        let changed = {
+            let mut plugins = self.plugins.lock();
+            f(&mut plugins)
+        };
+        if changed {
+            if let Some(store) = self.state.get().and_then(Weak::upgrade) {
+                store.save_soon();
+            }
         }
+        changed
     }
 
     /// Loads the registrations the state file kept, marked restored.
     pub fn restore(&self, records: Vec<PluginRecord>) {
-        {
-            let mut plugins = self.plugins.lock();
+        self.update(|plugins| {
             for record in records {
                 plugins.entry(record.plugin_id.clone()).or_default().insert(
                     (record.alloc_id.clone(), record.kind),
@@ -75,15 +83,14 @@ impl PluginRegistry {
                     },
                 );
             }
-        }
-        self.changed();
+            true
+        });
     }
 
     /// Registers one plugin allocation: `records` (one per side) replace whatever that allocation
     /// had registered for the plugin, restored or not.
     pub fn register(&self, plugin_id: &str, alloc_id: &str, records: Vec<PluginRecord>) {
-        {
-            let mut plugins = self.plugins.lock();
+        self.update(|plugins| {
             let allocs = plugins.entry(plugin_id.to_string()).or_default();
             allocs.retain(|(alloc, _), _| alloc != alloc_id);
             for record in records {
@@ -99,8 +106,8 @@ impl PluginRegistry {
             if allocs.is_empty() {
                 plugins.remove(plugin_id);
             }
-        }
-        self.changed();
+            true
+        });
     }
 
     /// Sets the health of every side an allocation registered. Returns false when it has no
@@ -113,8 +120,7 @@ impl PluginRegistry {
         description: &str,
         update_time: &str,
     ) -> bool {
-        let found = {
-            let mut plugins = self.plugins.lock();
+        self.update(|plugins| {
             let mut found = false;
             if let Some(allocs) = plugins.get_mut(plugin_id) {
                 for ((alloc, _), entry) in allocs.iter_mut() {
@@ -127,17 +133,12 @@ impl PluginRegistry {
                 }
             }
             found
-        };
-        if found {
-            self.changed();
-        }
-        found
+        })
     }
 
     /// Removes an allocation's registrations of a plugin. Returns whether it had any.
     pub fn deregister(&self, plugin_id: &str, alloc_id: &str) -> bool {
-        let removed = {
-            let mut plugins = self.plugins.lock();
+        self.update(|plugins| {
             let mut removed = false;
             if let Some(allocs) = plugins.get_mut(plugin_id) {
                 let before = allocs.len();
@@ -148,28 +149,20 @@ impl PluginRegistry {
                 }
             }
             removed
-        };
-        if removed {
-            self.changed();
-        }
-        removed
+        })
     }
 
     /// Keeps only the registrations of allocations for which `keep(alloc_id)` is true; for the
     /// agent after a restore, to drop plugins of allocations it no longer runs.
     pub fn retain_allocs(&self, keep: &dyn Fn(&str) -> bool) {
-        let removed = {
-            let mut plugins = self.plugins.lock();
+        self.update(|plugins| {
             let before: usize = plugins.values().map(BTreeMap::len).sum();
             for allocs in plugins.values_mut() {
                 allocs.retain(|(alloc, _), _| keep(alloc));
             }
             plugins.retain(|_, allocs| !allocs.is_empty());
             before != plugins.values().map(BTreeMap::len).sum::<usize>()
-        };
-        if removed {
-            self.changed();
-        }
+        });
     }
 
     /// Every registration, ordered by plugin, allocation and side.
@@ -216,10 +209,10 @@ impl PluginRegistry {
         let mut controllers = Map::new();
         for (id, allocs) in &plugins {
             if let Some(info) = best(allocs, PluginKind::Node) {
-                nodes.insert(id.clone(), to_value(info));
+                nodes.insert(id.clone(), info);
             }
             if let Some(info) = best(allocs, PluginKind::Controller) {
-                controllers.insert(id.clone(), to_value(info));
+                controllers.insert(id.clone(), info);
             }
         }
         json!({
@@ -233,20 +226,7 @@ impl PluginRegistry {
         let plugins = self.snapshot();
         let stubs: Vec<Value> = plugins
             .iter()
-            .map(|(id, allocs)| {
-                let s = Summary::of(allocs);
-                json!({
-                    "ID": id,
-                    "Provider": s.provider,
-                    "ControllerRequired": s.controller_required,
-                    "ControllersHealthy": s.controllers_healthy,
-                    "ControllersExpected": s.controllers_expected,
-                    "NodesHealthy": s.nodes_healthy,
-                    "NodesExpected": s.nodes_expected,
-                    "CreateIndex": 0,
-                    "ModifyIndex": 0,
-                })
-            })
+            .map(|(id, allocs)| Value::Object(Summary::of(allocs).stub(id)))
             .collect();
         Value::Array(stubs)
     }
@@ -256,14 +236,14 @@ impl PluginRegistry {
     pub fn plugin_json(&self, plugin_id: &str) -> Option<Value> {
         let allocs = self.plugins.lock().get(plugin_id)?.clone();
         let s = Summary::of(&allocs);
-        let mut nodes = Map::new();
-        if let Some(info) = best(&allocs, PluginKind::Node) {
-            nodes.insert(self.node_id.clone(), to_value(info));
-        }
-        let mut controllers = Map::new();
-        if let Some(info) = best(&allocs, PluginKind::Controller) {
-            controllers.insert(self.node_id.clone(), to_value(info));
-        }
+        let on_this_node = |kind| {
+            let info = best(&allocs, kind);
+            Map::from_iter(info.map(|info| (self.node_id.clone(), info)))
+        };
+        let (nodes, controllers) = (
+            on_this_node(PluginKind::Node),
+            on_this_node(PluginKind::Controller),
+        );
         // One stub per allocation, even when it registers both sides.
         let mut allocations: BTreeMap<&str, Value> = BTreeMap::new();
         for ((alloc, _), e) in &allocs {
@@ -283,21 +263,16 @@ impl PluginRegistry {
                 })
             });
         }
-        Some(json!({
-            "ID": plugin_id,
-            "Provider": s.provider,
-            "Version": s.version,
-            "ControllerRequired": s.controller_required,
-            "Controllers": controllers,
-            "Nodes": nodes,
-            "Allocations": allocations.into_values().collect::<Vec<_>>(),
-            "ControllersHealthy": s.controllers_healthy,
-            "ControllersExpected": s.controllers_expected,
-            "NodesHealthy": s.nodes_healthy,
-            "NodesExpected": s.nodes_expected,
-            "CreateIndex": 0,
-            "ModifyIndex": 0,
-        }))
+        // Nomad's CSIPlugin is the list stub with these fields added.
+        let mut plugin = s.stub(plugin_id);
+        plugin.insert("Version".into(), json!(s.version));
+        plugin.insert("Controllers".into(), Value::Object(controllers));
+        plugin.insert("Nodes".into(), Value::Object(nodes));
+        plugin.insert(
+            "Allocations".into(),
+            Value::Array(allocations.into_values().collect()),
+        );
+        Some(Value::Object(plugin))
     }
 }
 
@@ -307,17 +282,15 @@ impl Snapshot for PluginRegistry {
     }
 }
 
-fn to_value(info: &CsiInfo) -> Value {
-    serde_json::to_value(info).unwrap_or(Value::Null)
-}
-
-/// The registration of one side that represents the plugin: healthy first, then the newest.
-fn best(allocs: &BTreeMap<(String, PluginKind), Entry>, kind: PluginKind) -> Option<&CsiInfo> {
+/// The `CSIInfo` of the registration of one side that represents the plugin: healthy first, then
+/// the newest.
+fn best(allocs: &BTreeMap<(String, PluginKind), Entry>, kind: PluginKind) -> Option<Value> {
     allocs
         .iter()
         .filter(|((_, k), _)| *k == kind)
         .map(|(_, e)| &e.record.info)
         .max_by(|a, b| (a.healthy, &a.update_time).cmp(&(b.healthy, &b.update_time)))
+        .map(|info: &CsiInfo| serde_json::to_value(info).unwrap_or(Value::Null))
 }
 
 #[derive(Default)]
@@ -355,6 +328,24 @@ impl Summary {
             }
         }
         s
+    }
+
+    /// Nomad's `CSIPluginListStub` of the plugin `id`.
+    fn stub(&self, id: &str) -> Map<String, Value> {
+        [
+            ("ID", json!(id)),
+            ("Provider", json!(self.provider)),
+            ("ControllerRequired", json!(self.controller_required)),
+            ("ControllersHealthy", json!(self.controllers_healthy)),
+            ("ControllersExpected", json!(self.controllers_expected)),
+            ("NodesHealthy", json!(self.nodes_healthy)),
+            ("NodesExpected", json!(self.nodes_expected)),
+            ("CreateIndex", json!(0)),
+            ("ModifyIndex", json!(0)),
+        ]
+        .into_iter()
+        .map(|(key, value)| (key.to_string(), value))
+        .collect()
     }
 }
 

@@ -28,7 +28,7 @@ use hcl::edit::structure::{Attribute, Block, Body, Structure};
 use hcl::edit::template::{Element, Template};
 use hcl::edit::Span;
 
-use super::validate::{csi_plugin_type, kill_signal, restart_mode, validate_job};
+use super::validate::{csi_plugin_type, job_type, kill_signal, restart_mode, validate_job};
 use super::{
     CsiPluginConfig, DriverConfig, Job, JobType, JobspecError, LogConfig, Parsed, Resources,
     RestartOverride, RestartPolicy, Task, TaskGroup, VolumeMount, VolumeRequest,
@@ -239,17 +239,8 @@ impl Source {
         let items = self.items(&what, &block.body, &["type"], &["group"])?;
         let job_type = match items.attr("type") {
             None => JobType::default(),
-            Some(attr) => match self.string(&what, attr)?.as_str() {
-                "service" => JobType::Service,
-                "batch" => JobType::Batch,
-                "system" => JobType::System,
-                other => {
-                    return Err(invalid(format!(
-                        "job type must be \"service\", \"batch\" or \"system\", got: {other:?} (line {})",
-                        self.line(attr.span())
-                    )))
-                }
-            },
+            Some(attr) => job_type(&self.string(&what, attr)?)
+                .map_err(|e| invalid(format!("{e} (line {})", self.line(attr.span()))))?,
         };
         let task_groups = items
             .blocks("group")

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::validate::{csi_plugin_type, kill_signal, restart_mode, validate_job};
+use super::validate::{csi_plugin_type, job_type, kill_signal, restart_mode, validate_job};
 use super::{
     CsiPluginConfig, DriverConfig, Job, JobType, JobspecError, LogConfig, Parsed, Resources,
     RestartOverride, RestartPolicy, Task, TaskGroup, VolumeMount, VolumeRequest,
@@ -237,14 +237,7 @@ impl TryFrom<RawJob> for Parsed {
         let mut warnings = Vec::new();
         let job_type = match raw.job_type.as_deref() {
             None => JobType::default(),
-            Some("service") => JobType::Service,
-            Some("batch") => JobType::Batch,
-            Some("system") => JobType::System,
-            Some(other) => {
-                return Err(invalid(format!(
-                    "job type must be \"service\", \"batch\" or \"system\", got: {other:?}"
-                )))
-            }
+            Some(spelled) => job_type(spelled)?,
         };
         let (id, name) = match (raw.id, raw.name) {
             (Some(id), Some(name)) => (id, name),

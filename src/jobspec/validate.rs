@@ -12,8 +12,8 @@ use std::path::{Component, Path};
 use std::time::Duration;
 
 use super::{
-    CsiPluginConfig, CsiPluginType, Job, JobspecError, RestartMode, RestartPolicy, Task, TaskGroup,
-    MAX_GROUP_COUNT,
+    CsiPluginConfig, CsiPluginType, Job, JobType, JobspecError, RestartMode, RestartPolicy, Task,
+    TaskGroup, MAX_GROUP_COUNT,
 };
 use crate::util::duration::format;
 
@@ -250,6 +250,18 @@ pub fn validate_name(kind: &str, name: &str) -> Result<(), JobspecError> {
         return Ok(());
     };
     Err(invalid(format!("invalid {kind} name {name:?}: {reason}")))
+}
+
+/// The job `type` spelled in a jobspec.
+pub fn job_type(raw: &str) -> Result<JobType, JobspecError> {
+    match raw {
+        "service" => Ok(JobType::Service),
+        "batch" => Ok(JobType::Batch),
+        "system" => Ok(JobType::System),
+        _ => Err(invalid(format!(
+            "job type must be \"service\", \"batch\" or \"system\", got: {raw:?}"
+        ))),
+    }
 }
 
 /// The restart mode spelled in a jobspec.

@@ -1,10 +1,11 @@
 //! The CLI's text for host volumes, as Nomad prints it. Pure functions of the API's JSON answer
 //! and the time to show, so the output is tested exactly.
 
-use chrono::{DateTime, FixedOffset};
+use chrono::{DateTime, FixedOffset, SecondsFormat};
 use serde_json::Value;
 
 use super::spec::humanize_bytes;
+use crate::cli::format::{key_values, s, short_id};
 
 /// `nodeward volume create <file>`: `answer` is the API's `{"Volume": {...}, "Warnings": ""}`.
 pub fn create_output(answer: &Value, now: &DateTime<FixedOffset>) -> String {
@@ -17,50 +18,54 @@ pub fn register_output(answer: &Value, now: &DateTime<FixedOffset>) -> String {
 }
 
 fn output(verb: &str, answer: &Value, now: &DateTime<FixedOffset>) -> String {
-    let v = answer.get("Volume").unwrap_or(answer);
-    let s = |key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
-    let id = s("ID");
-    let short: String = id.chars().take(8).collect();
-    let state = s("State");
-    let mut out = format!("==> {verb} host volume {} with ID {id}\n", s("Name"));
+    let volume = answer.get("Volume").unwrap_or(answer);
+    let id = s(volume, "ID");
+    let state = s(volume, "State");
+    let mut out = format!(
+        "==> {verb} host volume {} with ID {id}\n",
+        s(volume, "Name")
+    );
     if state == "ready" {
-        out.push_str(&format!("  ✓ Host volume {short:?} ready\n"));
+        out.push_str(&format!("  ✓ Host volume {:?} ready\n", short_id(id)));
     } else {
-        out.push_str(&format!("  ! Host volume {short:?} is {state}\n"));
-    }
-    if let Some(w) = answer.get("Warnings").and_then(Value::as_str) {
-        for line in w.lines().filter(|l| !l.is_empty()) {
-            out.push_str(&format!("  ! Warning: {line}\n"));
-        }
+        out.push_str(&format!(
+            "  ! Host volume {:?} is {state:?}\n",
+            short_id(id)
+        ));
     }
     out.push('\n');
-    out.push_str(&format!("    {}\n", now.format("%Y-%m-%dT%H:%M:%S%:z")));
-    let capacity = humanize_bytes(v.get("CapacityBytes").and_then(Value::as_u64).unwrap_or(0));
-    let rows = [
-        ("ID", id.clone()),
-        ("Name", s("Name")),
-        ("Namespace", s("Namespace")),
-        ("Plugin ID", s("PluginID")),
-        ("Node ID", s("NodeID")),
-        ("Node Pool", s("NodePool")),
-        ("Capacity", capacity),
-        ("State", state.clone()),
-        ("Host Path", s("HostPath")),
-    ];
-    out.push_str(&key_value_table(&rows, "    "));
+    // RFC 3339 as Go prints it: `Z` for a zero offset.
+    let now = now.to_rfc3339_opts(SecondsFormat::Secs, true);
+    out.push_str(&format!("    {now}\n"));
+    for line in volume_block(volume).lines() {
+        out.push_str(&format!("    {line}\n"));
+    }
+    let warnings = s(answer, "Warnings");
+    if !warnings.is_empty() {
+        out.push_str(&format!("\nVolume Warnings:\n{warnings}\n"));
+    }
     out
 }
 
-/// `Key = value` lines with the `=` aligned, each prefixed by `indent`.
-pub fn key_value_table(rows: &[(&str, String)], indent: &str) -> String {
-    let width = rows
-        .iter()
-        .map(|(k, _)| k.chars().count())
-        .max()
-        .unwrap_or(0);
-    rows.iter()
-        .map(|(k, v)| format!("{indent}{k:<width$} = {v}\n"))
-        .collect()
+/// The key/value block of one volume (`volume status <id>`, and indented in [`create_output`]).
+/// No trailing newline.
+pub fn volume_block(volume: &Value) -> String {
+    let capacity = volume
+        .get("CapacityBytes")
+        .and_then(Value::as_u64)
+        .map(humanize_bytes)
+        .unwrap_or_else(|| "<none>".into());
+    key_values(&[
+        ("ID", s(volume, "ID").into()),
+        ("Name", s(volume, "Name").into()),
+        ("Namespace", s(volume, "Namespace").into()),
+        ("Plugin ID", s(volume, "PluginID").into()),
+        ("Node ID", s(volume, "NodeID").into()),
+        ("Node Pool", s(volume, "NodePool").into()),
+        ("Capacity", capacity),
+        ("State", s(volume, "State").into()),
+        ("Host Path", s(volume, "HostPath").into()),
+    ])
 }
 
 #[cfg(test)]
@@ -100,5 +105,34 @@ mod tests {
     Host Path = /var/lib/nodeward/host_volumes/1e1d4540-14f9-2515-8502-24d46291717d
 ";
         assert_eq!(create_output(&answer, &now), want);
+    }
+
+    #[test]
+    fn register_output_shows_state_and_warnings() {
+        let answer = serde_json::json!({
+            "Volume": {"ID": "7c1f0a2b-0000-0000-0000-000000000000", "Name": "existing",
+                       "Namespace": "default", "State": "pending", "HostPath": "/srv/existing"},
+            "Warnings": "field \"Topology\" is not supported by nodeward and was ignored",
+        });
+        let now = DateTime::parse_from_rfc3339("2024-12-05T22:06:46+00:00").unwrap();
+        let want = "\
+==> Registered host volume existing with ID 7c1f0a2b-0000-0000-0000-000000000000
+  ! Host volume \"7c1f0a2b\" is \"pending\"
+
+    2024-12-05T22:06:46Z
+    ID        = 7c1f0a2b-0000-0000-0000-000000000000
+    Name      = existing
+    Namespace = default
+    Plugin ID =
+    Node ID   =
+    Node Pool =
+    Capacity  = <none>
+    State     = pending
+    Host Path = /srv/existing
+
+Volume Warnings:
+field \"Topology\" is not supported by nodeward and was ignored
+";
+        assert_eq!(register_output(&answer, &now), want);
     }
 }

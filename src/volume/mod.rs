@@ -4,7 +4,7 @@
 //! - [`plugin`]: finding and running DHV plugins, confined to the plugin directory.
 //! - [`mkdir`]: the built-in `mkdir` plugin.
 //! - [`manager`]: the node's registry of volumes: create, register, delete, restore, `HostVolumes`.
-//! - [`format`]: the CLI's text for `volume create`.
+//! - [`format`]: the CLI's text for `volume create`, `volume register` and `volume status`.
 
 pub mod format;
 pub mod manager;

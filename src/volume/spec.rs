@@ -4,7 +4,8 @@
 //! an unknown attribute or block is an error naming it and its line; JSON is Nomad's API shape
 //! (`{"Volume": {...}}`), where fields nodeward does not implement are ignored and reported as
 //! warnings. Both produce a [`RawVolume`] that mirrors the API shape, and [`RawVolume::validate`]
-//! turns it into a [`VolumeSpec`] once: names checked, capacities parsed, modes known.
+//! turns it into a [`VolumeSpec`] once: names checked, capacities parsed, modes known. The CLI
+//! sends an HCL file as [`api_request`] makes it, so the API only ever takes Nomad's JSON shape.
 //!
 //! Capacities in HCL are strings with a unit, read like Nomad's `humanize.ParseBytes`: decimal units
 //! are powers of 1000 (`kb` = 1000, `mb` = 1000², ...) and binary units powers of 1024 (`kib` =
@@ -17,6 +18,9 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::jobspec::validate::validate_name;
 
 /// Why a volume specification was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -136,7 +140,8 @@ pub struct VolumeSpec {
 pub const NAMESPACE: &str = "default";
 
 /// A volume specification before validation, in Nomad's API field names. This is also what the CLI
-/// sends to the API after reading an HCL file.
+/// sends to the API after reading an HCL file: only the fields the file sets, so the agent applies
+/// the defaults.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub struct RawVolume {
@@ -151,13 +156,20 @@ pub struct RawVolume {
     pub node_id: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub node_pool: String,
+    #[serde(skip_serializing_if = "is_zero")]
     pub requested_capacity_min_bytes: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub requested_capacity_max_bytes: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub requested_capabilities: Vec<RawCapability>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub parameters: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub host_path: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -194,19 +206,6 @@ const JSON_OUTPUT_FIELDS: [&str; 9] = [
     "ModifyTime",
     "Constraints",
 ];
-
-/// Checks a name that becomes a path component: 1–128 of `[A-Za-z0-9_.-]`, never `.` or `..`.
-pub fn validate_name(what: &str, name: &str) -> Result<(), SpecError> {
-    let ok_chars = name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    if name.is_empty() || name.len() > 128 || !ok_chars || name == "." || name == ".." {
-        return Err(SpecError::Invalid(format!(
-            "invalid {what} name {name:?}: want 1-128 characters of A-Z a-z 0-9 _ . - and not \".\" or \"..\""
-        )));
-    }
-    Ok(())
-}
 
 /// Parses a capacity such as `10MiB`, `1.5 GB` or `4096`. See the module docs for the units.
 pub fn parse_capacity(s: &str) -> Result<u64, SpecError> {
@@ -266,7 +265,8 @@ pub fn humanize_bytes(bytes: u64) -> String {
 impl RawVolume {
     /// Validates once, applying defaults.
     pub fn validate(self) -> Result<VolumeSpec, SpecError> {
-        validate_name("volume", &self.name)?;
+        // The same rule as job, group and task names: the name becomes a path component.
+        validate_name("volume", &self.name).map_err(|e| SpecError::Invalid(e.to_string()))?;
         let id = non_empty(self.id);
         if let Some(id) = &id {
             if uuid::Uuid::parse_str(id).is_err() {
@@ -330,32 +330,6 @@ impl RawVolume {
             parameters: self.parameters,
             host_path,
         })
-    }
-}
-
-impl VolumeSpec {
-    /// The spec back in Nomad's API shape (what the CLI sends inside `{"Volume": ...}`).
-    pub fn to_raw(&self) -> RawVolume {
-        RawVolume {
-            id: self.id.clone().unwrap_or_default(),
-            name: self.name.clone(),
-            namespace: self.namespace.clone(),
-            plugin_id: self.plugin_id.clone().unwrap_or_default(),
-            node_id: self.node_id.clone().unwrap_or_default(),
-            node_pool: self.node_pool.clone().unwrap_or_default(),
-            requested_capacity_min_bytes: self.capacity_min,
-            requested_capacity_max_bytes: self.capacity_max,
-            requested_capabilities: self
-                .capabilities
-                .iter()
-                .map(|c| RawCapability {
-                    access_mode: c.access_mode.as_str().to_string(),
-                    attachment_mode: c.attachment_mode.as_str().to_string(),
-                })
-                .collect(),
-            parameters: self.parameters.clone(),
-            host_path: self.host_path.clone().unwrap_or_default(),
-        }
     }
 }
 
@@ -431,6 +405,11 @@ fn is_empty_json(v: &serde_json::Value) -> bool {
 /// accepted: when the text does not parse as written it is parsed again with such blocks split
 /// onto lines ([`crate::util::hcl_lines`]), and line numbers in errors still point at the input.
 pub fn parse_hcl(input: &str) -> Result<VolumeSpec, SpecError> {
+    read_hcl(input)?.validate()
+}
+
+/// The HCL file as written, in the API's field names: [`parse_hcl`] without the validation.
+fn read_hcl(input: &str) -> Result<RawVolume, SpecError> {
     let as_written = match hcl::edit::parser::parse_body(input) {
         Ok(body) => return walk_hcl(input, &body),
         Err(e) => e,
@@ -448,7 +427,7 @@ pub fn parse_hcl(input: &str) -> Result<VolumeSpec, SpecError> {
     Err(SpecError::Syntax(format!("invalid HCL: {as_written}")))
 }
 
-fn walk_hcl(input: &str, body: &hcl::edit::structure::Body) -> Result<VolumeSpec, SpecError> {
+fn walk_hcl(input: &str, body: &hcl::edit::structure::Body) -> Result<RawVolume, SpecError> {
     use hcl::edit::structure::Structure;
     use hcl::edit::Span;
 
@@ -562,13 +541,42 @@ fn walk_hcl(input: &str, body: &hcl::edit::structure::Body) -> Result<VolumeSpec
             )))
         }
     }
-    raw.validate()
+    Ok(raw)
 }
 
-/// An HCL specification file as the API's request body `{"Volume": {...}}` (what the CLI sends).
+/// An HCL specification file as the API's request body `{"Volume": {...}}`. It is validated here,
+/// so a mistake is reported with its line before anything is sent, but sent as written: the agent
+/// applies the defaults.
 pub fn hcl_to_api_json(input: &str) -> Result<serde_json::Value, SpecError> {
-    let spec = parse_hcl(input)?;
-    Ok(serde_json::json!({ "Volume": spec.to_raw() }))
+    let raw = read_hcl(input)?;
+    raw.clone().validate()?;
+    Ok(serde_json::json!({ "Volume": raw }))
+}
+
+/// What `volume create <file>` and `volume register <file>` send: HCL through
+/// [`hcl_to_api_json`], or, for a `.json` file, the API's shape as it is (`{"Volume": {...}}`, or
+/// the bare volume object wrapped), left for the agent to validate.
+pub fn api_request(file: &Path, text: &str) -> Result<serde_json::Value, SpecError> {
+    let cannot_parse = |reason: &dyn std::fmt::Display| {
+        SpecError::Syntax(format!("cannot parse {}: {reason}", file.display()))
+    };
+    let is_json = file
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    if !is_json {
+        return hcl_to_api_json(text).map_err(|e| match e {
+            SpecError::Syntax(m) => cannot_parse(&m),
+            other => other,
+        });
+    }
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| cannot_parse(&e))?;
+    match v {
+        serde_json::Value::Object(ref o) if o.contains_key("Volume") => Ok(v),
+        serde_json::Value::Object(_) => Ok(serde_json::json!({ "Volume": v })),
+        _ => Err(SpecError::Invalid(
+            "a JSON volume specification must be an object".into(),
+        )),
+    }
 }
 
 fn string_value(key: &str, line: usize, value: &hcl::Value) -> Result<String, SpecError> {
@@ -752,6 +760,11 @@ parameters {
         assert_eq!(parse_capacity("512").unwrap(), 512);
         assert_eq!(parse_capacity("512B").unwrap(), 512);
         assert_eq!(parse_capacity("1.5GiB").unwrap(), 3 << 29);
+        assert_eq!(parse_capacity("1.5KiB").unwrap(), 1536);
+        assert_eq!(parse_capacity("10mib").unwrap(), 10 << 20);
+        assert_eq!(parse_capacity("2tib").unwrap(), 2 << 40);
+        assert_eq!(parse_capacity("1 GB").unwrap(), 1_000_000_000);
+        assert_eq!(parse_capacity("3b").unwrap(), 3);
         for bad in [
             "",
             "MiB",
@@ -782,7 +795,10 @@ parameters {
     #[test]
     fn humanize_like_nomad() {
         assert_eq!(humanize_bytes(0), "0 B");
+        assert_eq!(humanize_bytes(9), "9 B");
         assert_eq!(humanize_bytes(1023), "1023 B");
+        assert_eq!(humanize_bytes(1024), "1.0 KiB");
+        assert_eq!(humanize_bytes(1536 << 20), "1.5 GiB");
         assert_eq!(humanize_bytes(1536), "1.5 KiB");
         assert_eq!(humanize_bytes(47 << 20), "47 MiB");
         assert_eq!(humanize_bytes(2 << 30), "2.0 GiB");
@@ -832,6 +848,58 @@ parameters {
         assert!(parse_json(br#"{"Volume": {"Name": "v", "HostPath": "rel"}}"#).is_err());
         assert!(parse_json(b"[1]").is_err());
         assert!(parse_json(b"{").is_err());
+    }
+
+    #[test]
+    fn hcl_request_is_the_api_shape_as_written() {
+        let v = api_request(Path::new("vol.hcl"), EXAMPLE).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"Volume": {
+                "Name": "test", "PluginID": "mkdir",
+                "RequestedCapacityMinBytes": 10 * 1024 * 1024,
+                "RequestedCapacityMaxBytes": 1024u64 * 1024 * 1024,
+                "RequestedCapabilities": [{"AccessMode": "single-node-writer", "AttachmentMode": "file-system"}],
+                "Parameters": {"mode": "0755", "uid": "1000"}
+            }})
+        );
+        let hcl = r#"
+name = "existing"
+host_path = "/srv/existing"
+capability {
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}
+capability {
+  access_mode     = "single-node-reader-only"
+  attachment_mode = "file-system"
+}
+"#;
+        let v = api_request(Path::new("vol.hcl"), hcl).unwrap();
+        assert_eq!(v["Volume"]["HostPath"], "/srv/existing");
+        assert_eq!(
+            v["Volume"]["RequestedCapabilities"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        let err = api_request(Path::new("v.hcl"), "name = ").unwrap_err();
+        assert!(err.to_string().starts_with("cannot parse v.hcl:"), "{err}");
+    }
+
+    #[test]
+    fn json_requests_are_sent_as_they_are() {
+        let wrapped = r#"{"Volume": {"Name": "a", "PluginID": "mkdir"}}"#;
+        let v = api_request(Path::new("v.json"), wrapped).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"Volume": {"Name": "a", "PluginID": "mkdir"}})
+        );
+        let bare = r#"{"Name": "a"}"#;
+        let v = api_request(Path::new("v.JSON"), bare).unwrap();
+        assert_eq!(v, serde_json::json!({"Volume": {"Name": "a"}}));
+        assert!(api_request(Path::new("v.json"), "[1]").is_err());
     }
 
     #[test]

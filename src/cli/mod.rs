@@ -9,6 +9,7 @@
 pub mod client;
 pub mod flags;
 pub mod format;
+pub mod volume_format;
 
 mod alloc;
 mod job;

@@ -5,8 +5,8 @@ use std::path::Path;
 use super::client::enc;
 use super::flags::{bool_flag, value_flag, Parsed};
 use super::format::{s, short_id, table};
+use super::volume_format as volume_text;
 use super::{failed, CmdError, CmdResult, Ctx, Spec};
-use crate::volume::format as volume_text;
 
 pub(super) const COMMANDS: &[&Spec] = &[&CREATE, &REGISTER, &STATUS, &DELETE];
 

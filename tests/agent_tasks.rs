@@ -372,7 +372,7 @@ job "envy" {
       env { GREETING = "hello ${NOMAD_TASK_NAME}" }
       config {
         command = "/bin/sh"
-        args = ["-c", "echo $GREETING; echo '${NOMAD_JOB_NAME}/${node.unique.name}/${unknown.thing}'; pwd; echo $NOMAD_TASK_DIR; ps -o pgid= -p $$; echo $$"]
+        args = ["-c", "echo $GREETING; echo '${NOMAD_JOB_NAME}/${node.unique.name}/${unknown.thing}'; pwd; echo $NOMAD_TASK_DIR; ps -o pgid= -p $$; echo $$; echo tunables=$${GLIBC_TUNABLES:-none}/$${NODEWARD_ORIGINAL_GLIBC_TUNABLES:-none}"]
       }
     }
   }
@@ -391,6 +391,8 @@ job "envy" {
     assert_eq!(lines[3], task_dir.join("local").display().to_string());
     // The task leads a process group of its own.
     assert_eq!(lines[4].trim(), lines[5].trim());
+    // The agent's own malloc tuning is not passed on to tasks.
+    assert_eq!(lines[6], "tunables=none/none");
     for d in ["local", "secrets"] {
         assert!(task_dir.join(d).is_dir());
     }

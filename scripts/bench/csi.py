@@ -12,29 +12,11 @@ Prints numbers; asserts nothing.
 
 Usage: scripts/bench/csi.py [--runs 20] [--plugins 100]   (needs `cargo build --release --bins`)
 """
-import argparse, json, os, signal, statistics, subprocess, tempfile, threading, time, urllib.request, shutil, uuid
+import argparse, os, signal, statistics, tempfile, time, shutil
 
-TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/nodeward/target"))
+from benchlib import RELEASE_BIN, TARGET, cpu_ns, pct, req, start_agent
 
-def req(addr, method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    r = urllib.request.Request(f"http://{addr}{path}", data=data, method=method)
-    with urllib.request.urlopen(r, timeout=60) as resp:
-        return json.loads(resp.read() or b"null")
 
-def start_agent(binary, tmp, extra=""):
-    data = os.path.join(tmp, "d")
-    cfg = os.path.join(tmp, "agent.hcl")
-    with open(cfg, "w") as f:
-        f.write(f'data_dir = "{data}"\nlog_level = "warn"\nports {{ http = 0 }}\n{extra}\n')
-    p = subprocess.Popen([binary, "agent", "-config", cfg], stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, RUST_LOG="nodeward=info"))
-    for line in p.stderr:
-        if "API on http://" in line:
-            addr = line.split("API on http://", 1)[1].strip()
-            break
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-    return p, addr, data
 
 def plugin_job(jid, plugin, mode, count=1, delay_ms=500):
     return {"Job": {"ID": jid, "Name": jid, "TaskGroups": [{"Name": "g", "Count": count,
@@ -44,27 +26,15 @@ def plugin_job(jid, plugin, mode, count=1, delay_ms=500):
                    "CSIPluginConfig": {"ID": "bench", "Type": "node", "MountDir": "/csi",
                                        "StagePublishBaseDir": "/local/csi", "HealthTimeout": 30_000_000_000}}]}]}}
 
-def cpu_ns(pid):
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            pass
-    return total
 
 def threads(pid):
     with open(f"/proc/{pid}/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith("Threads:"))
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=os.path.join(TARGET, "release", "nodeward"))
+    ap.add_argument("--bin", default=RELEASE_BIN)
     ap.add_argument("--plugin", default=os.path.join(TARGET, "release", "nodeward-csi-test-plugin"))
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--plugins", type=int, default=100)

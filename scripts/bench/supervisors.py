@@ -12,9 +12,9 @@ service that lived less than a second. Prints a table and the ratios; asserts no
 Needs the Debian packages s6 and daemontools (installs them with apt-get when run as root).
 Usage: scripts/bench/supervisors.py [--bin PATH] [--services 100] [--kills 30]
 """
-import argparse, json, os, shutil, signal, statistics, subprocess, tempfile, threading, time, urllib.request
+import argparse, json, os, shutil, signal, statistics, subprocess, tempfile, time, urllib.request
 
-TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/nodeward/target"))
+from benchlib import RELEASE_BIN, cpu_ns, start_agent
 
 def wrapper(pidfile, marker):
     return f"echo $$ > {pidfile}; exec sleep {marker}"
@@ -42,16 +42,6 @@ def pss(pids):
             pass
     return total
 
-def cpu_ns(pids):
-    total = 0
-    for p in pids:
-        try:
-            for t in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{t}/schedstat") as f:
-                    total += int(f.read().split()[0])
-        except OSError:
-            pass
-    return total
 
 def read_pid(path):
     try:
@@ -88,16 +78,8 @@ def measure(name, start, owned, pidfiles, marker, n, kills):
 
 def run_nodeward(binary, tmp, n, kills):
     marker = "200001.5"
-    data = os.path.join(tmp, "d"); cfg = os.path.join(tmp, "agent.hcl")
-    with open(cfg, "w") as f:
-        f.write(f'data_dir = "{data}"\nlog_level = "warn"\nports {{ http = 0 }}\n')
     pidfiles = [os.path.join(tmp, f"p{i}") for i in range(n)]
-    agent = subprocess.Popen([binary, "agent", "-config", cfg], stderr=subprocess.PIPE, text=True,
-                             env=dict(os.environ, RUST_LOG="nodeward=info"))
-    for line in agent.stderr:
-        if "API on http://" in line:
-            addr = line.split("API on http://", 1)[1].strip(); break
-    threading.Thread(target=lambda: [None for _ in agent.stderr], daemon=True).start()
+    agent, addr, _ = start_agent(binary, tmp)
     def start():
         groups = [{"Name": f"s{i}", "Count": 1,
                    "RestartPolicy": {"Attempts": 100000, "Interval": 3_600_000_000_000 * 24 * 365, "Delay": 0, "Mode": "delay"},
@@ -141,7 +123,7 @@ def run_svscan(kind, tmp, n, kills):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=os.path.join(TARGET, "release", "nodeward"))
+    ap.add_argument("--bin", default=RELEASE_BIN)
     ap.add_argument("--services", type=int, default=100)
     ap.add_argument("--kills", type=int, default=30)
     a = ap.parse_args()

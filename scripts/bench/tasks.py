@@ -14,31 +14,11 @@ Prints numbers; asserts nothing about speed.
 
 Usage: scripts/bench/tasks.py [--bin PATH] [--sizes 100,1000] [--kills 30]
 """
-import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time, urllib.request, uuid, shutil
+import argparse, json, os, signal, statistics, subprocess, tempfile, time, uuid, shutil
 
-def req(addr, method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    r = urllib.request.Request(f"http://{addr}{path}", data=data, method=method)
-    with urllib.request.urlopen(r, timeout=60) as resp:
-        return json.loads(resp.read() or b"null")
+from benchlib import RELEASE_BIN, cpu_ns, memory, pct, req, start_agent
 
-def start_agent(binary, tmp):
-    data = os.path.join(tmp, "data")
-    cfg = os.path.join(tmp, "agent.hcl")
-    with open(cfg, "w") as f:
-        f.write(f'data_dir = "{data}"\nlog_level = "warn"\nports {{ http = 0 }}\n')
-    env = dict(os.environ, RUST_LOG="nodeward=info")
-    p = subprocess.Popen([binary, "agent", "-config", cfg], stderr=subprocess.PIPE, text=True, env=env)
-    for line in p.stderr:
-        if "API on http://" in line:
-            addr = line.split("API on http://", 1)[1].strip()
-            break
-    else:
-        raise SystemExit("agent did not start")
-    # Keep draining stderr so the agent never blocks on it.
-    import threading
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-    return p, addr, data
+
 
 def procs_with(marker):
     n = 0
@@ -61,28 +41,7 @@ def job(jid, count, args, delay="15s", attempts=2, mode="fail"):
         "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": args[0], "args": args[1:]},
                    "KillTimeout": 2_000_000_000}]}]}}
 
-def memory(pid):
-    out = {}
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("Rss", "Pss"):
-                out[k] = int(v.split()[0]) / 1024
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("Threads:"):
-                out["Threads"] = int(line.split()[1])
-    return out
 
-def cpu_ns(pid):
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            pass
-    return total
 
 def ticks(pid):
     """utime + stime of the whole process in clock ticks (10 ms): a coarse cross-check."""
@@ -90,9 +49,6 @@ def ticks(pid):
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
 
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 def run_size(binary, n, kills):
     tmp = tempfile.mkdtemp(prefix="nodeward-bench-")
@@ -160,8 +116,7 @@ def run_size(binary, n, kills):
 
 def main():
     ap = argparse.ArgumentParser()
-    default_bin = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/nodeward/target")), "release", "nodeward")
-    ap.add_argument("--bin", default=default_bin)
+    ap.add_argument("--bin", default=RELEASE_BIN)
     ap.add_argument("--sizes", default="100,1000")
     ap.add_argument("--kills", type=int, default=30)
     a = ap.parse_args()

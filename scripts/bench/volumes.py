@@ -13,9 +13,9 @@ Prints numbers; asserts nothing.
 
 Usage: scripts/bench/volumes.py [--bin PATH] [--volumes 1000] [--big 10000] [--creates 200]
 """
-import argparse, json, os, shutil, signal, subprocess, tempfile, threading, time, urllib.request, uuid
+import argparse, json, os, shutil, signal, subprocess, tempfile, threading, time, uuid
 
-TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/nodeward/target"))
+from benchlib import RELEASE_BIN, req
 
 PLUGIN = """#!/bin/sh
 case "$1" in
@@ -25,11 +25,6 @@ case "$1" in
 esac
 """
 
-def req(addr, method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    r = urllib.request.Request(f"http://{addr}{path}", data=data, method=method)
-    with urllib.request.urlopen(r, timeout=300) as resp:
-        return json.loads(resp.read() or b"null")
 
 class Agent:
     def __init__(self, binary, tmp):
@@ -73,7 +68,7 @@ def create_many(agent, n, plugin, prefix):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=os.path.join(TARGET, "release", "nodeward"))
+    ap.add_argument("--bin", default=RELEASE_BIN)
     ap.add_argument("--volumes", type=int, default=1000)
     ap.add_argument("--big", type=int, default=10000)
     ap.add_argument("--creates", type=int, default=200)

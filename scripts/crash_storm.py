@@ -35,6 +35,7 @@ import http.client
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -71,6 +72,10 @@ def default_bin():
 
 
 # ---- HTTP ----------------------------------------------------------------------------------------
+
+
+class Interrupted(Exception):
+    """SIGTERM: stop the storm, clean up, report."""
 
 
 class Refused(Exception):
@@ -132,8 +137,9 @@ def pids():
 
 
 def marker_processes(token):
-    """Live (non-zombie) processes whose arguments include one carrying `token`:
-    {argument: [(pid, pgid)]}."""
+    """Live (non-zombie) processes whose command line carries a marker of this storm:
+    {marker: [(pid, pgid)]}."""
+    pattern = re.compile(rb"100000\." + token.encode() + rb"\d{8}")
     found = {}
     for pid in pids():
         cmd = read_proc(pid, "cmdline")
@@ -142,9 +148,8 @@ def marker_processes(token):
         st = stat_fields(pid)
         if st is None or st[0] in ("Z", "X"):
             continue
-        for arg in cmd.split(b"\0"):
-            if token.encode() in arg:
-                found.setdefault(arg.decode(), []).append((pid, st[2]))
+        for marker in set(pattern.findall(cmd)):
+            found.setdefault(marker.decode(), []).append((pid, st[2]))
     return found
 
 
@@ -353,10 +358,18 @@ class Worker(threading.Thread):
             return
         jid = f"w{self.wid}-job-{seq}"
         marker = f"100000.{self.token}{self.wid:02d}{seq:06d}"
+        if self.rng.random() < 0.5:
+            command = '"/bin/sleep"'
+            args = f'"{marker}"'
+        else:
+            # A task that ignores its kill signal (SIGINT) and dies only by SIGKILL, `kill_timeout`
+            # after the stop: a crash within that time must not leave it running.
+            command = '"/bin/sh"'
+            args = f'"-c", "trap \'\' INT; exec /bin/sleep {marker}"'
         hcl = (
             f'job "{jid}" {{\n  group "g" {{\n    task "t" {{\n      driver = "raw_exec"\n'
             f'      kill_timeout = "2s"\n'
-            f'      config {{\n        command = "/bin/sleep"\n        args = ["{marker}"]\n      }}\n'
+            f'      config {{\n        command = {command}\n        args = [{args}]\n      }}\n'
             f"    }}\n  }}\n}}\n"
         )
         parsed, why = self.request(f"parse {jid}", "POST", "/v1/jobs/parse", {"JobHCL": hcl})
@@ -473,9 +486,41 @@ def check_jobs(addr, model, token):
         if now > deadline:
             for jid, (have, n) in sorted(wrong.items()):
                 problems.append(f"job {jid}: {have} task processes {SETTLE_TIMEOUT:.0f} s after the "
-                                f"restart, expected {n}")
+                                f"restart, expected {n}; {task_summary(addr, jid)}")
+            # Stop what should not run, so later rounds are judged on their own.
+            for arg, (jid, n) in expected.items():
+                if n == 0:
+                    kill_groups(found.get(arg, []))
+            for arg in found:
+                if arg not in expected:
+                    kill_groups(found[arg])
             return problems
         time.sleep(0.05)
+
+
+def task_summary(addr, jid):
+    """What the agent says about a job's task: status and its last events."""
+    try:
+        allocs = call(addr, "GET", f"/v1/job/{jid}/allocations")
+    except (OSError, http.client.HTTPException, Refused, ValueError) as e:
+        return f"the agent: {e}"
+    out = []
+    for a in allocs:
+        st = (a.get("TaskStates") or {}).get("t") or {}
+        events = [f"{e.get('Type')}: {e.get('DisplayMessage')}" for e in st.get("Events") or []]
+        out.append(f"alloc {a['ID'][:8]} desired {a.get('DesiredStatus')} client "
+                   f"{a.get('ClientStatus')} task {st.get('State')} failed {st.get('Failed')} "
+                   f"events [{' | '.join(events[-5:])}]")
+    return "; ".join(out) or "no allocations"
+
+
+def kill_groups(procs):
+    for pid, pgid in procs:
+        for target, kill in ((pgid, os.killpg), (pid, os.kill)):
+            try:
+                kill(target, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 # ---- the storm -----------------------------------------------------------------------------------
@@ -503,6 +548,10 @@ def storm(args):
     last_start = 0.1
     print(f"crash storm: {args.rounds} rounds, seed {args.seed}, binary {args.bin}, dir {tmp}",
           flush=True)
+    def interrupted(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, interrupted)
     try:
         why = agent.start("first start")
         if why:
@@ -584,7 +633,11 @@ def storm(args):
             else:
                 passed += 1
                 print(f"{head}: ok", flush=True)
+    except (Interrupted, KeyboardInterrupt) as e:
+        print(f"interrupted ({e or 'SIGINT'}) during round {passed + failed + 1}", flush=True)
+        failed += 1
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         agent.shutdown()
         reaper.stop.set()
         cleanup(token)
@@ -599,12 +652,7 @@ def cleanup(token):
         if not found:
             break
         for ps in found.values():
-            for pid, pgid in ps:
-                for target, kill in ((pgid, os.killpg), (pid, os.kill)):
-                    try:
-                        kill(target, signal.SIGKILL)
-                    except OSError:
-                        pass
+            kill_groups(ps)
         time.sleep(0.05)
         reap_children()
     reap_children()

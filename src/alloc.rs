@@ -504,11 +504,13 @@ impl AllocManager {
     }
 
     /// Picks up the jobs and allocations of the state file: processes left by an agent that crashed
-    /// are stopped first, then allocations that should run are started again.
+    /// are stopped first (those of allocations the file no longer holds too: a purge forgets an
+    /// allocation while its task may still be stopping), then allocations that should run are
+    /// started again.
     pub fn restore(self: &Arc<Self>, state: &StateFile) {
         let ids: HashSet<String> = state.allocations.iter().map(|a| a.id.clone()).collect();
         stop_leftovers(
-            &driver::find_task_processes(&ids),
+            &driver::find_task_processes(&ids, &self.engine.data_dir.join("alloc")),
             &state.allocations,
             &state.jobs,
         );

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -464,14 +465,19 @@ pub struct Leftover {
     pub task: String,
 }
 
-/// Finds processes whose environment marks them as a task of one of `alloc_ids`
-/// (`NOMAD_ALLOC_ID` and `NOMAD_TASK_NAME`). After an agent crash this finds a task process even
-/// when the crash came before its PID reached the state file.
-pub fn find_task_processes(alloc_ids: &std::collections::HashSet<String>) -> Vec<Leftover> {
+/// Finds processes whose environment marks them as a task (`NOMAD_ALLOC_ID` and
+/// `NOMAD_TASK_NAME`) of one of `alloc_ids`, or of any allocation whose directory
+/// (`NOMAD_ALLOC_DIR`) lies under `alloc_root`, this agent's `<data_dir>/alloc`. After an agent
+/// crash the first finds a task process even when the crash came before its PID reached the state
+/// file; the second finds the task of an allocation the state file no longer holds: a job purged
+/// while its task was still stopping (waiting out its `kill_timeout`) when the agent died.
+pub fn find_task_processes(
+    alloc_ids: &std::collections::HashSet<String>,
+    alloc_root: &Path,
+) -> Vec<Leftover> {
     let mut found = Vec::new();
-    if alloc_ids.is_empty() {
-        return found;
-    }
+    // A relative root would match relative paths a task set for itself.
+    let alloc_root = alloc_root.is_absolute().then_some(alloc_root);
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -493,17 +499,21 @@ pub fn find_task_processes(alloc_ids: &std::collections::HashSet<String>) -> Vec
         };
         let mut alloc = None;
         let mut task = None;
+        let mut alloc_dir = None;
         for var in environ.split(|b| *b == 0) {
             if let Some(v) = var.strip_prefix(b"NOMAD_ALLOC_ID=") {
                 alloc = Some(String::from_utf8_lossy(v).into_owned());
             } else if let Some(v) = var.strip_prefix(b"NOMAD_TASK_NAME=") {
                 task = Some(String::from_utf8_lossy(v).into_owned());
+            } else if let Some(v) = var.strip_prefix(b"NOMAD_ALLOC_DIR=") {
+                alloc_dir = Some(PathBuf::from(std::ffi::OsStr::from_bytes(v)));
             }
         }
         let (Some(alloc_id), Some(task)) = (alloc, task) else {
             continue;
         };
-        if !alloc_ids.contains(&alloc_id) {
+        let ours = |dir: &Path| alloc_root.is_some_and(|root| dir.starts_with(root));
+        if !alloc_ids.contains(&alloc_id) && !alloc_dir.as_deref().is_some_and(ours) {
             continue;
         }
         // SAFETY: getpgid takes a pid and returns its group or -1.
@@ -518,4 +528,53 @@ pub fn find_task_processes(alloc_ids: &std::collections::HashSet<String>) -> Vec
         }
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn leftovers_are_found_by_allocation_id_or_by_a_directory_under_this_agent() {
+        let root = PathBuf::from(format!("/nw-data-{}/alloc", uuid::Uuid::new_v4()));
+        let id = || uuid::Uuid::new_v4().to_string();
+        let (known, purged, foreign) = (id(), id(), id());
+        let spawn = |alloc: &str, dir: PathBuf| {
+            Command::new("sleep")
+                .arg("30")
+                .env("NOMAD_ALLOC_ID", alloc)
+                .env("NOMAD_TASK_NAME", "t")
+                .env("NOMAD_ALLOC_DIR", dir)
+                .process_group(0)
+                .spawn()
+                .unwrap()
+        };
+        let mut children = [
+            spawn(&known, PathBuf::from("/elsewhere/alloc").join(&known)),
+            spawn(&purged, root.join(&purged).join("alloc")),
+            spawn(&foreign, PathBuf::from("/other/alloc").join(&foreign)),
+        ];
+        // The environment is in /proc once the child has exec'd.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while children.iter().any(|c| {
+            std::fs::read(format!("/proc/{}/environ", c.id()))
+                .map(|e| !e.windows(14).any(|w| w == b"NOMAD_ALLOC_ID"))
+                .unwrap_or(true)
+        }) && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let found = find_task_processes(&HashSet::from([known.clone()]), &root);
+        for c in &mut children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let mut allocs: Vec<&str> = found.iter().map(|l| l.alloc_id.as_str()).collect();
+        allocs.sort();
+        let mut want = vec![known.as_str(), purged.as_str()];
+        want.sort();
+        assert_eq!(allocs, want, "{found:?}");
+        assert!(found.iter().all(|l| l.task == "t" && l.pgid == l.pid));
+    }
 }

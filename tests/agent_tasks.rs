@@ -285,7 +285,10 @@ fn task_of_a_job_purged_just_before_a_crash_is_stopped_on_restart() {
     let (status, body) = agent.request("DELETE", &format!("/v1/job/{job}?purge=true"), None);
     assert_eq!(status, 200, "{body}");
     agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
-    assert!(alive(pid), "the task should still wait for its kill_timeout");
+    assert!(
+        alive(pid),
+        "the task should still wait for its kill_timeout"
+    );
     agent.restart();
     wait_for(WAIT, "the purged job's task stopped", || {
         pids_with(&m).is_empty().then_some(())

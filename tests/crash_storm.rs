@@ -47,7 +47,8 @@ fn five_rounds_of_crashes_lose_nothing_and_run_nothing_twice() {
     let out = reader.join().unwrap();
     print!("{out}");
     assert!(
-        out.lines().any(|l| l == format!("{ROUNDS} passed, 0 failed")),
+        out.lines()
+            .any(|l| l == format!("{ROUNDS} passed, 0 failed")),
         "the storm did not pass every round:\n{out}"
     );
     assert!(status.success(), "crash storm exited with {status}:\n{out}");

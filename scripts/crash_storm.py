@@ -4,8 +4,11 @@ check after every round that nothing acknowledged was lost and nothing runs twic
 
 One agent runs on a temporary data directory and a loopback port. Each round, a few client threads
 create and delete host volumes (the built-in `mkdir` plugin and an external shell-script plugin) and
-register and stop jobs whose one task is `/bin/sleep <marker>`, a marker unique to the job. After a
-random delay the agent is SIGKILLed, the clients stop, the agent is started again, and the checks run:
+register and stop (some with purge) jobs whose one task is `/bin/sleep <marker>`, a marker unique to
+the job; half of those tasks ignore their kill signal, so a stop waits out their `kill_timeout`.
+After a random delay the agent is SIGKILLed, the clients stop, the agent is started again (in some
+rounds it is also killed once while it starts: restoring volumes and allocations), and the checks
+run:
 
   - the state file loads: the agent starts and serves its API;
   - every create the API acknowledged (HTTP 200) is listed, `ready`, and in the node's `HostVolumes`
@@ -27,7 +30,10 @@ agent, SIGKILLs the process group of every task it knows of and removes its temp
 Prints one line per round and, last, `N passed, M failed` alone on a line. Exit status 0 only when
 every round passed.
 
-Usage: scripts/crash_storm.py [--rounds 200] [--bin PATH] [--seed S] [--kill-max 0.6] [--keep]
+Usage: scripts/crash_storm.py [--rounds 200] [--bin PATH] [--seed S] [--kill-max 0.6]
+                              [--start-kills 0.25] [--time-limit 3600] [--keep]
+A failing round prints what it found, what the agent says about the jobs concerned and the tail of
+the agent's log; `--seed` repeats a storm's choices (not its timing).
 """
 import argparse
 import ctypes

@@ -778,16 +778,18 @@ fn stop_leftovers(found: &[driver::Leftover], allocs: &[AllocRecord], jobs: &[Jo
     for (&pgid, &signal) in &groups {
         let _ = driver::signal_group(pgid, signal);
     }
+    let pgids: std::collections::BTreeSet<i32> = groups.keys().copied().collect();
     let deadline = Instant::now() + wait;
-    let alive = |pgid: i32| {
-        // SAFETY: kill with signal 0 only checks whether the group exists.
-        unsafe { libc::kill(-pgid, 0) == 0 }
-    };
-    while Instant::now() < deadline && groups.keys().any(|&g| alive(g)) {
+    while Instant::now() < deadline && !driver::live_groups(&pgids).is_empty() {
         std::thread::sleep(Duration::from_millis(20));
     }
     for &pgid in groups.keys() {
         let _ = driver::signal_group(pgid, libc::SIGKILL);
+    }
+    // Only once they are gone may the tasks start again: never two processes of one task.
+    let deadline = Instant::now() + driver::SIGKILL_WAIT;
+    while Instant::now() < deadline && !driver::live_groups(&pgids).is_empty() {
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

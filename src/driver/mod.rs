@@ -296,16 +296,52 @@ fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
 
 /// Field 22 of `/proc/<pid>/stat`: when the process started, in clock ticks since boot.
 pub fn process_start_ticks(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses; fields after it follow the last ')'.
-    let after = &stat[stat.rfind(')')? + 2..];
-    after.split_whitespace().nth(19)?.parse().ok()
+    proc_stat(pid).map(|s| s.start_ticks)
 }
 
-/// Whether `pid` is alive and is the same process that started at `start_ticks`.
-pub fn same_process_alive(pid: i32, start_ticks: u64) -> bool {
-    pid > 0 && process_start_ticks(pid) == Some(start_ticks)
+/// What the agent reads from `/proc/<pid>/stat`.
+struct ProcStat {
+    /// A zombie (`Z`) or dead (`X`) process runs nothing; only its parent's wait removes it.
+    gone: bool,
+    pgid: i32,
+    start_ticks: u64,
 }
+
+fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses; fields after it follow the last ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    Some(ProcStat {
+        gone: matches!(*fields.first()?, "Z" | "X"),
+        pgid: fields.get(2)?.parse().ok()?,
+        start_ticks: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// Whether `pid` is alive and is the same process that started at `start_ticks`. A zombie is not
+/// alive: a leftover of a crashed agent is nobody's child here, and its zombie lasts until the
+/// process it was handed to reaps it (some container inits never do).
+pub fn same_process_alive(pid: i32, start_ticks: u64) -> bool {
+    pid > 0 && proc_stat(pid).is_some_and(|s| !s.gone && s.start_ticks == start_ticks)
+}
+
+/// The groups among `pgids` that still have a member that is not a zombie.
+pub fn live_groups(pgids: &std::collections::BTreeSet<i32>) -> std::collections::BTreeSet<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return std::collections::BTreeSet::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(proc_stat)
+        .filter(|s| !s.gone && pgids.contains(&s.pgid))
+        .map(|s| s.pgid)
+        .collect()
+}
+
+/// How long a process may take to die once SIGKILLed (it dies when it next runs) before the agent
+/// goes on anyway: a leftover must be gone before the task's new process starts.
+pub const SIGKILL_WAIT: Duration = Duration::from_secs(2);
 
 struct Waiter {
     pid: i32,
@@ -454,6 +490,10 @@ pub fn stop_foreign_group(pid: i32, start_ticks: u64, signal: i32, timeout: Dura
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = signal_group(pid, libc::SIGKILL);
+    let deadline = std::time::Instant::now() + SIGKILL_WAIT;
+    while std::time::Instant::now() < deadline && same_process_alive(pid, start_ticks) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// A process of a task, found through `/proc`.
@@ -576,5 +616,35 @@ mod tests {
         want.sort();
         assert_eq!(allocs, want, "{found:?}");
         assert!(found.iter().all(|l| l.task == "t" && l.pgid == l.pid));
+    }
+
+    #[test]
+    fn a_zombie_is_not_alive_and_keeps_no_group_alive() {
+        use std::collections::BTreeSet;
+        let mut zombie = Command::new("true").process_group(0).spawn().unwrap();
+        let pid = zombie.id() as i32;
+        let ticks = process_start_ticks(pid).unwrap();
+        // Not waited for, it stays a zombie until reaped.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while proc_stat(pid).is_some_and(|s| !s.gone) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(proc_stat(pid).is_some(), "the zombie is still there");
+        assert!(!same_process_alive(pid, ticks));
+        assert!(live_groups(&BTreeSet::from([pid])).is_empty());
+        zombie.wait().unwrap();
+
+        let mut live = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = live.id() as i32;
+        let ticks = process_start_ticks(pid).unwrap();
+        assert!(same_process_alive(pid, ticks));
+        assert!(!same_process_alive(pid, ticks + 1));
+        assert_eq!(live_groups(&BTreeSet::from([pid])), BTreeSet::from([pid]));
+        live.kill().unwrap();
+        live.wait().unwrap();
     }
 }

@@ -229,22 +229,17 @@ pub struct AllocManager {
 }
 
 impl Snapshot for AllocManager {
+    /// Copies jobs and allocations under the one registry lock: a job and its allocations change
+    /// together under it (a stop marks both), so a copy of the jobs taken before a stop and of the
+    /// allocations after it would record a state that never was.
     fn fill(&self, out: &mut StateFile) {
-        let (jobs, allocs) = {
-            let r = self.registry.lock();
-            (
-                r.jobs.values().cloned().collect::<Vec<_>>(),
-                r.allocs.values().cloned().collect::<Vec<_>>(),
-            )
-        };
-        out.allocations = allocs
-            .iter()
-            .map(|a| {
-                let current = jobs.iter().find(|j| j.job.id == a.job.id).map(|j| &j.job);
-                a.record(current)
-            })
+        let r = self.registry.lock();
+        out.allocations = r
+            .allocs
+            .values()
+            .map(|a| a.record(r.jobs.get(&a.job.id).map(|j| &j.job)))
             .collect();
-        out.jobs = jobs;
+        out.jobs = r.jobs.values().cloned().collect();
     }
 }
 
@@ -504,11 +499,13 @@ impl AllocManager {
     }
 
     /// Picks up the jobs and allocations of the state file: processes left by an agent that crashed
-    /// are stopped first, then allocations that should run are started again.
+    /// are stopped first (those of allocations the file no longer holds too: a purge forgets an
+    /// allocation while its task may still be stopping), then allocations that should run are
+    /// started again.
     pub fn restore(self: &Arc<Self>, state: &StateFile) {
         let ids: HashSet<String> = state.allocations.iter().map(|a| a.id.clone()).collect();
         stop_leftovers(
-            &driver::find_task_processes(&ids),
+            &driver::find_task_processes(&ids, &self.engine.data_dir.join("alloc")),
             &state.allocations,
             &state.jobs,
         );
@@ -781,22 +778,106 @@ fn stop_leftovers(found: &[driver::Leftover], allocs: &[AllocRecord], jobs: &[Jo
     for (&pgid, &signal) in &groups {
         let _ = driver::signal_group(pgid, signal);
     }
+    let pgids: std::collections::BTreeSet<i32> = groups.keys().copied().collect();
     let deadline = Instant::now() + wait;
-    let alive = |pgid: i32| {
-        // SAFETY: kill with signal 0 only checks whether the group exists.
-        unsafe { libc::kill(-pgid, 0) == 0 }
-    };
-    while Instant::now() < deadline && groups.keys().any(|&g| alive(g)) {
+    while Instant::now() < deadline && !driver::live_groups(&pgids).is_empty() {
         std::thread::sleep(Duration::from_millis(20));
     }
     for &pgid in groups.keys() {
         let _ = driver::signal_group(pgid, libc::SIGKILL);
+    }
+    // Only once they are gone may the tasks start again: never two processes of one task.
+    let deadline = Instant::now() + driver::SIGKILL_WAIT;
+    while Instant::now() < deadline && !driver::live_groups(&pgids).is_empty() {
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::hooks::TaskHook;
+    use crate::task::mounts::HostVolume;
+
+    /// No host volume is ever ready: allocations wait at their gate and start no process.
+    struct NoVolumes;
+
+    impl VolumeLookup for NoVolumes {
+        fn lookup(&self, _name: &str) -> Option<HostVolume> {
+            None
+        }
+        fn changes(&self) -> Receiver<()> {
+            crossbeam_channel::never()
+        }
+    }
+
+    struct NoHooks;
+
+    impl HookFactory for NoHooks {
+        fn hooks_for(&self, _task: &TaskContext) -> Vec<Arc<dyn TaskHook>> {
+            Vec::new()
+        }
+    }
+
+    /// A state write is a snapshot of one instant: a job and its allocations change as one, so a
+    /// save that runs while a job is stopped must not record the allocations stopped and the job
+    /// still running. After a crash such a file would restore a job that says it runs and runs
+    /// nothing (found by the crash storm).
+    #[test]
+    fn snapshots_never_tear_a_job_from_its_allocations() {
+        let dir = std::env::temp_dir().join(format!("nw-alloc-{}", uuid::Uuid::new_v4()));
+        let (store, _) = StateStore::open(&dir, false).unwrap();
+        let (_shutdown_tx, shutdown) = crossbeam_channel::bounded::<Never>(0);
+        let engine = Engine {
+            data_dir: dir.clone(),
+            node_id: "node".to_string(),
+            node_name: "node".to_string(),
+            deps: RunnerDeps {
+                driver: Arc::new(driver::RawExec),
+                store: store.clone(),
+                shutdown,
+            },
+            hooks: Arc::new(NoHooks),
+            volumes: Arc::new(NoVolumes),
+        };
+        let allocs = AllocManager::new(engine, store.clone());
+        let jobs: Vec<String> = (0..300).map(|i| format!("j{i}")).collect();
+        for id in &jobs {
+            let hcl = format!(
+                "job \"{id}\" {{\n group \"g\" {{\n  volume \"v\" {{\n   type = \"host\"\n   \
+                 source = \"missing\"\n  }}\n  task \"t\" {{\n   driver = \"raw_exec\"\n   \
+                 config {{\n    command = \"true\"\n   }}\n  }}\n }}\n}}\n"
+            );
+            let job = crate::jobspec::hcl::parse_job(&hcl).unwrap().job;
+            allocs.register_job(job).unwrap();
+        }
+        let stopper = {
+            let allocs = allocs.clone();
+            let jobs = jobs.clone();
+            std::thread::spawn(move || {
+                for id in jobs.iter().rev() {
+                    allocs.stop_job(id, false).unwrap();
+                }
+            })
+        };
+        let mut torn = Vec::new();
+        while !stopper.is_finished() && torn.is_empty() {
+            let mut state = StateFile::default();
+            allocs.fill(&mut state);
+            for a in &state.allocations {
+                let job = state.jobs.iter().find(|j| j.job.id == a.job_id).unwrap();
+                if a.desired_status == DesiredStatus::Stop && !job.stop {
+                    torn.push(a.job_id.clone());
+                }
+            }
+        }
+        stopper.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            torn.is_empty(),
+            "allocations stopped, their jobs not: {torn:?}"
+        );
+    }
 
     #[test]
     fn client_status_follows_nomad() {

@@ -257,6 +257,45 @@ fn sigkill_of_the_agent_never_leaves_a_task_running_twice() {
     assert_eq!(agent.alloc_id(&job), alloc);
 }
 
+/// A task that ignores its kill signal, so it outlives a stop by its `kill_timeout`.
+fn stubborn(m: &str) -> String {
+    format!(
+        r#"
+job "stubborn" {{
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      kill_timeout = "60s"
+      config {{ command = "sh"  args = ["-c", "trap '' INT; exec sleep {m}"] }}
+    }}
+  }}
+}}"#
+    )
+}
+
+/// A purge forgets the allocation at once, while its task may still be stopping; if the agent dies
+/// then, the restarted agent must still find and stop that task (found by the crash storm).
+#[test]
+fn task_of_a_job_purged_just_before_a_crash_is_stopped_on_restart() {
+    let dir = TempDir::new("purge");
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    let m = marker();
+    let job = agent.run_hcl(&stubborn(&m));
+    let pid = wait_for(WAIT, "task running", || pids_with(&m).first().copied());
+    let (status, body) = agent.request("DELETE", &format!("/v1/job/{job}?purge=true"), None);
+    assert_eq!(status, 200, "{body}");
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    assert!(
+        alive(pid),
+        "the task should still wait for its kill_timeout"
+    );
+    agent.restart();
+    wait_for(WAIT, "the purged job's task stopped", || {
+        pids_with(&m).is_empty().then_some(())
+    });
+    assert_eq!(agent.get("/v1/jobs"), json!([]));
+}
+
 #[test]
 fn bad_input_gets_a_reason_and_changes_nothing() {
     let dir = TempDir::new("bad");

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -295,16 +296,52 @@ fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
 
 /// Field 22 of `/proc/<pid>/stat`: when the process started, in clock ticks since boot.
 pub fn process_start_ticks(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses; fields after it follow the last ')'.
-    let after = &stat[stat.rfind(')')? + 2..];
-    after.split_whitespace().nth(19)?.parse().ok()
+    proc_stat(pid).map(|s| s.start_ticks)
 }
 
-/// Whether `pid` is alive and is the same process that started at `start_ticks`.
-pub fn same_process_alive(pid: i32, start_ticks: u64) -> bool {
-    pid > 0 && process_start_ticks(pid) == Some(start_ticks)
+/// What the agent reads from `/proc/<pid>/stat`.
+struct ProcStat {
+    /// A zombie (`Z`) or dead (`X`) process runs nothing; only its parent's wait removes it.
+    gone: bool,
+    pgid: i32,
+    start_ticks: u64,
 }
+
+fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses; fields after it follow the last ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    Some(ProcStat {
+        gone: matches!(*fields.first()?, "Z" | "X"),
+        pgid: fields.get(2)?.parse().ok()?,
+        start_ticks: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// Whether `pid` is alive and is the same process that started at `start_ticks`. A zombie is not
+/// alive: a leftover of a crashed agent is nobody's child here, and its zombie lasts until the
+/// process it was handed to reaps it (some container inits never do).
+pub fn same_process_alive(pid: i32, start_ticks: u64) -> bool {
+    pid > 0 && proc_stat(pid).is_some_and(|s| !s.gone && s.start_ticks == start_ticks)
+}
+
+/// The groups among `pgids` that still have a member that is not a zombie.
+pub fn live_groups(pgids: &std::collections::BTreeSet<i32>) -> std::collections::BTreeSet<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return std::collections::BTreeSet::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(proc_stat)
+        .filter(|s| !s.gone && pgids.contains(&s.pgid))
+        .map(|s| s.pgid)
+        .collect()
+}
+
+/// How long a process may take to die once SIGKILLed (it dies when it next runs) before the agent
+/// goes on anyway: a leftover must be gone before the task's new process starts.
+pub const SIGKILL_WAIT: Duration = Duration::from_secs(2);
 
 struct Waiter {
     pid: i32,
@@ -453,6 +490,10 @@ pub fn stop_foreign_group(pid: i32, start_ticks: u64, signal: i32, timeout: Dura
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = signal_group(pid, libc::SIGKILL);
+    let deadline = std::time::Instant::now() + SIGKILL_WAIT;
+    while std::time::Instant::now() < deadline && same_process_alive(pid, start_ticks) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// A process of a task, found through `/proc`.
@@ -464,14 +505,19 @@ pub struct Leftover {
     pub task: String,
 }
 
-/// Finds processes whose environment marks them as a task of one of `alloc_ids`
-/// (`NOMAD_ALLOC_ID` and `NOMAD_TASK_NAME`). After an agent crash this finds a task process even
-/// when the crash came before its PID reached the state file.
-pub fn find_task_processes(alloc_ids: &std::collections::HashSet<String>) -> Vec<Leftover> {
+/// Finds processes whose environment marks them as a task (`NOMAD_ALLOC_ID` and
+/// `NOMAD_TASK_NAME`) of one of `alloc_ids`, or of any allocation whose directory
+/// (`NOMAD_ALLOC_DIR`) lies under `alloc_root`, this agent's `<data_dir>/alloc`. After an agent
+/// crash the first finds a task process even when the crash came before its PID reached the state
+/// file; the second finds the task of an allocation the state file no longer holds: a job purged
+/// while its task was still stopping (waiting out its `kill_timeout`) when the agent died.
+pub fn find_task_processes(
+    alloc_ids: &std::collections::HashSet<String>,
+    alloc_root: &Path,
+) -> Vec<Leftover> {
     let mut found = Vec::new();
-    if alloc_ids.is_empty() {
-        return found;
-    }
+    // A relative root would match relative paths a task set for itself.
+    let alloc_root = alloc_root.is_absolute().then_some(alloc_root);
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -493,17 +539,21 @@ pub fn find_task_processes(alloc_ids: &std::collections::HashSet<String>) -> Vec
         };
         let mut alloc = None;
         let mut task = None;
+        let mut alloc_dir = None;
         for var in environ.split(|b| *b == 0) {
             if let Some(v) = var.strip_prefix(b"NOMAD_ALLOC_ID=") {
                 alloc = Some(String::from_utf8_lossy(v).into_owned());
             } else if let Some(v) = var.strip_prefix(b"NOMAD_TASK_NAME=") {
                 task = Some(String::from_utf8_lossy(v).into_owned());
+            } else if let Some(v) = var.strip_prefix(b"NOMAD_ALLOC_DIR=") {
+                alloc_dir = Some(PathBuf::from(std::ffi::OsStr::from_bytes(v)));
             }
         }
         let (Some(alloc_id), Some(task)) = (alloc, task) else {
             continue;
         };
-        if !alloc_ids.contains(&alloc_id) {
+        let ours = |dir: &Path| alloc_root.is_some_and(|root| dir.starts_with(root));
+        if !alloc_ids.contains(&alloc_id) && !alloc_dir.as_deref().is_some_and(ours) {
             continue;
         }
         // SAFETY: getpgid takes a pid and returns its group or -1.
@@ -518,4 +568,83 @@ pub fn find_task_processes(alloc_ids: &std::collections::HashSet<String>) -> Vec
         }
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn leftovers_are_found_by_allocation_id_or_by_a_directory_under_this_agent() {
+        let root = PathBuf::from(format!("/nw-data-{}/alloc", uuid::Uuid::new_v4()));
+        let id = || uuid::Uuid::new_v4().to_string();
+        let (known, purged, foreign) = (id(), id(), id());
+        let spawn = |alloc: &str, dir: PathBuf| {
+            Command::new("sleep")
+                .arg("30")
+                .env("NOMAD_ALLOC_ID", alloc)
+                .env("NOMAD_TASK_NAME", "t")
+                .env("NOMAD_ALLOC_DIR", dir)
+                .process_group(0)
+                .spawn()
+                .unwrap()
+        };
+        let mut children = [
+            spawn(&known, PathBuf::from("/elsewhere/alloc").join(&known)),
+            spawn(&purged, root.join(&purged).join("alloc")),
+            spawn(&foreign, PathBuf::from("/other/alloc").join(&foreign)),
+        ];
+        // The environment is in /proc once the child has exec'd.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while children.iter().any(|c| {
+            std::fs::read(format!("/proc/{}/environ", c.id()))
+                .map(|e| !e.windows(14).any(|w| w == b"NOMAD_ALLOC_ID"))
+                .unwrap_or(true)
+        }) && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let found = find_task_processes(&HashSet::from([known.clone()]), &root);
+        for c in &mut children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let mut allocs: Vec<&str> = found.iter().map(|l| l.alloc_id.as_str()).collect();
+        allocs.sort();
+        let mut want = vec![known.as_str(), purged.as_str()];
+        want.sort();
+        assert_eq!(allocs, want, "{found:?}");
+        assert!(found.iter().all(|l| l.task == "t" && l.pgid == l.pid));
+    }
+
+    #[test]
+    fn a_zombie_is_not_alive_and_keeps_no_group_alive() {
+        use std::collections::BTreeSet;
+        let mut zombie = Command::new("true").process_group(0).spawn().unwrap();
+        let pid = zombie.id() as i32;
+        let ticks = process_start_ticks(pid).unwrap();
+        // Not waited for, it stays a zombie until reaped.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while proc_stat(pid).is_some_and(|s| !s.gone) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(proc_stat(pid).is_some(), "the zombie is still there");
+        assert!(!same_process_alive(pid, ticks));
+        assert!(live_groups(&BTreeSet::from([pid])).is_empty());
+        zombie.wait().unwrap();
+
+        let mut live = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = live.id() as i32;
+        let ticks = process_start_ticks(pid).unwrap();
+        assert!(same_process_alive(pid, ticks));
+        assert!(!same_process_alive(pid, ticks + 1));
+        assert_eq!(live_groups(&BTreeSet::from([pid])), BTreeSet::from([pid]));
+        live.kill().unwrap();
+        live.wait().unwrap();
+    }
 }

@@ -180,11 +180,7 @@ impl Request {
 
     /// The body as JSON of type `T`; a malformed body is a 400 that says why.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
-        if self.body.is_empty() {
-            return Err(ApiError::BadRequest("missing request body".into()));
-        }
-        serde_json::from_slice(&self.body)
-            .map_err(|e| ApiError::BadRequest(format!("invalid JSON in request body: {e}")))
+        json_body(&self.body)
     }
 
     /// The token the client sent (`X-Nomad-Token` or `Authorization: Bearer`), if any.
@@ -205,6 +201,16 @@ impl fmt::Debug for Request {
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .finish()
     }
+}
+
+/// Parses a request body as JSON of type `T`, as [`Request::json`] does: the entry point of the
+/// handlers' body parsing, usable without a request.
+pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::BadRequest("missing request body".into()));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("invalid JSON in request body: {e}")))
 }
 
 /// What a handler answers; always status 200.

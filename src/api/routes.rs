@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 use super::logs::{Follow, LogReader};
-use super::router::{resolve_prefix, ApiError, Request, Response, Router};
+use super::router::{json_body, resolve_prefix, ApiError, Request, Response, Router};
 use super::server::{ApiServer, ServerConfig, ServerError};
 use crate::agent::Agent;
 use crate::alloc::AllocError;
@@ -51,28 +51,60 @@ fn job_id(agent: &Agent, req: &Request) -> Result<String, ApiError> {
     resolve_prefix(req.param("id"), agent.allocs.job_ids())
 }
 
-#[derive(Deserialize)]
-struct ParseRequest {
+/// The body of `POST /v1/jobs/parse`.
+#[derive(Debug, Deserialize)]
+pub struct ParseRequest {
     #[serde(rename = "JobHCL")]
     job_hcl: String,
 }
 
-#[derive(Deserialize, Default)]
+impl ParseRequest {
+    /// Parses the request body and the jobspec in it: the endpoint's parsing entry point.
+    pub fn parse_job(body: &[u8]) -> Result<Job, ApiError> {
+        let body: ParseRequest = json_body(body)?;
+        Ok(jobspec::hcl::parse_job(&body.job_hcl)?.job)
+    }
+}
+
+/// The body of `POST /v1/client/allocation/:id/restart`.
+#[derive(Debug, Deserialize, Default)]
 #[serde(default)]
-struct RestartRequest {
+pub struct RestartRequest {
     #[serde(rename = "TaskName")]
     task_name: String,
     #[serde(rename = "AllTasks")]
     all_tasks: bool,
 }
 
-#[derive(Deserialize, Default)]
+impl RestartRequest {
+    /// Parses the request body (none restarts every task): the endpoint's parsing entry point.
+    pub fn from_body(body: &[u8]) -> Result<RestartRequest, ApiError> {
+        if body.is_empty() {
+            return Ok(RestartRequest::default());
+        }
+        json_body(body)
+    }
+}
+
+/// The body of `POST /v1/client/allocation/:id/signal`.
+#[derive(Debug, Deserialize, Default)]
 #[serde(default)]
-struct SignalRequest {
+pub struct SignalRequest {
     #[serde(rename = "Signal")]
     signal: String,
     #[serde(rename = "Task")]
     task: String,
+}
+
+impl SignalRequest {
+    /// Parses the request body (none sends SIGKILL to every task): the endpoint's parsing entry
+    /// point.
+    pub fn from_body(body: &[u8]) -> Result<SignalRequest, ApiError> {
+        if body.is_empty() {
+            return Ok(SignalRequest::default());
+        }
+        json_body(body)
+    }
 }
 
 /// Refuses a job that the node cannot run as written: a read-write mount of a read-only static
@@ -178,9 +210,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
     r.put("/v1/jobs", move |req| register(req));
     r.post("/v1/jobs", move |req| reg2(req));
     r.post("/v1/jobs/parse", |req| {
-        let body: ParseRequest = req.json()?;
-        let parsed = jobspec::hcl::parse_job(&body.job_hcl)?;
-        Response::json(&parsed.job)
+        Response::json(ParseRequest::parse_job(req.body())?)
     });
     let a = agent.clone();
     r.get("/v1/jobs", move |_| Response::json(a.allocs.jobs()));
@@ -209,11 +239,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
     });
     let a = agent.clone();
     r.post("/v1/client/allocation/:id/restart", move |req| {
-        let body: RestartRequest = if req.body().is_empty() {
-            RestartRequest::default()
-        } else {
-            req.json()?
-        };
+        let body = RestartRequest::from_body(req.body())?;
         let task =
             (!body.all_tasks && !body.task_name.is_empty()).then_some(body.task_name.as_str());
         a.allocs.restart(&alloc_id(&a, req, "id")?, task)?;
@@ -221,11 +247,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
     });
     let a = agent.clone();
     r.post("/v1/client/allocation/:id/signal", move |req| {
-        let body: SignalRequest = if req.body().is_empty() {
-            SignalRequest::default()
-        } else {
-            req.json()?
-        };
+        let body = SignalRequest::from_body(req.body())?;
         let task = (!body.task.is_empty()).then_some(body.task.as_str());
         a.allocs
             .signal(&alloc_id(&a, req, "id")?, &body.signal, task)?;

@@ -40,6 +40,12 @@ use crate::util::hcl_lines::{self, LineMap};
 
 /// Parses a jobspec written in HCL, applies defaults and validates it.
 pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
+    // The API parses on worker threads whose stack is too small for deeply nested input.
+    hcl_lines::on_parser_stack(|| parse_job_here(src))
+        .map_err(|e| JobspecError::Syntax(format!("cannot start the HCL parser: {e}")))?
+}
+
+fn parse_job_here(src: &str) -> Result<Parsed, JobspecError> {
     let (body, source) = parse_body(src)?;
     let top = source.items("the jobspec", &body, &[], &["job"])?;
     let jobs = top.blocks("job");
@@ -1243,5 +1249,55 @@ job "docs" {
                     .to_string()
             )
         );
+    }
+
+    /// HCL values nested `n` levels deep, one of each kind of nesting the parser recurses on.
+    pub(crate) fn nested_values(n: usize) -> Vec<(&'static str, String)> {
+        let wrap = |open: &str, inner: &str, close: &str| {
+            format!("{}{inner}{}", open.repeat(n), close.repeat(n))
+        };
+        vec![
+            ("array", wrap("[", "", "]")),
+            ("object", wrap("{ a = ", "1", " }")),
+            ("parentheses", wrap("(", "1", ")")),
+            ("call", wrap("f(", "", ")")),
+            ("template", wrap("\"${", "1", "}\"")),
+            ("unary", wrap("!", "true", "")),
+            ("conditional", wrap("true ? ", "1", " : 2")),
+            ("binary", wrap("", "1", " + 1")),
+            ("for", wrap("[for x in ", "[]", " : x]")),
+        ]
+    }
+
+    /// Runs `f` on a thread with the stack of nodeward's threads, as the API's workers have.
+    pub(crate) fn on_agent_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+        std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .stack_size(crate::thread::STACK_SIZE)
+                .spawn_scoped(s, f)
+                .unwrap()
+                .join()
+                .unwrap()
+        })
+    }
+
+    /// Found while writing the fuzz targets (fuzz/): `POST /v1/jobs/parse` with 30 nested `[`
+    /// overflowed the stack of an API worker and aborted the agent. Deep input is refused with an
+    /// error, on any thread.
+    #[test]
+    fn deeply_nested_input_is_refused_not_a_stack_overflow() {
+        on_agent_stack(|| {
+            for n in [30, 63, 64, 200, 5000] {
+                for (kind, value) in nested_values(n) {
+                    let src = format!(
+                        "job \"a\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"raw_exec\"\n      config {{ command = \"x\" }}\n      env {{ A = {value} }}\n    }}\n  }}\n}}\n"
+                    );
+                    let parsed = parse_job(&src);
+                    assert!(n < 5000 || parsed.is_err(), "{kind} nested {n} levels");
+                }
+                let blocks = format!("job \"a\" {{\n{}{}}}\n", "b {\n".repeat(n), "}\n".repeat(n));
+                assert!(parse_job(&blocks).is_err(), "blocks nested {n} levels");
+            }
+        });
     }
 }

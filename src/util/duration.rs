@@ -120,7 +120,9 @@ pub fn parse(input: &str) -> Result<Duration, ParseError> {
         let mut place = scale;
         for digit in frac.bytes().take(30) {
             place /= 10;
-            part += u128::from(digit - b'0') * place;
+            part = part
+                .checked_add(u128::from(digit - b'0') * place)
+                .ok_or_else(overflow)?;
         }
         total = total.checked_add(part).ok_or_else(overflow)?;
         if total > u128::from(u64::MAX) {
@@ -210,6 +212,19 @@ mod tests {
     fn round_trips() {
         for s in ["5s", "1m30s", "30m0s", "16.104906834s", "250ms"] {
             assert_eq!(format(parse(s).unwrap()), s);
+        }
+    }
+
+    /// A whole part just below the largest multiple of its unit that fits in 128 bits, plus a
+    /// fraction, overflowed the sum: a panic with overflow checks, a wrapped (tiny) duration
+    /// without them.
+    #[test]
+    fn huge_whole_part_with_a_fraction_is_too_large() {
+        for input in [
+            "340282366920938463463374607431768211.9us",
+            "94522879700260684295381835.9999h",
+        ] {
+            assert_eq!(parse(input), Err(ParseError::Overflow(input.to_string())));
         }
     }
 }

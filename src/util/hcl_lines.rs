@@ -230,6 +230,30 @@ fn starts_attribute(s: &[char]) -> bool {
         && rest.get(blanks + 1) != Some(&'>')
 }
 
+/// Stack of the thread that parses HCL. hcl-edit's parser recurses once per nesting level of an
+/// expression or block and refuses input nested deeper than 64 levels (or with more than 128
+/// chained operators), so the stack a parse needs is bounded: up to about 2 MiB in a debug build
+/// (nested `for` expressions), far more than nodeward's threads have ([`crate::thread::STACK_SIZE`]).
+/// A jobspec with 30 nested `[` sent to `POST /v1/jobs/parse` overflowed an API worker's stack and
+/// aborted the agent.
+pub const PARSER_STACK: usize = 16 << 20;
+
+/// Runs `parse` (an HCL parse and the walk over its result) on a short-lived thread with
+/// [`PARSER_STACK`], whichever thread calls it. Only touched stack pages cost memory; the thread
+/// is not a long-lived nodeward thread, so it does not go through [`crate::thread::spawn`]. A
+/// panic in `parse` continues in the caller.
+pub fn on_parser_stack<T: Send>(parse: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    std::thread::scope(|scope| {
+        let parser = std::thread::Builder::new()
+            .name("hcl-parser".to_string())
+            .stack_size(PARSER_STACK)
+            .spawn_scoped(scope, parse)?;
+        Ok(parser
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -410,6 +410,12 @@ pub fn parse_hcl(input: &str) -> Result<VolumeSpec, SpecError> {
 
 /// The HCL file as written, in the API's field names: [`parse_hcl`] without the validation.
 fn read_hcl(input: &str) -> Result<RawVolume, SpecError> {
+    // Deeply nested input needs more stack than nodeward's threads have.
+    crate::util::hcl_lines::on_parser_stack(|| read_hcl_here(input))
+        .map_err(|e| SpecError::Syntax(format!("cannot start the HCL parser: {e}")))?
+}
+
+fn read_hcl_here(input: &str) -> Result<RawVolume, SpecError> {
     let as_written = match hcl::edit::parser::parse_body(input) {
         Ok(body) => return walk_hcl(input, &body),
         Err(e) => e,
@@ -911,5 +917,24 @@ capability {
         assert_eq!(spec.plugin_id, None);
         assert_eq!(spec.parameters.len(), 2);
         assert_eq!(spec.capabilities.len(), 1);
+    }
+
+    /// Found while writing the fuzz targets (fuzz/): the HCL parser overflowed the stack of a
+    /// nodeward thread on deeply nested input (see `jobspec::hcl`). Deep input is refused with an
+    /// error, on any thread.
+    #[test]
+    fn deeply_nested_input_is_refused_not_a_stack_overflow() {
+        use crate::jobspec::hcl::tests::{nested_values, on_agent_stack};
+        on_agent_stack(|| {
+            for n in [30, 64, 5000] {
+                for (kind, value) in nested_values(n) {
+                    let src = format!(
+                        "name = \"a\"\nplugin_id = \"p\"\nparameters = {{ a = {value} }}\n"
+                    );
+                    let parsed = parse_hcl(&src);
+                    assert!(n < 5000 || parsed.is_err(), "{kind} nested {n} levels");
+                }
+            }
+        });
     }
 }

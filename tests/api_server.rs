@@ -386,3 +386,60 @@ fn a_panicking_handler_is_a_500_and_the_worker_survives() {
     assert_eq!(get(addr, "/v1/jobs", "").0, 200);
     server.stop();
 }
+
+/// The address of socket `fd` (`peer`: of its other end), if it is an IPv4 socket.
+fn socket_addr(fd: i32, peer: bool) -> Option<SocketAddr> {
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    let p = &mut sa as *mut libc::sockaddr_in as *mut libc::sockaddr;
+    // SAFETY: sa has room for `len` bytes; the calls write at most that much.
+    let rc = unsafe {
+        if peer {
+            libc::getpeername(fd, p, &mut len)
+        } else {
+            libc::getsockname(fd, p, &mut len)
+        }
+    };
+    (rc == 0 && sa.sin_family == libc::AF_INET as libc::sa_family_t).then(|| {
+        SocketAddr::from((
+            u32::from_be(sa.sin_addr.s_addr).to_be_bytes(),
+            u16::from_be(sa.sin_port),
+        ))
+    })
+}
+
+#[test]
+fn answers_are_not_held_back_by_nagle() {
+    // tiny_http writes an answer through a 1 KiB buffer, so a body above that goes out in several
+    // writes; with Nagle's algorithm on, the second waits for the client's delayed ACK (40 ms on
+    // Linux), and a keep-alive client gets about 20 answers per second per connection.
+    let server = start(ServerConfig::default());
+    let addr = server.local_addr();
+    let mut client = connect(addr);
+    client
+        .write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_answer(&mut client).0, 200);
+    let mine = client.local_addr().unwrap();
+    // The server's end of this connection lives in this process: find it among our descriptors.
+    let server_end = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|&fd| socket_addr(fd, false) == Some(addr) && socket_addr(fd, true) == Some(mine))
+        .expect("the server's socket of this connection");
+    let mut on: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `on` has room for an int, which is what TCP_NODELAY answers.
+    let rc = unsafe {
+        libc::getsockopt(
+            server_end,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            &mut on as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0);
+    assert_eq!(on, 1, "TCP_NODELAY is off on accepted connections");
+}

@@ -4,7 +4,9 @@
 //! waiter thread for it. The waiter pumps the process's stdout and stderr into rotated log files
 //! (so a chatty task never blocks on a full pipe) and watches a pidfd; when the process exits it
 //! reaps it, SIGKILLs whatever is left of its process group (no process of a task outlives it),
-//! and sends one [`ExitStatus`] on [`TaskProcess::exited`]. The task runner owns the
+//! and sends one [`ExitStatus`] on [`TaskProcess::exited`]. If the output pipes are still open
+//! [`DRAIN_AFTER_EXIT`] later, a process that left the group (`setsid`) holds them: the waiter finds
+//! the holders through `/proc` and SIGKILLs them too, then drains for as long again at most. The task runner owns the
 //! [`TaskProcess`] and signals the group through it.
 
 pub mod logs;
@@ -350,8 +352,9 @@ struct Waiter {
     stderr: Option<(std::fs::File, RotatingFile)>,
 }
 
-/// After the process exits, how long the waiter keeps copying output from the pipes (held open by a
-/// child that escaped the process group) before it gives up on them.
+/// After the process exits, how long the waiter keeps copying output from pipes that stay open
+/// (held by a child that escaped the process group) before it kills their holders, and again after
+/// that before it gives up on them.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 
 /// Bytes read from a task's pipe at a time; allocated when the task first writes.
@@ -364,6 +367,7 @@ impl Waiter {
         let mut status: Option<ExitStatus> = None;
         let mut buf: Vec<u8> = Vec::new();
         let mut drain_deadline: Option<std::time::Instant> = None;
+        let mut hunted = false;
         loop {
             let mut fds = Vec::with_capacity(3);
             let mut which = Vec::with_capacity(3);
@@ -393,7 +397,15 @@ impl Waiter {
                 Some(deadline) => {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
                     if left.is_zero() {
-                        break;
+                        if hunted {
+                            break;
+                        }
+                        // Still open after the group was killed: a process that left the group
+                        // (setsid, setpgid) holds the pipes and would outlive the task.
+                        hunted = true;
+                        self.kill_pipe_holders();
+                        drain_deadline = Some(std::time::Instant::now() + DRAIN_AFTER_EXIT);
+                        continue;
                     }
                     left.as_millis().min(i32::MAX as u128) as i32
                 }
@@ -451,6 +463,65 @@ impl Waiter {
             let _ = exited.send(reap(&mut child));
         }
     }
+}
+
+impl Waiter {
+    /// SIGKILLs every process that holds one of the task's output pipes: after the task's group is
+    /// gone, only a process that escaped the group can (a pipe is found by its inode, so a new run
+    /// of the same task, which has pipes of its own, is never touched).
+    fn kill_pipe_holders(&self) {
+        use std::os::unix::fs::MetadataExt;
+        let inodes: Vec<u64> = [&self.stdout, &self.stderr]
+            .into_iter()
+            .flatten()
+            .filter_map(|(pipe, _)| pipe.metadata().ok().map(|m| m.ino()))
+            .collect();
+        for pid in pipe_holders(&inodes) {
+            log::warn!(
+                "process {pid} left the process group of task {} and outlived it: killing it",
+                self.pid
+            );
+            // SAFETY: kill(2) takes a pid and a signal; no memory is involved.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Processes other than the agent with a descriptor on one of the pipes `inodes`.
+fn pipe_holders(inodes: &[u64]) -> Vec<i32> {
+    let mut found = Vec::new();
+    if inodes.is_empty() {
+        return found;
+    }
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path()).ok().is_some_and(|target| {
+                target
+                    .to_str()
+                    .and_then(|t| t.strip_prefix("pipe:[")?.strip_suffix(']')?.parse().ok())
+                    .is_some_and(|ino: u64| inodes.contains(&ino))
+            })
+        });
+        if holds && pid != me {
+            found.push(pid);
+        }
+    }
+    found
 }
 
 fn reap(child: &mut Child) -> ExitStatus {

@@ -14,8 +14,9 @@
 //! (keeps the first [`OUTPUT_LIMIT`] bytes, reads and discards the rest, sends the bytes at EOF) and
 //! a stderr reader (logs lines, capped). The caller selects over the waiter, the shutdown channel and
 //! the deadline; on shutdown or deadline it SIGKILLs the whole group and reaps the plugin. After a
-//! normal exit it waits for stdout's EOF under the same deadline (a background child still holding
-//! the pipe is killed with the group at the deadline). The reader threads end by themselves when the
+//! exit 0 it waits for stdout's EOF under the same deadline (a background child still holding the
+//! pipe is killed with the group at the deadline); after any other exit it kills the rest of the
+//! group first, so what the plugin printed is read at once. The reader threads end by themselves when the
 //! last holder of the pipe dies.
 
 use crossbeam_channel::{after, bounded, select, Receiver};
@@ -532,6 +533,11 @@ pub fn run(
         recv(shutdown) -> _ => return kill_and_reap(Failure::Cancelled),
         recv(deadline) -> _ => return kill_and_reap(Failure::TimedOut(timeout)),
     };
+    if !status.success() {
+        // The run failed: nothing it started is wanted, and a child holding stdout must not keep
+        // the caller waiting until the deadline for an answer that is already decided.
+        kill_group();
+    }
     let (stdout, truncated) = select! {
         recv(out_rx) -> r => r.unwrap_or_default(),
         recv(shutdown) -> _ => {

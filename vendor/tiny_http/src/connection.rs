@@ -95,10 +95,13 @@ impl Connection {
         }
     }
 
-    /// Sets the read and write timeout (nodeward patch).
+    /// Sets the read and write timeout, and TCP_NODELAY on TCP (nodeward patches): answers are
+    /// written through a 1 KiB buffer, so a larger one takes several writes, and with Nagle's
+    /// algorithm the second waits for the client's delayed ACK (40 ms on Linux) on keep-alive.
     pub(crate) fn set_timeouts(&self, timeout: Option<std::time::Duration>) -> std::io::Result<()> {
         match self {
             Self::Tcp(s) => {
+                s.set_nodelay(true)?;
                 s.set_read_timeout(timeout)?;
                 s.set_write_timeout(timeout)
             }

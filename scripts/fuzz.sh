@@ -83,8 +83,10 @@ while [ "$running" -gt 0 ]; do
   running=$((running - 1))
 done
 
+# Set-cover merging keeps fewer inputs than plain merging (about 2 MB for all targets after 10 minutes
+# each) and still every feature.
 for t in "${targets[@]}"; do
-  nice -n 19 cargo fuzz cmin "${fuzz_args[@]}" "$t" -- -rss_limit_mb=2048 -timeout=10 \
+  nice -n 19 cargo fuzz cmin "${fuzz_args[@]}" "$t" -- -set_cover_merge=1 -rss_limit_mb=2048 -timeout=10 \
     >>"$logs/$t.log" 2>&1 || echo "$t: cmin failed, see $logs/$t.log" >&2
 done
 du -sh fuzz/corpus >&2

@@ -1300,4 +1300,19 @@ job "docs" {
             }
         });
     }
+
+    /// The input with which `cargo fuzz run jobspec_hcl` found the stack overflow above (mutated
+    /// from the seed corpus): an attribute value with 29 nested `(`.
+    #[test]
+    fn fuzz_crash_nested_parentheses() {
+        let src = concat!(
+            "job \"plugin\" {\n  type = \"    args    = [\"--en (defa((((((((((((((((((((((",
+            "((((((volume \"data\" { type = \"host\"  sou/*e = \"test\"  read_only = false ",
+            "}\n    task \"task\" {\n      driver = \"raw_exec\"\n      config { command = ",
+            "\"busybox\"  args = [\"httpd\", \"-f\", \"-p\", \"8001\",  volume_mouatch | sy",
+            "stem\n'  group \"group\" {\n    coundpoint=${CSI_ENDPO!INT}\",\0\0\0\0\0\0\0` ",
+            "\"--nodt = 1\n    restarsystem\"\n  gjob \"proup \"",
+        );
+        assert!(on_agent_stack(|| parse_job(src)).is_err());
+    }
 }

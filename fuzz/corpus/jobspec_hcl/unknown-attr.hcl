@@ -1,0 +1,4 @@
+job "a" {
+  datacenters = ["dc1"]
+  group "g" { task "t" { driver = "docker" } }
+}

@@ -1,0 +1,3 @@
+job "a" {
+  group "g" {
+    count = 1

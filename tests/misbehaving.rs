@@ -12,7 +12,6 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -439,23 +438,6 @@ fn a_csi_plugin_that_never_answers_meets_its_deadline_and_stops_promptly() {
     markers.push(m2);
     let markers: Vec<&str> = markers.iter().map(String::as_str).collect();
     base.settled("hanging CSI plugins", &markers);
-}
-
-fn plugin(dir: &Path, id: &str, body: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    let p = dir.join(id);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-fn start_with_plugins(dir: &TempDir) -> TestAgent {
-    TestAgent::start_in(
-        dir.path(),
-        &format!(
-            "client {{ host_volume_plugin_dir = \"{}\" }}",
-            dir.path().join("plugins").display()
-        ),
-    )
 }
 
 fn create_in_background(

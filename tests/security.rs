@@ -341,23 +341,6 @@ fn the_state_file_and_data_dir_stay_private_whatever_the_umask() {
     );
 }
 
-fn plugin(dir: &Path, id: &str, body: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    let p = dir.join(id);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-fn start_with_plugins(dir: &TempDir) -> TestAgent {
-    TestAgent::start_in(
-        dir.path(),
-        &format!(
-            "client {{ host_volume_plugin_dir = \"{}\" }}",
-            dir.path().join("plugins").display()
-        ),
-    )
-}
-
 #[test]
 fn plugin_lookup_through_the_agent_is_confined_to_the_plugin_dir() {
     let dir = TempDir::new("sec-look");

@@ -20,6 +20,8 @@ Usage: scripts/bench/load.py [--bin PATH] [--duration 600] [--connections 64] [-
 """
 import argparse, json, os, shutil, signal, subprocess, sys, tempfile, threading, time, urllib.request, uuid
 
+from benchlib import procs_with
+
 MAX_DURATION = 3600
 
 def req(addr, method, path, body=None):
@@ -55,19 +57,6 @@ def start_agent(binary, tmp):
     # Keep draining stderr so the agent never blocks on it.
     threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
     return p, addr
-
-def procs_with(marker):
-    n = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker in f.read():
-                    n += 1
-        except OSError:
-            pass
-    return n
 
 def zombie_children(ppid):
     n = 0

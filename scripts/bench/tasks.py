@@ -16,22 +16,9 @@ Usage: scripts/bench/tasks.py [--bin PATH] [--sizes 100,1000] [--kills 30]
 """
 import argparse, json, os, signal, statistics, subprocess, tempfile, time, uuid, shutil
 
-from benchlib import RELEASE_BIN, cpu_ns, memory, pct, req, start_agent
+from benchlib import RELEASE_BIN, cpu_ns, memory, pct, procs_with, req, start_agent
 
 
-
-def procs_with(marker):
-    n = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker in f.read():
-                    n += 1
-        except OSError:
-            pass
-    return n
 
 def job(jid, count, args, delay="15s", attempts=2, mode="fail"):
     return {"Job": {"ID": jid, "Name": jid, "Type": "service", "TaskGroups": [{

@@ -493,19 +493,7 @@ fn pipe_holders(inodes: &[u64]) -> Vec<i32> {
     if inodes.is_empty() {
         return found;
     }
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in other_processes() {
         let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue;
         };
@@ -517,7 +505,7 @@ fn pipe_holders(inodes: &[u64]) -> Vec<i32> {
                     .is_some_and(|ino: u64| inodes.contains(&ino))
             })
         });
-        if holds && pid != me {
+        if holds {
             found.push(pid);
         }
     }
@@ -567,6 +555,18 @@ pub fn stop_foreign_group(pid: i32, start_ticks: u64, signal: i32, timeout: Dura
     }
 }
 
+/// The PIDs in `/proc`, except this agent's own.
+fn other_processes() -> impl Iterator<Item = i32> {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter(move |pid| *pid != me)
+}
+
 /// A process of a task, found through `/proc`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leftover {
@@ -589,22 +589,7 @@ pub fn find_task_processes(
     let mut found = Vec::new();
     // A relative root would match relative paths a task set for itself.
     let alloc_root = alloc_root.is_absolute().then_some(alloc_root);
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
+    for pid in other_processes() {
         let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };

@@ -292,3 +292,23 @@ pub fn pids_with(needle: &str) -> Vec<i32> {
     }
     out
 }
+
+/// Writes an executable `/bin/sh` script `<dir>/<id>` (a host-volume plugin in most tests).
+pub fn plugin(dir: &Path, id: &str, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join(id);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// An agent whose host-volume plugins live in `<dir>/plugins`.
+pub fn start_with_plugins(dir: &TempDir) -> TestAgent {
+    TestAgent::start_in(
+        dir.path(),
+        &format!(
+            "client {{ host_volume_plugin_dir = \"{}\" }}",
+            dir.path().join("plugins").display()
+        ),
+    )
+}

@@ -12,6 +12,11 @@ use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
 use crate::Request;
 
+/// Longest request or header line accepted (nodeward patch).
+const MAX_LINE: usize = 16 * 1024;
+/// Most header lines accepted in one request (nodeward patch).
+const MAX_HEADERS: usize = 128;
+
 /// A ClientConnection is an object that will store a socket to a client
 /// and return Request objects.
 pub struct ClientConnection {
@@ -97,6 +102,11 @@ impl ClientConnection {
 
             prev_byte_was_cr = byte == b'\r';
 
+            // nodeward patch: upstream grew the line without bound, so a client sending bytes
+            // without a line break grew the server's memory until it ran out.
+            if buf.len() >= MAX_LINE {
+                return Err(IoError::new(ErrorKind::InvalidData, "request line too long"));
+            }
             buf.push(byte);
         }
     }
@@ -123,6 +133,10 @@ impl ClientConnection {
                     if line.is_empty() {
                         break;
                     };
+                    // nodeward patch: bound the number of header lines as well as their length.
+                    if headers.len() >= MAX_HEADERS {
+                        return Err(ReadError::WrongHeader(version));
+                    }
                     headers.push(match FromStr::from_str(line.as_str().trim()) {
                         // TODO: remove this conversion
                         Ok(h) => h,

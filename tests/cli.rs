@@ -476,3 +476,49 @@ fn logs_follow_and_token_against_the_real_api_server() {
     );
     server.stop();
 }
+
+#[test]
+fn job_status_lists_jobs_and_shows_one_with_its_allocations() {
+    let fx = Fixture::start(answers(&[
+        (
+            "GET /v1/jobs",
+            200,
+            json!([{"ID": "example", "Type": "service", "Status": "running"}]),
+        ),
+        (
+            "GET /v1/job/ex",
+            200,
+            json!({"ID": "example", "Name": "example", "Type": "service", "Status": "running"}),
+        ),
+        (
+            "GET /v1/job/example/allocations",
+            200,
+            json!([{"ID": ALLOC_ID, "TaskGroup": "group", "DesiredStatus": "run", "ClientStatus": "running"}]),
+        ),
+        (
+            "DELETE /v1/job/example?purge=true",
+            200,
+            json!({"EvalID": "e3"}),
+        ),
+    ]));
+    let (code, out, _) = fx.cli("job status");
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "ID       Type     Status   Submit Date\nexample  service  running\n"
+    );
+    let (code, out, _) = fx.cli("job status ex");
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "ID          = example\nName        = example\nType        = service\nStatus      = running\nSubmit Date =\n\nAllocations\nID        Task Group  Desired  Status   Created\n1e1d4540  group       run      running\n"
+    );
+    let (code, out, _) = fx.cli("job stop -purge example");
+    assert_eq!(
+        (code, out.as_str()),
+        (
+            0,
+            "==> Job \"example\" stopped and purged\n    Evaluation ID: e3\n"
+        )
+    );
+}

@@ -115,12 +115,30 @@ fn answers(list: &[(&str, u16, Value)]) -> Answers {
         .collect()
 }
 
-fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+/// A file in a fresh directory that is removed when the value is dropped.
+struct TempFile {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+}
+
+impl TempFile {
+    fn display(&self) -> std::path::Display<'_> {
+        self.path.display()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn temp_file(name: &str, text: &str) -> TempFile {
     let dir = std::env::temp_dir().join(format!("nodeward-cli-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
-    path
+    TempFile { dir, path }
 }
 
 const ALLOC_ID: &str = "1e1d4540-14f9-2515-8502-24d46291717d";

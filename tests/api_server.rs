@@ -443,3 +443,56 @@ fn answers_are_not_held_back_by_nagle() {
     assert_eq!(rc, 0);
     assert_eq!(on, 1, "TCP_NODELAY is off on accepted connections");
 }
+
+#[test]
+fn a_refused_request_leaves_its_keep_alive_connection_usable() {
+    let server = start(ServerConfig {
+        token: Some(TOKEN.into()),
+        ..ServerConfig::default()
+    });
+    let addr = server.local_addr();
+    let mut s = connect(addr);
+    // Over 1 KiB, so tiny_http leaves the body for the worker to read.
+    let body = format!("{{\"Job\": \"{}\"}}", "x".repeat(5000));
+    let raw = format!(
+        "PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(raw.as_bytes()).unwrap();
+    assert_eq!(read_answer(&mut s), (403, "Permission denied".into()));
+    s.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_answer(&mut s).0, 200);
+    server.stop();
+}
+
+#[test]
+fn an_endless_request_line_is_cut_off() {
+    let server = start(ServerConfig {
+        io_timeout: Duration::from_secs(120),
+        ..ServerConfig::default()
+    });
+    let addr = server.local_addr();
+    let mut s = connect(addr);
+    s.write_all(b"GET /v1/jobs").unwrap();
+    // Unpatched tiny_http buffered this forever, waiting for a line break.
+    let chunk = vec![b'a'; 64 * 1024];
+    let mut closed = false;
+    for _ in 0..64 {
+        if s.write_all(&chunk).is_err() {
+            closed = true;
+            break;
+        }
+    }
+    if !closed {
+        let mut rest = Vec::new();
+        // The server closes the connection (a reset, since it left bytes unread); the client's
+        // 30 s read timeout would fail this.
+        match s.read_to_end(&mut rest) {
+            Ok(_) => {}
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+        }
+    }
+    assert_eq!(get(addr, "/v1/jobs", "").0, 200);
+    server.stop();
+}

@@ -115,12 +115,30 @@ fn answers(list: &[(&str, u16, Value)]) -> Answers {
         .collect()
 }
 
-fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+/// A file in a fresh directory that is removed when the value is dropped.
+struct TempFile {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+}
+
+impl TempFile {
+    fn display(&self) -> std::path::Display<'_> {
+        self.path.display()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn temp_file(name: &str, text: &str) -> TempFile {
     let dir = std::env::temp_dir().join(format!("nodeward-cli-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
-    path
+    TempFile { dir, path }
 }
 
 const ALLOC_ID: &str = "1e1d4540-14f9-2515-8502-24d46291717d";
@@ -475,4 +493,50 @@ fn logs_follow_and_token_against_the_real_api_server() {
         )
     );
     server.stop();
+}
+
+#[test]
+fn job_status_lists_jobs_and_shows_one_with_its_allocations() {
+    let fx = Fixture::start(answers(&[
+        (
+            "GET /v1/jobs",
+            200,
+            json!([{"ID": "example", "Type": "service", "Status": "running"}]),
+        ),
+        (
+            "GET /v1/job/ex",
+            200,
+            json!({"ID": "example", "Name": "example", "Type": "service", "Status": "running"}),
+        ),
+        (
+            "GET /v1/job/example/allocations",
+            200,
+            json!([{"ID": ALLOC_ID, "TaskGroup": "group", "DesiredStatus": "run", "ClientStatus": "running"}]),
+        ),
+        (
+            "DELETE /v1/job/example?purge=true",
+            200,
+            json!({"EvalID": "e3"}),
+        ),
+    ]));
+    let (code, out, _) = fx.cli("job status");
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "ID       Type     Status   Submit Date\nexample  service  running\n"
+    );
+    let (code, out, _) = fx.cli("job status ex");
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "ID          = example\nName        = example\nType        = service\nStatus      = running\nSubmit Date =\n\nAllocations\nID        Task Group  Desired  Status   Created\n1e1d4540  group       run      running\n"
+    );
+    let (code, out, _) = fx.cli("job stop -purge example");
+    assert_eq!(
+        (code, out.as_str()),
+        (
+            0,
+            "==> Job \"example\" stopped and purged\n    Evaluation ID: e3\n"
+        )
+    );
 }

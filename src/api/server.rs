@@ -2,9 +2,9 @@
 //!
 //! Protocol. tiny_http's accept thread hands each connection to a connection thread of its own,
 //! which reads request heads (and bodies up to 1 KiB) and queues requests. A fixed pool of
-//! `workers` threads pulls them from that queue; per request a worker refuses unknown paths (404),
-//! shutting-down writes (503) and bad tokens (403), reads the body within the size and time limits
-//! (413, 408), runs the route's handler (a panic in it is a 500) and writes the answer. A [`Response::Stream`] is handed to a
+//! `workers` threads pulls them from that queue; per request a worker reads the body within the
+//! size and time limits (413, 408), refuses unknown paths (404), writes while shutting down (503)
+//! and bad tokens (403), runs the route's handler (a panic in it is a 500) and writes the answer. A [`Response::Stream`] is handed to a
 //! thread of its own (at most `max_streams`), so a log that is followed for hours never holds a worker.
 //!
 //! Stopping: [`ApiServer::stop_writes`] makes every later write a 503 `agent is shutting down`.
@@ -237,9 +237,9 @@ fn handle(shared: &Arc<Shared>, mut rq: tiny_http::Request) {
         Ok(mut request) => match dispatch(&shared.router, &mut request) {
             Ok(Response::Stream(body)) => start_stream(shared, rq, &method, &path, body),
             Ok(response) => respond_ok(rq, &method, &path, response),
-            Err(e) => respond_error(rq, &method, &path, &e, false),
+            Err(e) => respond_error(rq, &method, &path, &e),
         },
-        Err((e, body_unread)) => respond_error(rq, &method, &path, &e, body_unread),
+        Err(e) => respond_error(rq, &method, &path, &e),
     }
 }
 
@@ -263,46 +263,43 @@ fn dispatch(router: &Router, request: &mut Request) -> Result<Response, ApiError
     }
 }
 
-/// Everything before the handler: route, shutdown, token, body. The flag says whether the body
-/// was left unread (the connection is then closed after the answer).
+/// Everything before the handler: body, route, shutdown, token.
+///
+/// The body is read first, even for a request about to be refused: tiny_http does not drain an
+/// unread body (see vendor/tiny_http), and what was left would be read as the client's next
+/// request on the connection. Only a body over the limit, or one that never arrives, is left
+/// unread; the connection is then closed when that rest fails to parse as a request.
 fn prepare(
     shared: &Shared,
     rq: &mut tiny_http::Request,
     method: &Method,
     url: &str,
     path: &str,
-) -> Result<Request, (ApiError, bool)> {
-    if !shared.router.knows_path(path) {
-        return Err((
-            ApiError::NotFound(format!("no such API path: {path}")),
-            true,
+) -> Result<Request, ApiError> {
+    let declared = rq.body_length();
+    if declared.is_some_and(|n| n > shared.max_body) {
+        return Err(ApiError::TooLarge {
+            limit: shared.max_body,
+        });
+    }
+    let deadline = Instant::now() + shared.body_timeout;
+    let body = read_body(rq.as_reader(), shared.max_body, deadline)?;
+    if declared.is_some_and(|n| body.len() < n) {
+        return Err(ApiError::BadRequest(
+            "request body is shorter than its Content-Length".into(),
         ));
     }
+    if !shared.router.knows_path(path) {
+        return Err(ApiError::NotFound(format!("no such API path: {path}")));
+    }
     if method.is_write() && shared.draining.load(Ordering::SeqCst) {
-        return Err((ApiError::Unavailable("agent is shutting down".into()), true));
+        return Err(ApiError::Unavailable("agent is shutting down".into()));
     }
     let token = request_token(rq.headers());
     if let Some(expected) = &shared.token {
         if (method.is_write() || shared.acl_reads) && !token_matches(expected, token.as_deref()) {
-            return Err((ApiError::Forbidden, true));
+            return Err(ApiError::Forbidden);
         }
-    }
-    if rq.body_length().is_some_and(|n| n > shared.max_body) {
-        return Err((
-            ApiError::TooLarge {
-                limit: shared.max_body,
-            },
-            true,
-        ));
-    }
-    let declared = rq.body_length();
-    let deadline = Instant::now() + shared.body_timeout;
-    let body = read_body(rq.as_reader(), shared.max_body, deadline).map_err(|e| (e, true))?;
-    if declared.is_some_and(|n| body.len() < n) {
-        return Err((
-            ApiError::BadRequest("request body is shorter than its Content-Length".into()),
-            true,
-        ));
     }
     let mut request = Request::new(method.clone(), url, body, token);
     request.set_shutdown(shared.shutdown_rx.clone());
@@ -394,25 +391,16 @@ fn respond_ok(rq: tiny_http::Request, method: &Method, path: &str, response: Res
     }
 }
 
-fn respond_error(
-    rq: tiny_http::Request,
-    method: &Method,
-    path: &str,
-    error: &ApiError,
-    close: bool,
-) {
+fn respond_error(rq: tiny_http::Request, method: &Method, path: &str, error: &ApiError) {
     let status = error.status();
     if status >= 500 {
         log::warn!("{method} {path} {status}: {error}");
     } else {
         log::debug!("{method} {path} {status}: {error}");
     }
-    let mut answer = tiny_http::Response::from_string(error.body())
+    let answer = tiny_http::Response::from_string(error.body())
         .with_status_code(status)
         .with_header(header("Content-Type", "text/plain; charset=utf-8"));
-    if close {
-        answer.add_header(header("Connection", "close"));
-    }
     if let Err(e) = rq.respond(answer) {
         log::debug!("{method} {path}: cannot write the answer: {e}");
     }
@@ -436,7 +424,7 @@ fn start_stream(
         .is_ok();
     if !admitted {
         let e = ApiError::Unavailable("too many streams open".into());
-        return respond_error(rq, method, path, &e, false);
+        return respond_error(rq, method, path, &e);
     }
     log::debug!("{method} {path} 200 (stream)");
     let counter = StreamSlot(shared.clone());

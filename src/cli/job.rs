@@ -136,12 +136,18 @@ fn status(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
             ctx.println("No running jobs");
             return Ok(());
         }
-        let mut rows = vec![vec!["ID".to_string(), "Type".into(), "Status".into()]];
+        let mut rows = vec![vec![
+            "ID".to_string(),
+            "Type".into(),
+            "Status".into(),
+            "Submit Date".into(),
+        ]];
         for j in &jobs {
             rows.push(vec![
                 s(j, "ID").into(),
                 s(j, "Type").into(),
                 s(j, "Status").into(),
+                submit_date(j),
             ]);
         }
         ctx.println(&table(&rows));
@@ -165,6 +171,7 @@ fn status(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         ("Name", s(&job, "Name").into()),
         ("Type", s(&job, "Type").into()),
         ("Status", s(&job, "Status").into()),
+        ("Submit Date", submit_date(&job)),
     ]));
     ctx.println("");
     ctx.println("Allocations");
@@ -175,6 +182,15 @@ fn status(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
     }
     ctx.println(&alloc_table(&allocs));
     Ok(())
+}
+
+/// `SubmitTime` (Unix nanoseconds) in the local offset; empty when absent.
+fn submit_date(job: &Value) -> String {
+    job.get("SubmitTime")
+        .and_then(Value::as_i64)
+        .filter(|t| *t > 0)
+        .map(|t| format::rfc3339(t, &chrono::Local))
+        .unwrap_or_default()
 }
 
 /// The allocations table of `job status <id>`.

@@ -14,6 +14,16 @@ use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
 use crate::Request;
 
+/// Longest request or header line accepted (nodeward patch).
+const MAX_LINE: usize = 16 * 1024;
+/// Most header lines accepted in one request (nodeward patch).
+const MAX_HEADERS: usize = 128;
+
+/// nodeward patch: how much of a refused body a connection reads before it closes.
+const LINGER_BYTES: usize = 8 * 1024 * 1024;
+/// nodeward patch: and for how long at most.
+const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A ClientConnection is an object that will store a socket to a client
 /// and return Request objects.
 pub struct ClientConnection {
@@ -104,7 +114,27 @@ impl ClientConnection {
 
             prev_byte_was_cr = byte == b'\r';
 
+            // nodeward patch: upstream grew the line without bound, so a client sending bytes
+            // without a line break grew the server's memory until it ran out.
+            if buf.len() >= MAX_LINE {
+                return Err(IoError::new(ErrorKind::InvalidData, "request line too long"));
+            }
             buf.push(byte);
+        }
+    }
+
+    /// nodeward patch: a lingering close. The client whose body was refused may still be sending
+    /// it; closing at once resets the connection under it and it never reads the answer (413).
+    /// Read and discard what it sends, at most [`LINGER_BYTES`] and [`LINGER_TIME`], then close.
+    fn linger(&mut self) {
+        let started = std::time::Instant::now();
+        let mut left = LINGER_BYTES;
+        let mut sink = [0u8; 8192];
+        while left > 0 && started.elapsed() < LINGER_TIME {
+            match self.next_header_source.read(&mut sink[..left.min(8192)]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left -= n,
+            }
         }
     }
 
@@ -117,6 +147,7 @@ impl ClientConnection {
                 let line = self.read_next_line();
                 // nodeward patch: the previous body was left unread; what arrived is not a request.
                 if self.poisoned.load(Ordering::SeqCst) {
+                    self.linger();
                     return Err(ReadError::ReadIoError(IoError::new(
                         ErrorKind::ConnectionAborted,
                         "previous request body was not read",
@@ -138,6 +169,10 @@ impl ClientConnection {
                     if line.is_empty() {
                         break;
                     };
+                    // nodeward patch: bound the number of header lines as well as their length.
+                    if headers.len() >= MAX_HEADERS {
+                        return Err(ReadError::WrongHeader(version));
+                    }
                     headers.push(match FromStr::from_str(line.as_str().trim()) {
                         // TODO: remove this conversion
                         Ok(h) => h,

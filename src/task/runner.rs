@@ -163,7 +163,9 @@ impl TaskRunner {
             return self.finish_killed();
         }
         loop {
-            let mut env = self.base_env();
+            // Read once per start: the task's environment starts from it and `${env.X}` looks in it.
+            let agent_env: BTreeMap<String, String> = std::env::vars().collect();
+            let mut env = self.base_env(&agent_env);
             for hook in &self.hooks {
                 if let Err(e) = hook.prestart(&self.ctx, &mut env) {
                     log::warn!(
@@ -176,7 +178,7 @@ impl TaskRunner {
                     return self.finish_dead(false);
                 }
             }
-            let spec = self.start_spec(env);
+            let spec = self.start_spec(env, &agent_env);
             let (end, status) = match self.deps.driver.start(&spec) {
                 Err(e) => {
                     self.emit(TaskEvent::driver_failure(now_nanos(), &e.to_string()));
@@ -435,9 +437,9 @@ impl TaskRunner {
     }
 
     /// The agent's environment, then `NOMAD_*`, then the task's `env` (task wins), interpolated.
-    fn base_env(&self) -> BTreeMap<String, String> {
+    fn base_env(&self, agent_env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
         let ctx = &self.ctx;
-        let mut env: BTreeMap<String, String> = std::env::vars().collect();
+        let mut env = agent_env.clone();
         let task_dir = ctx.task_dir.display().to_string();
         let nomad = [
             ("NOMAD_ALLOC_ID", ctx.alloc_id.clone()),
@@ -464,8 +466,11 @@ impl TaskRunner {
     }
 
     /// Interpolates `${...}` in command, args and env values from the final environment.
-    fn start_spec(&self, mut env: BTreeMap<String, String>) -> StartSpec {
-        let agent_env: BTreeMap<String, String> = std::env::vars().collect();
+    fn start_spec(
+        &self,
+        mut env: BTreeMap<String, String>,
+        agent_env: &BTreeMap<String, String>,
+    ) -> StartSpec {
         let lookup_in = |env: &BTreeMap<String, String>, name: &str| -> Option<String> {
             match name {
                 "node.unique.id" => Some(self.ctx.node_id.clone()),

@@ -9,12 +9,13 @@
 //! calls [`AllocManager::join_all`].
 
 use crossbeam_channel::{select, Receiver, Sender};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::driver;
@@ -87,9 +88,13 @@ struct AllocInner {
     gate_stop: Option<Sender<Never>>,
 }
 
+/// A job's API JSON, encoded on first request and shared by the allocations of one registration.
+type JobJson = Arc<OnceLock<Box<RawValue>>>;
+
 pub struct Allocation {
     pub id: String,
     pub job: Arc<Job>,
+    job_json: JobJson,
     pub group: String,
     pub index: u32,
     pub name: String,
@@ -145,32 +150,89 @@ impl Allocation {
         }
     }
 
-    /// The allocation in Nomad's API shape. `with_job` adds the job, as `GET /v1/allocation/:id` does.
-    pub fn to_api(&self, node_id: &str, node_name: &str, with_job: bool) -> Value {
+    /// The allocation in Nomad's API shape, encoded straight from the live state. `with_job` adds
+    /// the job, as `GET /v1/allocation/:id` does; the job's JSON is encoded once and shared by the
+    /// allocations of one registration.
+    pub fn api_view<'a>(
+        &'a self,
+        node_id: &'a str,
+        node_name: &'a str,
+        with_job: bool,
+    ) -> AllocView<'a> {
+        AllocView {
+            alloc: self,
+            node_id,
+            node_name,
+            with_job,
+        }
+    }
+
+    fn job_json(&self) -> &RawValue {
+        self.job_json.get_or_init(|| {
+            serde_json::value::to_raw_value(&*self.job).unwrap_or_else(|e| {
+                log::error!("cannot encode job {} as JSON: {e}", self.job.id);
+                RawValue::from_string("null".into()).expect("null is JSON")
+            })
+        })
+    }
+}
+
+/// [`Allocation::api_view`]: serialises without building a `serde_json::Value` first, which
+/// made `GET /v1/allocation/:id` cost most of its time in the allocator. While it serialises it
+/// holds the allocation's task-state locks (every one, in name order, so the states and the
+/// client status agree); encode it into memory, never straight into a socket.
+pub struct AllocView<'a> {
+    alloc: &'a Allocation,
+    node_id: &'a str,
+    node_name: &'a str,
+    with_job: bool,
+}
+
+impl Serialize for AllocView<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeStruct};
+        let a = self.alloc;
         let (desired, modify, reason) = {
-            let i = self.inner.lock();
+            let i = a.inner.lock();
             (i.desired, i.modify_time, i.pending_reason.clone())
         };
-        let mut v = json!({
-            "ID": self.id,
-            "Name": self.name,
-            "Namespace": "default",
-            "NodeID": node_id,
-            "NodeName": node_name,
-            "JobID": self.job.id,
-            "TaskGroup": self.group,
-            "DesiredStatus": desired,
-            "ClientStatus": self.client_status(),
-            "ClientDescription": reason.unwrap_or_default(),
-            "CreateTime": self.create_time,
-            "ModifyTime": modify,
-            "TaskStates": self.task_states(),
-        });
-        if with_job {
-            v["Job"] = serde_json::to_value(&*self.job).unwrap_or(Value::Null);
+        let states: Vec<(&String, MutexGuard<'_, TaskState>)> =
+            a.tasks.iter().map(|(k, v)| (k, v.lock())).collect();
+        let status = client_status(states.iter().map(|(_, t)| (t.state, t.failed)));
+        struct States<'s, 'g>(&'s [(&'g String, MutexGuard<'g, TaskState>)]);
+        impl Serialize for States<'_, '_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(self.0.len()))?;
+                for (name, state) in self.0 {
+                    m.serialize_entry(name, &**state)?;
+                }
+                m.end()
+            }
         }
-        v
+        let mut m = s.serialize_struct("Allocation", 14)?;
+        m.serialize_field("ClientDescription", reason.as_deref().unwrap_or(""))?;
+        m.serialize_field("ClientStatus", status)?;
+        m.serialize_field("CreateTime", &a.create_time)?;
+        m.serialize_field("DesiredStatus", &desired)?;
+        m.serialize_field("ID", &a.id)?;
+        if self.with_job {
+            m.serialize_field("Job", a.job_json())?;
+        }
+        m.serialize_field("JobID", &a.job.id)?;
+        m.serialize_field("ModifyTime", &modify)?;
+        m.serialize_field("Name", &a.name)?;
+        m.serialize_field("Namespace", "default")?;
+        m.serialize_field("NodeID", self.node_id)?;
+        m.serialize_field("NodeName", self.node_name)?;
+        m.serialize_field("TaskGroup", &a.group)?;
+        m.serialize_field("TaskStates", &States(&states))?;
+        m.end()
     }
+}
+
+fn encode(value: &impl Serialize) -> Result<String, AllocError> {
+    serde_json::to_string(value)
+        .map_err(|e| AllocError::Internal(format!("cannot encode the answer as JSON: {e}")))
 }
 
 /// Nomad's allocation status from its tasks' `(State, Failed)`.
@@ -278,11 +340,12 @@ impl AllocManager {
                 self.engine.volumes.release(&alloc.id);
             }
             let job_arc = Arc::new(job.clone());
+            let job_json = JobJson::default();
             let now = now_nanos();
             let mut created = Vec::new();
             for group in &job.task_groups {
                 for index in 0..group.count {
-                    let alloc = Arc::new(new_alloc(&job_arc, group, index, now));
+                    let alloc = Arc::new(new_alloc(&job_arc, &job_json, group, index, now));
                     reg.allocs.insert(alloc.id.clone(), alloc.clone());
                     created.push(alloc);
                 }
@@ -404,25 +467,27 @@ impl AllocManager {
         Ok(v)
     }
 
-    /// `GET /v1/job/:id/allocations`.
-    pub fn job_allocations(&self, id: &str) -> Result<Vec<Value>, AllocError> {
+    /// `GET /v1/job/:id/allocations`, encoded.
+    pub fn job_allocations_json(&self, id: &str) -> Result<String, AllocError> {
         if !self.registry.lock().jobs.contains_key(id) {
             return Err(AllocError::JobNotFound);
         }
-        Ok(self
-            .allocs_of(id)
-            .iter()
-            .map(|a| a.to_api(&self.engine.node_id, &self.engine.node_name, false))
-            .collect())
+        self.encode_list(&self.allocs_of(id))
     }
 
-    /// `GET /v1/allocations`.
-    pub fn allocations(&self) -> Vec<Value> {
+    /// `GET /v1/allocations`, encoded.
+    pub fn allocations_json(&self) -> Result<String, AllocError> {
         let allocs: Vec<Arc<Allocation>> = self.registry.lock().allocs.values().cloned().collect();
-        allocs
+        self.encode_list(&allocs)
+    }
+
+    fn encode_list(&self, allocs: &[Arc<Allocation>]) -> Result<String, AllocError> {
+        let (node_id, node_name) = (&self.engine.node_id, &self.engine.node_name);
+        let views: Vec<AllocView<'_>> = allocs
             .iter()
-            .map(|a| a.to_api(&self.engine.node_id, &self.engine.node_name, false))
-            .collect()
+            .map(|a| a.api_view(node_id, node_name, false))
+            .collect();
+        encode(&views)
     }
 
     pub fn get(&self, id: &str) -> Result<Arc<Allocation>, AllocError> {
@@ -434,11 +499,10 @@ impl AllocManager {
             .ok_or(AllocError::AllocNotFound)
     }
 
-    /// `GET /v1/allocation/:id`.
-    pub fn allocation(&self, id: &str) -> Result<Value, AllocError> {
-        Ok(self
-            .get(id)?
-            .to_api(&self.engine.node_id, &self.engine.node_name, true))
+    /// `GET /v1/allocation/:id`, encoded.
+    pub fn allocation_json(&self, id: &str) -> Result<String, AllocError> {
+        let alloc = self.get(id)?;
+        encode(&alloc.api_view(&self.engine.node_id, &self.engine.node_name, true))
     }
 
     fn check_task(alloc: &Allocation, task: Option<&str>) -> Result<(), AllocError> {
@@ -512,12 +576,16 @@ impl AllocManager {
         let mut to_start = Vec::new();
         {
             let mut reg = self.registry.lock();
+            let mut shared = BTreeMap::new();
             for j in &state.jobs {
                 reg.jobs.insert(j.job.id.clone(), j.clone());
+                shared.insert(
+                    j.job.id.as_str(),
+                    (Arc::new(j.job.clone()), JobJson::default()),
+                );
             }
             for rec in &state.allocations {
-                let current = reg.jobs.get(&rec.job_id).map(|j| &j.job);
-                let Some(alloc) = restored_alloc(rec, current) else {
+                let Some(alloc) = restored_alloc(rec, shared.get(rec.job_id.as_str())) else {
                     log::error!("allocation {} names a group its job lacks; skipped", rec.id);
                     continue;
                 };
@@ -684,7 +752,13 @@ fn stop_alloc(alloc: &Allocation) {
     }
 }
 
-fn new_alloc(job: &Arc<Job>, group: &TaskGroup, index: u32, now: i64) -> Allocation {
+fn new_alloc(
+    job: &Arc<Job>,
+    job_json: &JobJson,
+    group: &TaskGroup,
+    index: u32,
+    now: i64,
+) -> Allocation {
     let tasks = group
         .tasks
         .iter()
@@ -693,6 +767,7 @@ fn new_alloc(job: &Arc<Job>, group: &TaskGroup, index: u32, now: i64) -> Allocat
     Allocation {
         id: uuid::Uuid::new_v4().to_string(),
         job: job.clone(),
+        job_json: job_json.clone(),
         group: group.name.clone(),
         index,
         name: format!("{}.{}[{index}]", job.id, group.name),
@@ -708,8 +783,14 @@ fn new_alloc(job: &Arc<Job>, group: &TaskGroup, index: u32, now: i64) -> Allocat
     }
 }
 
-fn restored_alloc(rec: &AllocRecord, current: Option<&Job>) -> Option<Allocation> {
-    let job = Arc::new(rec.job.as_ref().or(current)?.clone());
+/// `current` is the registered version of the allocation's job, shared by the allocations that
+/// run it; an allocation of an older version gets its own copy.
+fn restored_alloc(rec: &AllocRecord, current: Option<&(Arc<Job>, JobJson)>) -> Option<Allocation> {
+    let (job, job_json) = match (&rec.job, current) {
+        (Some(old), _) => (Arc::new(old.clone()), JobJson::default()),
+        (None, Some((job, json))) => (job.clone(), json.clone()),
+        (None, None) => return None,
+    };
     let group = job.task_groups.iter().find(|g| g.name == rec.task_group)?;
     let tasks = group
         .tasks
@@ -722,6 +803,7 @@ fn restored_alloc(rec: &AllocRecord, current: Option<&Job>) -> Option<Allocation
     Some(Allocation {
         id: rec.id.clone(),
         job: job.clone(),
+        job_json,
         group: rec.task_group.clone(),
         index: rec.index,
         name: rec.name.clone(),
@@ -796,6 +878,7 @@ fn stop_leftovers(found: &[driver::Leftover], allocs: &[AllocRecord], jobs: &[Jo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::events::TaskEvent;
     use crate::task::hooks::TaskHook;
     use crate::task::mounts::HostVolume;
 
@@ -823,11 +906,11 @@ mod tests {
     /// save that runs while a job is stopped must not record the allocations stopped and the job
     /// still running. After a crash such a file would restore a job that says it runs and runs
     /// nothing (found by the crash storm).
-    #[test]
-    fn snapshots_never_tear_a_job_from_its_allocations() {
-        let dir = std::env::temp_dir().join(format!("nw-alloc-{}", uuid::Uuid::new_v4()));
+    /// A manager on a fresh data dir whose allocations never find their host volumes.
+    fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) {
+        let dir = std::env::temp_dir().join(format!("nw-alloc-{tag}-{}", uuid::Uuid::new_v4()));
         let (store, _) = StateStore::open(&dir, false).unwrap();
-        let (_shutdown_tx, shutdown) = crossbeam_channel::bounded::<Never>(0);
+        let (shutdown_tx, shutdown) = crossbeam_channel::bounded::<Never>(0);
         let engine = Engine {
             data_dir: dir.clone(),
             node_id: "node".to_string(),
@@ -840,7 +923,93 @@ mod tests {
             hooks: Arc::new(NoHooks),
             volumes: Arc::new(NoVolumes),
         };
-        let allocs = AllocManager::new(engine, store.clone());
+        (AllocManager::new(engine, store), dir, shutdown_tx)
+    }
+
+    fn gated_job(id: &str, count: u32) -> Job {
+        let hcl = format!(
+            "job \"{id}\" {{\n group \"g\" {{\n  count = {count}\n  volume \"v\" {{\n   \
+             type = \"host\"\n   source = \"missing\"\n  }}\n  task \"a\" {{\n   \
+             driver = \"raw_exec\"\n   config {{\n    command = \"true\"\n   }}\n  }}\n  \
+             task \"b\" {{\n   driver = \"raw_exec\"\n   config {{\n    command = \"true\"\n   \
+             }}\n  }}\n }}\n}}\n"
+        );
+        crate::jobspec::hcl::parse_job(&hcl).unwrap().job
+    }
+
+    /// The allocation answer is encoded straight from the live state: every field Nomad's shape
+    /// has, the job as the job itself encodes, and the task states as they are now.
+    #[test]
+    fn allocation_answer_carries_the_live_state_and_the_job() {
+        let (allocs, dir, _shutdown) = manager("view");
+        let job = gated_job("view", 2);
+        allocs.register_job(job.clone()).unwrap();
+        let list: Vec<Value> = serde_json::from_str(&allocs.allocations_json().unwrap()).unwrap();
+        assert_eq!(list.len(), 2);
+        assert!(
+            list.iter().all(|a| a.get("Job").is_none()),
+            "lists carry no job"
+        );
+        let id = list[0]["ID"].as_str().unwrap().to_string();
+        let alloc = allocs.get(&id).unwrap();
+        {
+            let mut a = alloc.tasks["a"].lock();
+            a.state = TaskStatus::Dead;
+            a.push(TaskEvent::not_restarting(
+                now_nanos(),
+                "Exceeded allowed attempts 2 in interval 30m0s",
+            ));
+        }
+        let got: Value = serde_json::from_str(&allocs.allocation_json(&id).unwrap()).unwrap();
+        let want = json!({
+            "ID": id,
+            "Name": alloc.name,
+            "Namespace": "default",
+            "NodeID": "node",
+            "NodeName": "node",
+            "JobID": "view",
+            "TaskGroup": "g",
+            "DesiredStatus": "run",
+            "ClientStatus": "failed",
+            "ClientDescription": "missing host volume \"missing\"",
+            "CreateTime": alloc.create_time,
+            "ModifyTime": got["ModifyTime"],
+            "TaskStates": {
+                "a": serde_json::to_value(&*alloc.tasks["a"].lock()).unwrap(),
+                "b": serde_json::to_value(&*alloc.tasks["b"].lock()).unwrap(),
+            },
+            "Job": serde_json::to_value(&job).unwrap(),
+        });
+        assert_eq!(got, want);
+        assert_eq!(
+            got["TaskStates"]["a"]["Events"][0]["Type"],
+            "Not Restarting"
+        );
+        let other = allocs.get(list[1]["ID"].as_str().unwrap()).unwrap();
+        assert!(
+            Arc::ptr_eq(&alloc.job_json, &other.job_json),
+            "the allocations of one registration share the job's encoding"
+        );
+        let mut state = StateFile::default();
+        allocs.fill(&mut state);
+        let (restored, dir2, _shutdown2) = manager("view-restored");
+        restored.restore(&state);
+        let (a, b) = (restored.get(&alloc.id).unwrap(), restored.get(&other.id).unwrap());
+        assert!(
+            Arc::ptr_eq(&a.job, &b.job) && Arc::ptr_eq(&a.job_json, &b.job_json),
+            "restored allocations of one job version share it"
+        );
+        let _ = std::fs::remove_dir_all(&dir2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A state write is a snapshot of one instant: a job and its allocations change as one, so a
+    /// save that runs while a job is stopped must not record the allocations stopped and the job
+    /// still running. After a crash such a file would restore a job that says it runs and runs
+    /// nothing (found by the crash storm).
+    #[test]
+    fn snapshots_never_tear_a_job_from_its_allocations() {
+        let (allocs, dir, _shutdown) = manager("tear");
         let jobs: Vec<String> = (0..300).map(|i| format!("j{i}")).collect();
         for id in &jobs {
             let hcl = format!(

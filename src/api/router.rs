@@ -217,6 +217,8 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 pub enum Response {
     /// `application/json`.
     Json(serde_json::Value),
+    /// `application/json`, already encoded.
+    JsonText(String),
     /// `text/plain`.
     Text(String),
     /// A body of unknown length sent chunked as it is read, on a thread of its own so that a long
@@ -226,9 +228,10 @@ pub enum Response {
 }
 
 impl Response {
+    /// Encodes `value` straight to text, without a `serde_json::Value` in between.
     pub fn json(value: impl serde::Serialize) -> Result<Response, ApiError> {
-        serde_json::to_value(value)
-            .map(Response::Json)
+        serde_json::to_string(&value)
+            .map(Response::JsonText)
             .map_err(|e| ApiError::Internal(format!("cannot encode the answer as JSON: {e}")))
     }
 }
@@ -237,6 +240,7 @@ impl fmt::Debug for Response {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Response::Json(v) => f.debug_tuple("Json").field(v).finish(),
+            Response::JsonText(s) => f.debug_tuple("JsonText").field(s).finish(),
             Response::Text(s) => f.debug_tuple("Text").field(s).finish(),
             Response::Stream(_) => f.write_str("Stream(..)"),
         }

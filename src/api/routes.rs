@@ -220,7 +220,9 @@ pub fn router(agent: Arc<Agent>) -> Router {
     });
     let a = agent.clone();
     r.get("/v1/job/:id/allocations", move |req| {
-        Response::json(a.allocs.job_allocations(&job_id(&a, req)?)?)
+        Ok(Response::JsonText(
+            a.allocs.job_allocations_json(&job_id(&a, req)?)?,
+        ))
     });
     let a = agent.clone();
     r.delete("/v1/job/:id", move |req| {
@@ -231,11 +233,13 @@ pub fn router(agent: Arc<Agent>) -> Router {
 
     let a = agent.clone();
     r.get("/v1/allocations", move |_| {
-        Response::json(a.allocs.allocations())
+        Ok(Response::JsonText(a.allocs.allocations_json()?))
     });
     let a = agent.clone();
     r.get("/v1/allocation/:id", move |req| {
-        Response::json(a.allocs.allocation(&alloc_id(&a, req, "id")?)?)
+        Ok(Response::JsonText(
+            a.allocs.allocation_json(&alloc_id(&a, req, "id")?)?,
+        ))
     });
     let a = agent.clone();
     r.post("/v1/client/allocation/:id/restart", move |req| {

@@ -994,7 +994,10 @@ mod tests {
         allocs.fill(&mut state);
         let (restored, dir2, _shutdown2) = manager("view-restored");
         restored.restore(&state);
-        let (a, b) = (restored.get(&alloc.id).unwrap(), restored.get(&other.id).unwrap());
+        let (a, b) = (
+            restored.get(&alloc.id).unwrap(),
+            restored.get(&other.id).unwrap(),
+        );
         assert!(
             Arc::ptr_eq(&a.job, &b.job) && Arc::ptr_eq(&a.job_json, &b.job_json),
             "restored allocations of one job version share it"

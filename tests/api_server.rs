@@ -496,3 +496,36 @@ fn an_endless_request_line_is_cut_off() {
     assert_eq!(get(addr, "/v1/jobs", "").0, 200);
     server.stop();
 }
+
+/// Connections opened in a burst are each served at once, while every one stays open. tiny_http's
+/// thread pool queued a connection for an idle thread that a moment earlier had been handed
+/// another one: that connection then waited, its request unread, until some other connection
+/// closed (under wrk's 64 connections, two stayed unanswered for minutes).
+#[test]
+fn a_burst_of_keep_alive_connections_is_served_while_all_stay_open() {
+    let server = start(ServerConfig::default());
+    let addr = server.local_addr();
+    for round in 0..5 {
+        let mut conns: Vec<TcpStream> = (0..48).map(|_| connect(addr)).collect();
+        for c in &conns {
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        }
+        for c in conns.iter_mut() {
+            c.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+        }
+        let unanswered = conns
+            .iter_mut()
+            .map(|c| {
+                let mut head = [0u8; 12];
+                c.read_exact(&mut head).is_err() || &head != b"HTTP/1.1 200"
+            })
+            .filter(|&failed| failed)
+            .count();
+        assert_eq!(unanswered, 0, "round {round}: connections left unanswered");
+        drop(conns);
+        // Let the pool's threads go idle again, as before a new burst.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    server.stop();
+}

@@ -72,6 +72,31 @@ def zombie_children(ppid):
             n += 1
     return n
 
+def idle_sample(pid):
+    """The agent alone: threads, descriptors, zombies and RSS, with no task and no API connection."""
+    s = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k == "Threads":
+                s["threads"] = int(v)
+            elif k == "VmRSS":
+                s["rss_mib"] = round(int(v.split()[0]) / 1024, 1)
+    s["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
+    s["zombies"] = zombie_children(pid)
+    return s
+
+def settle(pid, marker, limit=30):
+    """Waits until no task process is left and the agent's thread count stops changing."""
+    deadline = time.monotonic() + limit
+    last = None
+    while time.monotonic() < deadline:
+        now = idle_sample(pid)["threads"]
+        if procs_with(marker) == 0 and now == last:
+            return
+        last = now
+        time.sleep(1)
+
 def sample(pid, addr, marker, t0):
     s = {"t_s": round(time.monotonic() - t0)}
     with open(f"/proc/{pid}/status") as f:
@@ -136,8 +161,10 @@ def main():
     tmp = tempfile.mkdtemp(prefix="nodeward-load-")
     agent, addr = start_agent(a.bin, tmp)
     marker = f"0.5{uuid.uuid4().int % 10**9:09d}"
-    samples, result = [], None
+    samples, result, idle = [], None, {}
     try:
+        time.sleep(1)
+        idle["before"] = idle_sample(agent.pid)
         req(addr, "PUT", "/v1/jobs", {"Job": {"ID": "crashloop", "Name": "crashloop", "Type": "service",
             "TaskGroups": [{"Name": "g", "Count": a.tasks,
                 "RestartPolicy": {"Attempts": 100_000, "Interval": 100_000 * 2 * 10**9, "Delay": 10**9, "Mode": "delay"},
@@ -174,6 +201,11 @@ def main():
         time.sleep(5)
         samples.append(sample(agent.pid, addr, marker.encode(), t0))
         print("end + 5 s:", json.dumps(samples[-1]), flush=True)
+        # Stop the job and compare the agent alone with the agent alone before the run: whatever the
+        # load grew and kept would show here, free of the crash loops' moment-to-moment count.
+        req(addr, "DELETE", "/v1/job/crashloop")
+        settle(agent.pid, marker.encode())
+        idle["after"] = idle_sample(agent.pid)
     finally:
         t_stop = time.monotonic()
         agent.send_signal(signal.SIGTERM)
@@ -196,12 +228,16 @@ def main():
     for s in samples:
         print(f"{s['t_s']:>5} {s['threads']:>8} {s['fds']:>5} {s['zombies']:>8} {s['rss_mib']:>8} "
               f"{s['task_procs']:>10} {s['tasks_running']:>8} {s['restarts']:>9} {s['cpu_s']:>12}")
+    if len(idle) == 2:
+        print("\nthe agent alone (no task, no connection), before the job and after it was stopped:")
+        for k in ("threads", "fds", "zombies", "rss_mib"):
+            print(f"  {k:>8}: {idle['before'][k]} -> {idle['after'][k]}")
     if result and len(samples) >= 2:
         cpu = samples[-2]["cpu_s"] - samples[0]["cpu_s"]
         print(f"\nagent CPU during the load: {cpu:.1f} s in {a.duration} s "
               f"({100 * cpu / a.duration:.0f}% of one core), {1e6 * cpu / max(result['requests'], 1):.0f} us per request "
               f"(the crash loops included)")
-    print(json.dumps({"result": result, "samples": samples, "stop_s": stop_s, "exit": code, "left": left}))
+    print(json.dumps({"result": result, "samples": samples, "idle": idle, "stop_s": stop_s, "exit": code, "left": left}))
 
 if __name__ == "__main__":
     main()

@@ -69,7 +69,12 @@ impl TaskPool {
     pub fn spawn(&self, code: Box<dyn FnMut() + Send>) {
         let mut queue = self.sharing.todo.lock().unwrap();
 
-        if self.sharing.waiting_tasks.load(Ordering::Acquire) == 0 {
+        // nodeward patch: a thread that was notified still counts as waiting until it takes its
+        // task off the queue, so "some thread waits" is not "some thread is free". Two connections
+        // in quick succession went to one idle thread: the second stayed queued, its request
+        // unread, until another connection closed. Queue only while idle threads outnumber the
+        // tasks already queued for them.
+        if self.sharing.waiting_tasks.load(Ordering::Acquire) <= queue.len() {
             self.add_thread(Some(code));
         } else {
             queue.push_back(code);

@@ -3,7 +3,10 @@
 //! Threads and how they stop:
 //! - the main thread runs [`run`]: it starts everything, then waits on the signal channel;
 //! - one signal thread (signal-hook) forwards SIGINT/SIGTERM/SIGHUP to the main thread; a second
-//!   SIGINT/SIGTERM during shutdown exits the process at once;
+//!   SIGINT/SIGTERM during shutdown exits the process at once. A first SIGINT/SIGTERM that arrives
+//!   while the agent is still starting (stopping leftovers, restoring volumes through slow
+//!   plugins) trips the [`StopSwitch`] itself, so the start-up is cancelled at once: restores in
+//!   flight end, restored allocations are not started, the API never opens;
 //! - the state flusher, the API workers, the task runners (and their waiters and hooks' threads)
 //!   all watch the shutdown channel, a `Receiver<Never>` that disconnects when the agent drops its
 //!   sender.
@@ -62,6 +65,59 @@ impl HookFactory for AgentHooks {
     }
 }
 
+/// The agent-wide stop: tripping it drops the one sender, which disconnects every receiver of
+/// the shutdown channel at once. It also records whether the agent has finished starting, under
+/// the same lock, so that a stop signal either cancels the start-up or is left to the main loop,
+/// never both and never neither.
+#[derive(Clone)]
+pub struct StopSwitch {
+    inner: Arc<Mutex<SwitchState>>,
+    rx: Receiver<Never>,
+}
+
+struct SwitchState {
+    tx: Option<Sender<Never>>,
+    started: bool,
+}
+
+impl Default for StopSwitch {
+    fn default() -> Self {
+        let (tx, rx) = bounded::<Never>(0);
+        StopSwitch {
+            inner: Arc::new(Mutex::new(SwitchState {
+                tx: Some(tx),
+                started: false,
+            })),
+            rx,
+        }
+    }
+}
+
+impl StopSwitch {
+    /// Disconnects when the switch trips.
+    pub fn receiver(&self) -> Receiver<Never> {
+        self.rx.clone()
+    }
+
+    /// Trips the switch; true the first time.
+    pub fn trip(&self) -> bool {
+        self.inner.lock().tx.take().is_some()
+    }
+
+    /// Trips the switch only while the agent is starting; true if it did.
+    pub fn trip_if_starting(&self) -> bool {
+        let mut s = self.inner.lock();
+        !s.started && s.tx.take().is_some()
+    }
+
+    /// The start-up is over; false when a stop signal already cancelled it.
+    pub fn mark_started(&self) -> bool {
+        let mut s = self.inner.lock();
+        s.started = true;
+        s.tx.is_some()
+    }
+}
+
 /// A running agent's parts, shared with the API.
 pub struct Agent {
     pub config: AgentConfig,
@@ -73,16 +129,24 @@ pub struct Agent {
     pub host_volumes: Arc<VolumeManager>,
     pub csi: Arc<PluginRegistry>,
     pub started: std::time::Instant,
-    /// Dropped to shut everything down.
-    shutdown_tx: Mutex<Option<Sender<Never>>>,
+    /// Tripped to shut everything down.
+    stop: StopSwitch,
+    /// Set by the first [`Agent::shutdown`].
+    shutting_down: std::sync::atomic::AtomicBool,
     pub shutdown: Receiver<Never>,
 }
 
 impl Agent {
-    /// Opens the state, restores allocations and returns the agent, ready to serve.
-    pub fn start(config: AgentConfig, fresh_state: bool) -> Result<Arc<Agent>, AgentError> {
+    /// Opens the state, restores allocations and returns the agent, ready to serve. When `stop`
+    /// trips meanwhile, restores in flight are cancelled and nothing is started; everything the
+    /// state file held is still recorded.
+    pub fn start(
+        config: AgentConfig,
+        fresh_state: bool,
+        stop: StopSwitch,
+    ) -> Result<Arc<Agent>, AgentError> {
         let (store, state) = StateStore::open(&config.data_dir, fresh_state)?;
-        let (shutdown_tx, shutdown) = bounded::<Never>(0);
+        let shutdown = stop.receiver();
         // Volumes are restored before allocations, which wait for the ones they mount.
         let host_volumes = VolumeManager::start(
             ManagerConfig::from_agent(&config, store.node_id()),
@@ -136,7 +200,8 @@ impl Agent {
             host_volumes,
             csi,
             started: std::time::Instant::now(),
-            shutdown_tx: Mutex::new(Some(shutdown_tx)),
+            stop,
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown,
         }))
     }
@@ -200,12 +265,15 @@ impl Agent {
 
     /// Stops every task and writes the state. Idempotent.
     pub fn shutdown(&self) {
-        let Some(tx) = self.shutdown_tx.lock().take() else {
+        if self
+            .shutting_down
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
             return;
-        };
+        }
         systemd::notify("STOPPING=1");
         log::info!("shutting down: stopping tasks");
-        drop(tx);
+        self.stop.trip();
         // Runners stop their tasks in parallel; each takes at most its kill_timeout and the reap.
         self.allocs
             .join_all(self.allocs.max_kill_timeout() + Duration::from_secs(35));
@@ -295,6 +363,8 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
         .map_err(|e| AgentError::Start(format!("cannot install signal handlers: {e}")))?;
     let (sig_tx, sig_rx) = bounded::<i32>(16);
     let signal_handle = signals.handle();
+    let stop = StopSwitch::default();
+    let signal_stop = stop.clone();
     crate::thread::spawn("signals", move || {
         let mut stopping = false;
         for sig in signals.forever() {
@@ -304,6 +374,9 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
                     std::process::exit(1);
                 }
                 stopping = true;
+                if signal_stop.trip_if_starting() {
+                    log::warn!("signal {sig} received while starting: cancelling the start-up");
+                }
             }
             let _ = sig_tx.send(sig);
         }
@@ -313,7 +386,13 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
     if config.dev {
         log::info!("dev mode: data in {}", config.data_dir.display());
     }
-    let agent = Agent::start(config, fresh_state)?;
+    let agent = Agent::start(config, fresh_state, stop.clone())?;
+    if !stop.mark_started() {
+        log::info!("start-up cancelled by a stop signal");
+        agent.shutdown();
+        signal_handle.close();
+        return Ok(());
+    }
     let api = crate::api::serve(agent.clone()).map_err(|e| AgentError::Start(e.to_string()))?;
     log::info!(
         "nodeward agent started: node {} ({}), API on http://{}",

@@ -596,6 +596,13 @@ impl AllocManager {
                 }
             }
         }
+        if matches!(
+            self.engine.deps.shutdown.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        ) {
+            log::info!("the agent is stopping: restored allocations are not started");
+            return;
+        }
         for alloc in to_start {
             self.start_alloc(&alloc, true);
         }

@@ -297,3 +297,87 @@ job "rw" {
     assert!(body.contains("read-only"), "{body}");
     assert_eq!(agent.request("GET", "/v1/job/rw", None).0, 404);
 }
+
+/// A SIGTERM while the agent is still starting, restoring a volume through a plugin that hangs,
+/// cancels the start-up at once: the plugin is killed, no task is started, the agent exits 0, and
+/// the state file still holds the volume and the job, which the next start brings back.
+#[test]
+fn sigterm_while_restoring_cancels_the_start_up() {
+    let dir = TempDir::new("vol-startstop");
+    let plugins = dir.path().join("plugins");
+    let hang = dir.path().join("hang-now");
+    write_plugin(
+        &plugins,
+        "hangs",
+        &format!("[ -e {} ] && /bin/sleep 31", hang.display()),
+    );
+    let mut agent = start(&dir);
+    let (s, v) = create(&agent, "late", "hangs");
+    assert_eq!(s, 200, "{v}");
+    let id = v["Volume"]["ID"].as_str().unwrap().to_string();
+    let tag = format!("1000.{}", std::process::id());
+    let job = agent.run_hcl(&format!(
+        r#"
+job "startstop" {{
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      config {{ command = "/bin/sleep"  args = ["{tag}"] }}
+    }}
+  }}
+}}"#
+    ));
+    wait_for(WAIT, "task running", || {
+        (!pids_with(&tag).is_empty()).then_some(())
+    });
+    assert_eq!(
+        agent.stop_with(libc::SIGTERM, Duration::from_secs(20)),
+        Some(0)
+    );
+    assert!(
+        pids_with(&tag).is_empty(),
+        "the task stopped with the agent"
+    );
+
+    std::fs::write(&hang, "").unwrap();
+    let mut starting = std::process::Command::new(BIN)
+        .arg("agent")
+        .arg("-config")
+        .arg(&agent.config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let sleepers = wait_for(WAIT, "restore hanging in the plugin", || {
+        let p = pids_with("/bin/sleep 31");
+        (!p.is_empty()).then_some(p)
+    });
+    let t0 = Instant::now();
+    unsafe { libc::kill(starting.id() as i32, libc::SIGTERM) };
+    let status = wait_for(Duration::from_secs(40), "agent exit", || {
+        starting.try_wait().unwrap()
+    });
+    let took = t0.elapsed();
+    println!("SIGTERM during the restore: exit after {took:?}");
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        took < Duration::from_secs(10),
+        "the start-up waited for the plugin: {took:?}"
+    );
+    for p in sleepers {
+        wait_for(Duration::from_secs(5), "plugin killed", || {
+            (!alive(p)).then_some(())
+        });
+    }
+    assert!(pids_with(&tag).is_empty(), "no task started while stopping");
+    let state = std::fs::read_to_string(agent.data_dir.join("state.json")).unwrap();
+    assert!(state.contains(&id) && state.contains(&job), "{state}");
+
+    std::fs::remove_file(&hang).unwrap();
+    agent.restart();
+    assert_eq!(volume_state(&agent, &id), "ready");
+    wait_for(WAIT, "task running again", || {
+        (!pids_with(&tag).is_empty()).then_some(())
+    });
+}

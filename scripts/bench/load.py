@@ -11,7 +11,9 @@ Beside the load it samples the agent at the start, every 60 s, at the end and 5 
 are gone): threads, open file
 descriptors, zombie children, RSS, live task processes and the restarts performed so far (they
 must keep growing: a wedged runner or lost state would show as a flat line). At the end the agent
-is stopped with SIGTERM and must exit 0 without leaving a task process behind.
+is stopped with SIGTERM and must exit 0 without leaving a task process behind. Before the job is
+registered and after it is stopped (its processes gone) the agent alone is sampled too: threads,
+descriptors, zombies and RSS with no task and no connection, so what a run leaves behind shows.
 
 Prints numbers; asserts nothing about speed. Needs wrk (Debian package `wrk`; installed with
 apt-get when missing and run as root).
@@ -72,8 +74,9 @@ def zombie_children(ppid):
             n += 1
     return n
 
-def idle_sample(pid):
-    """The agent alone: threads, descriptors, zombies and RSS, with no task and no API connection."""
+def proc_sample(pid):
+    """Threads, descriptors, zombie children and RSS of the agent (alone when no task runs and no
+    client is connected)."""
     s = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -91,26 +94,17 @@ def settle(pid, marker, limit=30):
     deadline = time.monotonic() + limit
     last = None
     while time.monotonic() < deadline:
-        now = idle_sample(pid)["threads"]
+        now = proc_sample(pid)["threads"]
         if procs_with(marker) == 0 and now == last:
             return
         last = now
         time.sleep(1)
 
 def sample(pid, addr, marker, t0):
-    s = {"t_s": round(time.monotonic() - t0)}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k == "Threads":
-                s["threads"] = int(v)
-            elif k == "VmRSS":
-                s["rss_mib"] = round(int(v.split()[0]) / 1024, 1)
+    s = {"t_s": round(time.monotonic() - t0), **proc_sample(pid)}
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     s["cpu_s"] = round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 1)
-    s["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
-    s["zombies"] = zombie_children(pid)
     s["task_procs"] = procs_with(marker)
     allocs = req(addr, "GET", "/v1/allocations")
     restarts = 0
@@ -164,7 +158,7 @@ def main():
     samples, result, idle = [], None, {}
     try:
         time.sleep(1)
-        idle["before"] = idle_sample(agent.pid)
+        idle["before"] = proc_sample(agent.pid)
         req(addr, "PUT", "/v1/jobs", {"Job": {"ID": "crashloop", "Name": "crashloop", "Type": "service",
             "TaskGroups": [{"Name": "g", "Count": a.tasks,
                 "RestartPolicy": {"Attempts": 100_000, "Interval": 100_000 * 2 * 10**9, "Delay": 10**9, "Mode": "delay"},
@@ -205,7 +199,7 @@ def main():
         # load grew and kept would show here, free of the crash loops' moment-to-moment count.
         req(addr, "DELETE", "/v1/job/crashloop")
         settle(agent.pid, marker.encode())
-        idle["after"] = idle_sample(agent.pid)
+        idle["after"] = proc_sample(agent.pid)
     finally:
         t_stop = time.monotonic()
         agent.send_signal(signal.SIGTERM)

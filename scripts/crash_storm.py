@@ -7,8 +7,9 @@ create and delete host volumes (the built-in `mkdir` plugin and an external shel
 register and stop (some with purge) jobs whose one task is `/bin/sleep <marker>`, a marker unique to
 the job; half of those tasks ignore their kill signal, so a stop waits out their `kill_timeout`.
 After a random delay the agent is SIGKILLed, the clients stop, the agent is started again (in some
-rounds it is also killed once while it starts: restoring volumes and allocations), and the checks
-run:
+rounds it is also interrupted once while it starts, restoring volumes and allocations: half of those
+times by SIGKILL, half by SIGTERM, which must end the start-up with exit 0 and lose nothing), and the
+checks run:
 
   - the state file loads: the agent starts and serves its API;
   - every create the API acknowledged (HTTP 200) is listed, `ready`, and in the node's `HostVolumes`
@@ -241,17 +242,20 @@ class Agent:
         self.proc = None
 
     def shutdown(self):
-        """SIGTERM (the agent stops its tasks), SIGKILL after 30 s."""
+        """SIGTERM (the agent stops its tasks), SIGKILL after 30 s. Returns the exit status
+        (negative: the signal that ended it; None: it needed the SIGKILL)."""
         if self.proc is None:
-            return
+            return None
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=30)
+            code = self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+            code = None
         self.reaper.keep.discard(self.proc.pid)
         self.proc = None
+        return code
 
 
 # ---- the model of what the agent must hold --------------------------------------------------------
@@ -593,13 +597,22 @@ def storm(args):
             problems = [f"client {w.name}: {w.error}" for w in workers if w.error]
             problems += [f"client {w.name} did not stop" for w in workers if w.is_alive()]
             acked = model.acked - acked0
-            # Sometimes also kill the agent while it starts: restoring volumes and allocations.
-            early = None
+            # Sometimes also interrupt the agent while it starts: restoring volumes and allocations.
+            early, how = None, ""
             if rng.random() < args.start_kills:
                 early = rng.uniform(0.0, max(0.05, 1.2 * last_start))
-                agent.launch(f"round {rnd}, killed while starting")
+                agent.launch(f"round {rnd}, interrupted while starting")
                 time.sleep(early)
-                agent.kill()
+                if rng.random() < 0.5:
+                    how = "killed"
+                    agent.kill()
+                else:
+                    how = "stopped with SIGTERM"
+                    code = agent.shutdown()
+                    # -SIGTERM: the signal came before the agent installed its handlers (the first
+                    # milliseconds), which systemd also counts as a clean stop.
+                    if code not in (0, -signal.SIGTERM):
+                        problems.append(f"SIGTERM while starting: exit status {code}, not 0")
             t0 = time.monotonic()
             why = agent.start(f"round {rnd}")
             restart = time.monotonic() - t0
@@ -620,7 +633,7 @@ def storm(args):
             head = (f"round {rnd}/{args.rounds}: killed after {delay:.3f} s with "
                     f"{len(flight)} in flight ({', '.join(flight) or 'none'}); {acked} acknowledged, "
                     f"{len(errors)} answered with an error; "
-                    + (f"killed again {early:.3f} s into its start; " if early is not None else "")
+                    + (f"{how} again {early:.3f} s into its start; " if early is not None else "")
                     + f"restart {restart:.2f} s; "
                     f"{nvol} volumes, {running} jobs running")
             if errors:
@@ -682,7 +695,7 @@ def main():
     ap.add_argument("--kill-max", type=float, default=0.6,
                     help="the kill comes at a uniformly random delay up to this many seconds")
     ap.add_argument("--start-kills", type=float, default=0.25,
-                    help="the share of rounds that also kill the agent while it starts again")
+                    help="the share of rounds that also interrupt the agent while it starts again")
     ap.add_argument("--time-limit", type=float, default=3600,
                     help="stop after the round running when this many seconds have passed")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")

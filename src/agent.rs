@@ -415,3 +415,33 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
     signal_handle.close();
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::TryRecvError;
+
+    #[test]
+    fn a_stop_signal_cancels_the_start_up_or_is_left_to_the_main_loop() {
+        let starting = StopSwitch::default();
+        let rx = starting.receiver();
+        assert!(starting.trip_if_starting(), "a signal while starting trips");
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
+        assert!(
+            !starting.mark_started(),
+            "the start-up learns it was cancelled"
+        );
+
+        let running = StopSwitch::default();
+        let rx = running.receiver();
+        assert!(running.mark_started());
+        assert!(
+            !running.trip_if_starting(),
+            "once started, the main loop decides"
+        );
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        assert!(running.trip());
+        assert!(!running.trip(), "tripping twice is harmless");
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
+    }
+}

@@ -60,10 +60,11 @@ def start_agent(binary, tmp):
     threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
     return p, addr
 
-def zombie_children(ppid):
-    n = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
+def zombie_pids(ppid, pids=None):
+    """Children of `ppid` that are zombies (among `pids` when given)."""
+    found = set()
+    for pid in (pids if pids is not None else os.listdir("/proc")):
+        if not str(pid).isdigit():
             continue
         try:
             with open(f"/proc/{pid}/stat") as f:
@@ -71,8 +72,18 @@ def zombie_children(ppid):
         except (OSError, IndexError):
             continue
         if rest[0] == "Z" and int(rest[1]) == ppid:
-            n += 1
-    return n
+            found.add(int(pid))
+    return found
+
+def zombie_children(ppid):
+    """Zombie children still unreaped 1 s after they were seen. With ~60 task exits per second a
+    scan of /proc sometimes meets a child in the moment between its exit and the agent's reap;
+    only a zombie that lasts is one the agent failed to reap."""
+    seen = zombie_pids(ppid)
+    if not seen:
+        return 0
+    time.sleep(1)
+    return len(zombie_pids(ppid, seen))
 
 def proc_sample(pid):
     """Threads, descriptors, zombie children and RSS of the agent (alone when no task runs and no

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: formatting, lints, unit and end-to-end tests.
+# Runs the whole test suite: formatting, lints, a build check of the fuzz targets, unit and
+# end-to-end tests.
 # Installs the system packages it needs (cmake, g++, busybox, curl, jq) when it runs as root on
 # Debian; otherwise it says exactly what is missing. The first build compiles gRPC's C core
 # (about 7 minutes on 2 cores); later builds reuse $CARGO_TARGET_DIR.
@@ -22,5 +23,10 @@ echo "==> cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "==> cargo clippy" >&2
 cargo clippy --all-targets --locked -- -D warnings
+echo "==> cargo check (fuzz targets)" >&2
+# scripts/fuzz.sh builds them with nightly-only flags; a plain check on this toolchain is enough to
+# keep them compiling against the library (a refactor once broke one unnoticed). The fuzz crate
+# has its own lock file, so the first check builds gRPC's C core once more (~7 min on 2 cores).
+cargo check --manifest-path fuzz/Cargo.toml --bins --locked
 echo "==> cargo test" >&2
 cargo test --all-targets --locked "$@"

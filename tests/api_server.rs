@@ -14,14 +14,14 @@ fn router() -> Router {
         Response::json(serde_json::json!([{"ID": "example"}]))
     });
     r.get("/v1/job/:id/allocations", |req: &Request| {
-        Ok(Response::Json(serde_json::json!({
+        Response::json(serde_json::json!({
             "job": req.param("id"),
             "prefix": req.query("prefix"),
-        })))
+        }))
     });
     r.put("/v1/jobs", |req: &Request| {
         let v: serde_json::Value = req.json()?;
-        Ok(Response::Json(serde_json::json!({"got": v})))
+        Response::json(serde_json::json!({"got": v}))
     });
     r.put("/v1/volume/host/create", |_req: &Request| {
         Ok(Response::Text("create".into()))

@@ -15,10 +15,10 @@ pub fn routes(r: &mut Router, agent: Arc<Agent>) {
     });
     r.get("/v1/plugin/csi/:id", move |req| {
         let id = req.param("id");
-        agent
+        let plugin = agent
             .csi
             .plugin_json(id)
-            .map(Response::Json)
-            .ok_or_else(|| ApiError::NotFound(format!("plugin {id:?} not found")))
+            .ok_or_else(|| ApiError::NotFound(format!("plugin {id:?} not found")))?;
+        Response::json(plugin)
     });
 }

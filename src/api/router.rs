@@ -215,10 +215,8 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 
 /// What a handler answers; always status 200.
 pub enum Response {
-    /// `application/json`.
-    Json(serde_json::Value),
-    /// `application/json`, already encoded.
-    JsonText(String),
+    /// `application/json`, encoded ([`Response::json`] builds it from any serialisable value).
+    Json(String),
     /// `text/plain`.
     Text(String),
     /// A body of unknown length sent chunked as it is read, on a thread of its own so that a long
@@ -231,7 +229,7 @@ impl Response {
     /// Encodes `value` straight to text, without a `serde_json::Value` in between.
     pub fn json(value: impl serde::Serialize) -> Result<Response, ApiError> {
         serde_json::to_string(&value)
-            .map(Response::JsonText)
+            .map(Response::Json)
             .map_err(|e| ApiError::Internal(format!("cannot encode the answer as JSON: {e}")))
     }
 }
@@ -239,8 +237,7 @@ impl Response {
 impl fmt::Debug for Response {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Response::Json(v) => f.debug_tuple("Json").field(v).finish(),
-            Response::JsonText(s) => f.debug_tuple("JsonText").field(s).finish(),
+            Response::Json(s) => f.debug_tuple("Json").field(s).finish(),
             Response::Text(s) => f.debug_tuple("Text").field(s).finish(),
             Response::Stream(_) => f.write_str("Stream(..)"),
         }

@@ -220,7 +220,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
     });
     let a = agent.clone();
     r.get("/v1/job/:id/allocations", move |req| {
-        Ok(Response::JsonText(
+        Ok(Response::Json(
             a.allocs.job_allocations_json(&job_id(&a, req)?)?,
         ))
     });
@@ -233,11 +233,11 @@ pub fn router(agent: Arc<Agent>) -> Router {
 
     let a = agent.clone();
     r.get("/v1/allocations", move |_| {
-        Ok(Response::JsonText(a.allocs.allocations_json()?))
+        Ok(Response::Json(a.allocs.allocations_json()?))
     });
     let a = agent.clone();
     r.get("/v1/allocation/:id", move |req| {
-        Ok(Response::JsonText(
+        Ok(Response::Json(
             a.allocs.allocation_json(&alloc_id(&a, req, "id")?)?,
         ))
     });

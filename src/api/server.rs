@@ -379,8 +379,7 @@ fn header(name: &str, value: &str) -> tiny_http::Header {
 
 fn respond_ok(rq: tiny_http::Request, method: &Method, path: &str, response: Response) {
     let (body, content_type) = match response {
-        Response::Json(v) => (v.to_string(), "application/json"),
-        Response::JsonText(s) => (s, "application/json"),
+        Response::Json(s) => (s, "application/json"),
         Response::Text(s) => (s, "text/plain; charset=utf-8"),
         Response::Stream(_) => unreachable!("streams are started by start_stream"),
     };

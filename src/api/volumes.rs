@@ -21,27 +21,25 @@ impl From<VolumeError> for ApiError {
 pub fn routes(r: &mut Router, agent: Arc<Agent>) {
     let a = agent.clone();
     r.put("/v1/volume/host/create", move |req| {
-        Ok(Response::Json(a.host_volumes.create_json(req.body())?))
+        Response::json(a.host_volumes.create_json(req.body())?)
     });
     let a = agent.clone();
     r.put("/v1/volume/host/register", move |req| {
-        Ok(Response::Json(a.host_volumes.register_json(req.body())?))
+        Response::json(a.host_volumes.register_json(req.body())?)
     });
     let a = agent.clone();
     r.get("/v1/volumes", move |req| match req.query("type") {
-        None | Some("") | Some("host") => Ok(Response::Json(a.host_volumes.list_json())),
+        None | Some("") | Some("host") => Response::json(a.host_volumes.list_json()),
         Some(other) => Err(ApiError::BadRequest(format!(
             "unsupported volume type {other:?}: nodeward manages host volumes"
         ))),
     });
     let a = agent.clone();
     r.get("/v1/volume/host/:id", move |req| {
-        Ok(Response::Json(a.host_volumes.get_json(req.param("id"))?))
+        Response::json(a.host_volumes.get_json(req.param("id"))?)
     });
     r.delete("/v1/volume/host/:id", move |req| {
         let force = req.query_bool("force")?;
-        Ok(Response::Json(
-            agent.host_volumes.delete_json(req.param("id"), force)?,
-        ))
+        Response::json(agent.host_volumes.delete_json(req.param("id"), force)?)
     });
 }

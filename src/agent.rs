@@ -15,7 +15,7 @@
 //! channel (runners stop their tasks with kill signal and timeout, plugin calls and probes are
 //! cancelled), wait for the runners, write the state, stop the API, exit 0.
 
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,10 +27,11 @@ use crate::csi::registry::PluginRegistry;
 use crate::csi::supervisor::{CsiPluginHook, CsiSettings};
 use crate::driver::RawExec;
 use crate::state::{StateError, StateStore};
-use crate::task::hooks::{HookFactory, Never, TaskContext, TaskHook};
+use crate::task::hooks::{HookFactory, TaskContext, TaskHook};
 use crate::task::mounts::{VolumeLookup, VolumeMountHook};
 use crate::task::runner::RunnerDeps;
 use crate::task::taskdir::TaskDirHook;
+use crate::thread::{Never, StopSwitch, Worker};
 use crate::util::systemd;
 use crate::volume::manager::{ManagerConfig, VolumeManager};
 
@@ -65,59 +66,6 @@ impl HookFactory for AgentHooks {
     }
 }
 
-/// The agent-wide stop: tripping it drops the one sender, which disconnects every receiver of
-/// the shutdown channel at once. It also records whether the agent has finished starting, under
-/// the same lock, so that a stop signal either cancels the start-up or is left to the main loop,
-/// never both and never neither.
-#[derive(Clone)]
-pub struct StopSwitch {
-    inner: Arc<Mutex<SwitchState>>,
-    rx: Receiver<Never>,
-}
-
-struct SwitchState {
-    tx: Option<Sender<Never>>,
-    started: bool,
-}
-
-impl Default for StopSwitch {
-    fn default() -> Self {
-        let (tx, rx) = bounded::<Never>(0);
-        StopSwitch {
-            inner: Arc::new(Mutex::new(SwitchState {
-                tx: Some(tx),
-                started: false,
-            })),
-            rx,
-        }
-    }
-}
-
-impl StopSwitch {
-    /// Disconnects when the switch trips.
-    pub fn receiver(&self) -> Receiver<Never> {
-        self.rx.clone()
-    }
-
-    /// Trips the switch; true the first time.
-    pub fn trip(&self) -> bool {
-        self.inner.lock().tx.take().is_some()
-    }
-
-    /// Trips the switch only while the agent is starting; true if it did.
-    pub fn trip_if_starting(&self) -> bool {
-        let mut s = self.inner.lock();
-        !s.started && s.tx.take().is_some()
-    }
-
-    /// The start-up is over; false when a stop signal already cancelled it.
-    pub fn mark_started(&self) -> bool {
-        let mut s = self.inner.lock();
-        s.started = true;
-        s.tx.is_some()
-    }
-}
-
 /// A running agent's parts, shared with the API.
 pub struct Agent {
     pub config: AgentConfig,
@@ -134,6 +82,9 @@ pub struct Agent {
     /// Set by the first [`Agent::shutdown`].
     shutting_down: std::sync::atomic::AtomicBool,
     pub shutdown: Receiver<Never>,
+    /// Guards: the agent's own background workers (state flusher, SIGHUP reloads), joined at
+    /// shutdown. Finished reload workers are joined as new ones start.
+    workers: Mutex<Vec<Worker<()>>>,
 }
 
 impl Agent {
@@ -187,7 +138,7 @@ impl Agent {
         store.save()?;
         let flusher_store = store.clone();
         let flusher_stop = shutdown.clone();
-        crate::thread::spawn("state-flusher", move || {
+        let flusher = crate::thread::spawn("state-flusher", move || {
             flusher_store.run_flusher(flusher_stop)
         })
         .map_err(|e| AgentError::Start(format!("cannot start the state flusher: {e}")))?;
@@ -203,6 +154,7 @@ impl Agent {
             stop,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown,
+            workers: Mutex::new(vec![flusher]),
         }))
     }
 
@@ -252,8 +204,19 @@ impl Agent {
                 report.unavailable.len()
             );
         });
-        if let Err(e) = spawned {
-            log::error!("reload: cannot start the volume reload: {e}");
+        match spawned {
+            Ok(worker) => {
+                let mut workers = self.workers.lock();
+                let (done, running): (Vec<_>, Vec<_>) =
+                    workers.drain(..).partition(|w| w.is_finished());
+                *workers = running;
+                workers.push(worker);
+                drop(workers);
+                done.into_iter().for_each(|w| {
+                    w.join();
+                });
+            }
+            Err(e) => log::error!("reload: cannot start the volume reload: {e}"),
         }
         if !self.config.sources.is_empty() {
             match crate::config::load(&self.config.sources, self.config.dev) {
@@ -277,6 +240,14 @@ impl Agent {
         // Runners stop their tasks in parallel; each takes at most its kill_timeout and the reap.
         self.allocs
             .join_all(self.allocs.max_kill_timeout() + Duration::from_secs(35));
+        // The flusher and reloads watch the shutdown channel; a reload in a plugin run ends with
+        // the run, which the shutdown kills.
+        let deadline = std::time::Instant::now() + Duration::from_secs(35);
+        for worker in std::mem::take(&mut *self.workers.lock()) {
+            if worker.join_until(deadline).is_err() {
+                log::warn!("shutdown: a background worker did not end in time");
+            }
+        }
         if let Err(e) = self.store.save() {
             log::error!("{e}");
         }
@@ -365,7 +336,7 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
     let signal_handle = signals.handle();
     let stop = StopSwitch::default();
     let signal_stop = stop.clone();
-    crate::thread::spawn("signals", move || {
+    let signal_thread = crate::thread::spawn("signals", move || {
         let mut stopping = false;
         for sig in signals.forever() {
             if sig != SIGHUP {
@@ -391,6 +362,7 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
         log::info!("start-up cancelled by a stop signal");
         agent.shutdown();
         signal_handle.close();
+        signal_thread.join();
         return Ok(());
     }
     let api = crate::api::serve(agent.clone()).map_err(|e| AgentError::Start(e.to_string()))?;
@@ -413,35 +385,6 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
     agent.shutdown();
     api.stop();
     signal_handle.close();
+    signal_thread.join();
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crossbeam_channel::TryRecvError;
-
-    #[test]
-    fn a_stop_signal_cancels_the_start_up_or_is_left_to_the_main_loop() {
-        let starting = StopSwitch::default();
-        let rx = starting.receiver();
-        assert!(starting.trip_if_starting(), "a signal while starting trips");
-        assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
-        assert!(
-            !starting.mark_started(),
-            "the start-up learns it was cancelled"
-        );
-
-        let running = StopSwitch::default();
-        let rx = running.receiver();
-        assert!(running.mark_started());
-        assert!(
-            !running.trip_if_starting(),
-            "once started, the main loop decides"
-        );
-        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
-        assert!(running.trip());
-        assert!(!running.trip(), "tripping twice is harmless");
-        assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
-    }
 }

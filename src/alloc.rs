@@ -22,9 +22,10 @@ use crate::driver;
 use crate::jobspec::{validate::signal_number, Job, TaskGroup};
 use crate::state::{Snapshot, StateFile, StateStore};
 use crate::task::events::{now_nanos, TaskState, TaskStatus};
-use crate::task::hooks::{HookFactory, Never, TaskContext};
+use crate::task::hooks::{HookFactory, TaskContext};
 use crate::task::mounts::VolumeLookup;
 use crate::task::runner::{self, RunnerDeps, TaskCommand, TaskRunnerHandle};
+use crate::thread::Never;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AllocError {

@@ -183,7 +183,7 @@ impl StateStore {
 
     /// The flusher loop: run it on a thread of its own. Ends when `stop` disconnects, after a last
     /// write if anything was pending.
-    pub fn run_flusher(&self, stop: Receiver<crate::task::hooks::Never>) {
+    pub fn run_flusher(&self, stop: Receiver<crate::thread::Never>) {
         let mut last_write: Option<std::time::Instant> = None;
         loop {
             crossbeam_channel::select! {

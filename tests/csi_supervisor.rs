@@ -24,7 +24,8 @@ use nodeward::jobspec::{
     TaskGroup,
 };
 use nodeward::task::events::{TaskEvent, PLUGIN_HEALTHY, PLUGIN_UNHEALTHY, RESTARTING};
-use nodeward::task::hooks::{HookRequest, Never, RunHandle, TaskContext, TaskHook};
+use nodeward::task::hooks::{HookRequest, RunHandle, TaskContext, TaskHook};
+use nodeward::thread::Never;
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_nodeward-csi-test-plugin");
 /// Generous: the machine running the tests may be busy.

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use nodeward::config::StaticVolume;
 use nodeward::state::{StateFile, StateStore};
-use nodeward::task::hooks::Never;
 use nodeward::task::mounts::VolumeLookup;
+use nodeward::thread::Never;
 use nodeward::volume::plugin::Timeouts;
 use nodeward::volume::{ManagerConfig, VolumeManager, VolumeState};
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::driver::logs::{log_files, Stream};
-use crate::task::hooks::Never;
+use crate::thread::Never;
 
 pub const FOLLOW_POLL: Duration = Duration::from_millis(100);
 

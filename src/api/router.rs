@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read;
 
-use crate::task::hooks::Never;
+use crate::thread::Never;
 
 /// Why a request failed; each variant is one HTTP status with a one-line reason as the body.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -32,11 +32,10 @@ use std::net::{SocketAddr, TcpListener};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::router::{ApiError, Method, Request, Response, Router};
-use crate::task::hooks::Never;
+use crate::thread::{Never, Worker};
 
 /// The API port when the configuration names none.
 pub const DEFAULT_PORT: u16 = 4656;
@@ -111,7 +110,7 @@ pub enum ServerError {
 /// A running API server. Dropping it without [`ApiServer::stop`] leaves its threads running.
 pub struct ApiServer {
     shared: Arc<Shared>,
-    workers: Vec<JoinHandle<Option<()>>>,
+    workers: Vec<Worker<()>>,
     addr: SocketAddr,
 }
 
@@ -205,8 +204,8 @@ impl ApiServer {
         for _ in 0..self.workers.len() {
             self.shared.http.unblock();
         }
-        for handle in self.workers.drain(..) {
-            let _ = handle.join();
+        for worker in self.workers.drain(..) {
+            worker.join();
         }
         self.shared.shutdown_tx.lock().take();
         // Stream readers watch the shutdown channel; one that does not is left behind rather than

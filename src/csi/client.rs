@@ -1,7 +1,7 @@
 //! A small CSI client over a plugin's unix socket.
 //!
 //! Every call takes a timeout (the gRPC deadline) and a list of "stop" receivers
-//! ([`crate::task::hooks::Never`] channels that signal by disconnecting). The calling thread waits
+//! ([`crate::thread::Never`] channels that signal by disconnecting). The calling thread waits
 //! for the reply in a `Select` over a wake-up channel fed by the call's future and the stop
 //! receivers, so a supervisor whose task is killed or whose agent shuts down cancels the call in
 //! flight and returns at once, instead of sitting out a 5 s probe timeout. No thread is created per
@@ -28,7 +28,7 @@ use crossbeam_channel::{after, bounded, Receiver, Select, Sender};
 use grpcio::{CallOption, ChannelBuilder, ClientUnaryReceiver, EnvBuilder, Environment};
 
 use super::proto;
-use crate::task::hooks::Never;
+use crate::thread::Never;
 
 /// The longest any single CSI call may take (csi.md: probes and registration calls use 5 s).
 pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(5);

@@ -37,7 +37,6 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::client::{call_timeout, CsiClient, CsiError, MAX_CALL_TIMEOUT};
@@ -45,7 +44,8 @@ use super::registry::PluginRegistry;
 use super::{ControllerInfo, CsiInfo, NodeInfo, PluginCapabilities, PluginKind, PluginRecord};
 use crate::jobspec::CsiPluginConfig;
 use crate::task::events::{now_nanos, now_rfc3339, TaskEvent};
-use crate::task::hooks::{HookError, Never, RunHandle, TaskContext, TaskHook};
+use crate::task::hooks::{HookError, RunHandle, TaskContext, TaskHook};
+use crate::thread::{Never, Worker};
 use crate::util::duration;
 
 /// The socket file a plugin creates in its socket directory.
@@ -131,15 +131,14 @@ struct Current {
 struct Supervisor {
     /// Dropping it tells the thread to end.
     retire: Sender<Never>,
-    thread: JoinHandle<Option<()>>,
+    thread: Worker<()>,
 }
 
 impl Supervisor {
     fn end(self) {
         drop(self.retire);
-        if self.thread.join().is_err() {
-            log::error!("CSI supervisor thread could not be joined");
-        }
+        // A panic was logged and counted by the thread helper.
+        self.thread.join();
     }
 }
 

@@ -25,6 +25,8 @@ pub const RESTART_SIGNALED: &str = "Restart Signaled";
 pub const SIGNALING: &str = "Signaling";
 pub const DRIVER_FAILURE: &str = "Driver Failure";
 pub const SETUP_FAILURE: &str = "Setup Failure";
+/// nodeward's own: the thread supervising the task failed (a bug); the task was stopped.
+pub const RUNNER_FAILURE: &str = "Runner Failure";
 pub const PLUGIN_HEALTHY: &str = "Plugin became healthy";
 pub const PLUGIN_UNHEALTHY: &str = "Plugin became unhealthy";
 
@@ -194,6 +196,17 @@ impl TaskEvent {
         .detail("driver_error", error);
         e.driver_error = error.to_string();
         e
+    }
+
+    /// The task's runner thread panicked (a bug in nodeward): the task was stopped and fails.
+    pub fn runner_failure(time: i64, panic: &str) -> TaskEvent {
+        TaskEvent::new(
+            RUNNER_FAILURE,
+            time,
+            format!("nodeward's task runner failed ({panic}); the task was stopped"),
+        )
+        .detail("runner_error", panic)
+        .failing()
     }
 
     /// A prestart hook failed (a missing or invalid host volume, a task directory that cannot be

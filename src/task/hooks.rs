@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use crate::jobspec::{Job, Task};
 use crate::task::events::TaskEvent;
+use crate::thread::Never;
 
 /// What a hook knows about its task. Fixed for the task's lifetime.
 #[derive(Debug, Clone)]
@@ -46,10 +47,6 @@ pub struct TaskContext {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct HookError(pub String);
-
-/// Never sent: channels of this type only signal by disconnecting.
-#[derive(Debug, Clone, Copy)]
-pub enum Never {}
 
 pub trait TaskHook: Send + Sync {
     fn name(&self) -> &'static str;

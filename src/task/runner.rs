@@ -24,8 +24,9 @@ use crate::driver::{self, Driver, ExitStatus, StartSpec, TaskProcess};
 use crate::jobspec::{interpolate::interpolate, validate::signal_number, JobType};
 use crate::state::StateStore;
 use crate::task::events::{now_nanos, now_rfc3339, TaskEvent, TaskState, TaskStatus};
-use crate::task::hooks::{HookRequest, Never, RunHandle, TaskContext, TaskHook};
+use crate::task::hooks::{HookRequest, RunHandle, TaskContext, TaskHook};
 use crate::task::restart::{Decision, RestartTracker, RunEnd};
+use crate::thread::{Never, Worker};
 
 /// How long the runner waits for a process to be reaped after SIGKILL before it gives up on it.
 const REAP_AFTER_SIGKILL: Duration = Duration::from_secs(30);
@@ -53,7 +54,7 @@ pub struct RunnerDeps {
 /// The owner's side of a running task runner.
 pub struct TaskRunnerHandle {
     commands: Sender<TaskCommand>,
-    join: Option<std::thread::JoinHandle<Option<()>>>,
+    join: Option<Worker<()>>,
 }
 
 impl TaskRunnerHandle {
@@ -64,7 +65,7 @@ impl TaskRunnerHandle {
     /// Waits for the runner thread to end.
     pub fn join(&mut self) {
         if let Some(j) = self.join.take() {
-            let _ = j.join();
+            j.join();
         }
     }
 
@@ -102,11 +103,40 @@ pub fn spawn(
         short(&runner.ctx.alloc_id),
         runner.ctx.task.name
     );
-    let join = crate::thread::spawn(name, move || runner.run(restored))?;
+    let (state, store) = (runner.state.clone(), runner.deps.store.clone());
+    let join = crate::thread::spawn_guarded(
+        name,
+        move || runner.run(restored),
+        move |msg| runner_failed(&state, &store, msg),
+    )?;
     Ok(TaskRunnerHandle {
         commands,
         join: Some(join),
     })
+}
+
+/// A runner thread panicked: nothing supervises its task any more. Its process group (when the
+/// recorded PID is still that process) is killed, and the task is shown `dead` and failed with a
+/// `Runner Failure` event, so it never looks `running` while nobody watches it.
+fn runner_failed(state: &Mutex<TaskState>, store: &StateStore, msg: &str) {
+    let pid = {
+        let s = state.lock();
+        s.pid.zip(s.pid_start_ticks)
+    };
+    if let Some((pid, ticks)) = pid {
+        if driver::same_process_alive(pid, ticks) {
+            driver::stop_foreign_group(pid, ticks, libc::SIGKILL, Duration::ZERO);
+        }
+    }
+    {
+        let mut s = state.lock();
+        s.state = TaskStatus::Dead;
+        s.pid = None;
+        s.pid_start_ticks = None;
+        s.finished_at = Some(now_rfc3339());
+        s.push(TaskEvent::runner_failure(now_nanos(), msg));
+    }
+    store.save_soon();
 }
 
 fn short(id: &str) -> &str {
@@ -507,5 +537,99 @@ impl TaskRunner {
             thread_name: format!("wait-{}-{}", short(&self.ctx.alloc_id), task.name),
             env,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::StateStore;
+
+    /// Panics in `poststart`, once the task's shell has written its PID.
+    struct PanickingHook(std::path::PathBuf);
+
+    impl TaskHook for PanickingHook {
+        fn name(&self) -> &'static str {
+            "panicking"
+        }
+
+        fn poststart(&self, _task: &TaskContext, _run: RunHandle) {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !self.0.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            panic!("hook bug");
+        }
+    }
+
+    #[test]
+    fn a_panicking_runner_stops_its_task_and_marks_it_failed() {
+        let dir = std::env::temp_dir().join(format!("nw-runner-{}", uuid::Uuid::new_v4()));
+        let (store, _) = StateStore::open(&dir, false).unwrap();
+        let pidfile = dir.join("pid");
+        let hcl = format!(
+            "job \"j\" {{\n group \"g\" {{\n  task \"t\" {{\n   driver = \"raw_exec\"\n   \
+             config {{\n    command = \"sh\"\n    args = [\"-c\", \"echo $$ > {}.tmp && mv {0}.tmp {0} && exec sleep 300\"]\n   \
+             }}\n  }}\n }}\n}}\n",
+            pidfile.display()
+        );
+        let job = Arc::new(crate::jobspec::hcl::parse_job(&hcl).unwrap().job);
+        let ctx = TaskContext {
+            alloc_id: uuid::Uuid::new_v4().to_string(),
+            task: job.task_groups[0].tasks[0].clone(),
+            group: "g".to_string(),
+            job,
+            alloc_dir: dir.join("alloc"),
+            task_dir: dir.join("alloc/t"),
+            data_dir: dir.clone(),
+            node_id: "node".to_string(),
+            node_name: "node".to_string(),
+        };
+        std::fs::create_dir_all(&ctx.task_dir).unwrap();
+        let (_shutdown_tx, shutdown) = bounded::<Never>(0);
+        let deps = RunnerDeps {
+            driver: Arc::new(driver::RawExec),
+            store,
+            shutdown,
+        };
+        let state = Arc::new(Mutex::new(TaskState::default()));
+        let hook: Arc<dyn TaskHook> = Arc::new(PanickingHook(pidfile.clone()));
+        let mut handle = spawn(ctx, vec![hook], state.clone(), deps, false).unwrap();
+        handle.join();
+
+        let s = state.lock().clone();
+        assert_eq!(s.state, TaskStatus::Dead);
+        assert!(s.failed);
+        assert_eq!(s.pid, None);
+        let last = s.events.back().unwrap();
+        assert_eq!(last.event_type, crate::task::events::RUNNER_FAILURE);
+        assert!(last.display_message.contains("hook bug"), "{last:?}");
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // The waiter reaps the killed child; until then it may linger as a zombie.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while driver::process_start_ticks(pid).is_some_and(|_| !is_zombie(pid))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            driver::process_start_ticks(pid).is_none() || is_zombie(pid),
+            "the task's process was left running unsupervised"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn is_zombie(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(false)
     }
 }

@@ -35,8 +35,8 @@ use super::spec::{self, Capability, SpecError, VolumeSpec};
 use crate::config::{AgentConfig, StaticVolume};
 use crate::state::{Snapshot, StateError, StateFile, StateStore};
 use crate::task::events::now_nanos;
-use crate::task::hooks::Never;
 use crate::task::mounts::{HostVolume, VolumeLookup};
+use crate::thread::Never;
 
 /// Restores and retries run at most this many plugins at once.
 pub const RESTORE_PARALLELISM: usize = 8;

@@ -32,7 +32,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use super::mkdir;
-use crate::task::hooks::Never;
+use crate::thread::Never;
 
 /// stdout beyond this is read and discarded.
 pub const OUTPUT_LIMIT: usize = 1 << 20;

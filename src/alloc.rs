@@ -10,7 +10,7 @@
 
 use crossbeam_channel::{select, Receiver, Sender};
 use parking_lot::{Mutex, MutexGuard};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::driver;
 use crate::jobspec::{validate::signal_number, Job, TaskGroup};
+use crate::records::{AllocRecord, DesiredStatus, JobRecord};
 use crate::state::{Snapshot, StateFile, StateStore};
 use crate::task::events::{now_nanos, TaskState, TaskStatus};
 use crate::task::hooks::{HookFactory, TaskContext};
@@ -37,45 +38,6 @@ pub enum AllocError {
     BadRequest(String),
     #[error("{0}")]
     Internal(String),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum DesiredStatus {
-    #[default]
-    Run,
-    Stop,
-}
-
-/// A registered job as the state file keeps it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct JobRecord {
-    pub job: Job,
-    pub stop: bool,
-    pub version: u64,
-    pub submit_time: i64,
-}
-
-/// An allocation as the state file keeps it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct AllocRecord {
-    #[serde(rename = "ID")]
-    pub id: String,
-    #[serde(rename = "JobID")]
-    pub job_id: String,
-    pub task_group: String,
-    pub name: String,
-    pub index: u32,
-    pub desired_status: DesiredStatus,
-    pub create_time: i64,
-    pub modify_time: i64,
-    /// The job this allocation runs, kept only when it is not the job's current version (the
-    /// state file then holds each job once, not once per allocation).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<Job>,
-    pub task_states: BTreeMap<String, TaskState>,
 }
 
 /// Mutable parts of an allocation.

@@ -11,6 +11,7 @@ pub mod config;
 pub mod csi;
 pub mod driver;
 pub mod jobspec;
+pub mod records;
 pub mod state;
 pub mod task;
 pub mod thread;

@@ -25,6 +25,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
+use crate::records::{AllocRecord, JobRecord, PluginRecord, VolumeRecord};
+
 /// The version this build writes. Older files are upgraded on load; newer ones are refused.
 pub const STATE_VERSION: u32 = 1;
 pub const STATE_FILE: &str = "state.json";
@@ -58,13 +60,13 @@ pub struct StateFile {
     #[serde(rename = "NodeID")]
     pub node_id: String,
     #[serde(default)]
-    pub jobs: Vec<crate::alloc::JobRecord>,
+    pub jobs: Vec<JobRecord>,
     #[serde(default)]
-    pub allocations: Vec<crate::alloc::AllocRecord>,
+    pub allocations: Vec<AllocRecord>,
     #[serde(default, rename = "CSIPlugins")]
-    pub csi_plugins: Vec<crate::csi::PluginRecord>,
+    pub csi_plugins: Vec<PluginRecord>,
     #[serde(default)]
-    pub host_volumes: Vec<crate::volume::VolumeRecord>,
+    pub host_volumes: Vec<VolumeRecord>,
 }
 
 /// A subsystem that owns a section of the state file.

@@ -49,7 +49,7 @@ fn router() -> Router {
 /// Sends "hello\n" once, then waits for the server's shutdown.
 struct Ticker {
     sent: bool,
-    shutdown: crossbeam_channel::Receiver<nodeward::task::hooks::Never>,
+    shutdown: crossbeam_channel::Receiver<nodeward::thread::Never>,
 }
 
 impl Read for Ticker {

@@ -6,121 +6,18 @@
 //! - [`supervisor`]: the task hook that waits for a plugin task to become healthy, registers it and
 //!   watches it.
 //!
-//! This file holds the domain types shared by the three: the registration of one plugin
-//! allocation ([`PluginRecord`]) in Nomad's API shape, and the pure conversions from the plugin's
-//! gRPC answers into it.
+//! This file holds the pure conversions from the plugin's gRPC answers into the registration of
+//! one plugin allocation ([`PluginRecord`], kept in [`crate::records`]).
 
 pub mod client;
 pub mod proto;
 pub mod registry;
 pub mod supervisor;
 
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-
+pub use crate::records::{ControllerInfo, CsiInfo, NodeInfo, PluginKind, PluginRecord, Topology};
 pub use client::{CsiClient, CsiError};
 pub use registry::PluginRegistry;
 pub use supervisor::{CsiPluginHook, CsiSettings};
-
-/// Which side of a plugin a registration is for. A `monolith` plugin registers both.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum PluginKind {
-    #[serde(rename = "csi-node")]
-    Node,
-    #[serde(rename = "csi-controller")]
-    Controller,
-}
-
-impl PluginKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PluginKind::Node => "csi-node",
-            PluginKind::Controller => "csi-controller",
-        }
-    }
-}
-
-/// One plugin allocation's registration as the state file keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct PluginRecord {
-    #[serde(rename = "PluginID")]
-    pub plugin_id: String,
-    #[serde(rename = "AllocID")]
-    pub alloc_id: String,
-    pub kind: PluginKind,
-    #[serde(rename = "JobID", default)]
-    pub job_id: String,
-    #[serde(default)]
-    pub task_group: String,
-    #[serde(default)]
-    pub task_name: String,
-    /// The socket the supervisor probes, so a plugin still running after an agent restart is
-    /// found again.
-    pub socket_path: PathBuf,
-    pub info: CsiInfo,
-}
-
-/// What the node shows for one plugin (`CSINodePlugins` / `CSIControllerPlugins` values), in
-/// Nomad's `CSIInfo` shape.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct CsiInfo {
-    #[serde(rename = "PluginID")]
-    pub plugin_id: String,
-    #[serde(rename = "AllocID")]
-    pub alloc_id: String,
-    pub healthy: bool,
-    pub health_description: String,
-    /// RFC 3339 with nanoseconds, UTC.
-    pub update_time: String,
-    pub provider: String,
-    pub provider_version: String,
-    pub requires_controller_plugin: bool,
-    pub requires_topologies: bool,
-    pub controller_info: Option<ControllerInfo>,
-    pub node_info: Option<NodeInfo>,
-}
-
-/// Nomad's `CSINodeInfo`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct NodeInfo {
-    #[serde(rename = "ID")]
-    pub id: String,
-    pub max_volumes: i64,
-    pub accessible_topology: Option<Topology>,
-    pub requires_node_stage_volume: bool,
-    pub supports_stats: bool,
-    pub supports_expand: bool,
-    pub supports_condition: bool,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct Topology {
-    pub segments: BTreeMap<String, String>,
-}
-
-/// Nomad's `CSIControllerInfo`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct ControllerInfo {
-    pub supports_read_only_attach: bool,
-    pub supports_attach_detach: bool,
-    pub supports_list_volumes: bool,
-    pub supports_list_volumes_attached_nodes: bool,
-    pub supports_create_delete: bool,
-    pub supports_expand: bool,
-    pub supports_create_delete_snapshot: bool,
-    pub supports_list_snapshots: bool,
-    pub supports_clone: bool,
-    pub supports_get: bool,
-    pub supports_get_capacity: bool,
-    pub supports_condition: bool,
-    pub supports_modify: bool,
-}
 
 /// What `GetPluginCapabilities` says, as the registry needs it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -4,14 +4,10 @@
 //! tasks.md live in one place. Constructors take the time as an argument (Unix nanoseconds): they
 //! are pure, and tests compare whole events.
 
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
+pub use crate::records::{TaskEvent, TaskState, TaskStatus, MAX_EVENTS};
 use crate::util::duration;
-
-/// How many events a task keeps; the oldest is dropped first.
-pub const MAX_EVENTS: usize = 10;
 
 pub const RECEIVED: &str = "Received";
 pub const TASK_SETUP: &str = "Task Setup";
@@ -33,31 +29,6 @@ pub const PLUGIN_UNHEALTHY: &str = "Plugin became unhealthy";
 /// The reason the restart tracker gives for an ordinary restart; its `Restarting` event shows no
 /// reason prefix.
 pub const REASON_WITHIN_POLICY: &str = "Restart within policy";
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct TaskEvent {
-    #[serde(rename = "Type")]
-    pub event_type: String,
-    /// Unix nanoseconds.
-    pub time: i64,
-    pub message: String,
-    pub display_message: String,
-    pub details: BTreeMap<String, String>,
-    pub fails_task: bool,
-    pub restart_reason: String,
-    pub setup_error: String,
-    pub driver_error: String,
-    pub exit_code: i32,
-    pub signal: i32,
-    pub kill_reason: String,
-    /// Nanoseconds.
-    pub kill_timeout: i64,
-    /// Nanoseconds.
-    pub start_delay: i64,
-    pub task_signal: String,
-    pub task_signal_reason: String,
-}
 
 impl TaskEvent {
     fn new(event_type: &str, time: i64, display: String) -> TaskEvent {
@@ -234,63 +205,6 @@ impl TaskEvent {
             TaskEvent::new(PLUGIN_UNHEALTHY, time, message.to_string()).detail("message", message);
         e.message = message.to_string();
         e
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum TaskStatus {
-    #[default]
-    Pending,
-    Running,
-    Dead,
-}
-
-impl TaskStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskStatus::Pending => "pending",
-            TaskStatus::Running => "running",
-            TaskStatus::Dead => "dead",
-        }
-    }
-}
-
-/// One task's state as the API shows it and the state file keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct TaskState {
-    pub state: TaskStatus,
-    pub failed: bool,
-    /// Restarts actually performed.
-    pub restarts: u64,
-    /// RFC 3339, or absent when the task never restarted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_restart: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<String>,
-    pub events: VecDeque<TaskEvent>,
-    /// The running process, so that an agent that crashed can find and stop it (not Nomad's).
-    #[serde(rename = "PID", skip_serializing_if = "Option::is_none")]
-    pub pid: Option<i32>,
-    /// The process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), which tells
-    /// a reused PID apart.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pid_start_ticks: Option<u64>,
-}
-
-impl TaskState {
-    /// Appends an event, keeping the last [`MAX_EVENTS`]; an event that fails the task sets `Failed`.
-    pub fn push(&mut self, event: TaskEvent) {
-        if event.fails_task {
-            self.failed = true;
-        }
-        if self.events.len() == MAX_EVENTS {
-            self.events.pop_front();
-        }
-        self.events.push_back(event);
     }
 }
 

@@ -22,7 +22,7 @@
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -31,8 +31,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::plugin::{self, Plugin, PluginError, Plugins, Timeouts, VolumeRequest};
-use super::spec::{self, Capability, SpecError, VolumeSpec};
+use super::spec::{self, SpecError, VolumeSpec};
 use crate::config::{AgentConfig, StaticVolume};
+use crate::records::{VolumeRecord, VolumeState};
 use crate::state::{Snapshot, StateError, StateFile, StateStore};
 use crate::task::events::now_nanos;
 use crate::task::mounts::{HostVolume, VolumeLookup};
@@ -90,62 +91,6 @@ impl VolumeError {
             VolumeError::Plugin(_) | VolumeError::State { .. } | VolumeError::Setup { .. } => 500,
         }
     }
-}
-
-/// `pending` (a create or restore in progress), `ready`, `unavailable` (see the status).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum VolumeState {
-    Pending,
-    Ready,
-    Unavailable,
-}
-
-impl VolumeState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VolumeState::Pending => "pending",
-            VolumeState::Ready => "ready",
-            VolumeState::Unavailable => "unavailable",
-        }
-    }
-}
-
-/// A dynamic host volume as the state file keeps it: the original request (to re-run `create`
-/// on restart) and what the plugin answered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct VolumeRecord {
-    #[serde(rename = "ID")]
-    pub id: String,
-    pub name: String,
-    pub namespace: String,
-    /// Empty for a registered volume without a plugin.
-    #[serde(rename = "PluginID", default)]
-    pub plugin_id: String,
-    #[serde(rename = "NodeID", default)]
-    pub node_id: String,
-    #[serde(default)]
-    pub node_pool: String,
-    #[serde(default)]
-    pub requested_capacity_min_bytes: u64,
-    #[serde(default)]
-    pub requested_capacity_max_bytes: u64,
-    #[serde(default)]
-    pub requested_capabilities: Vec<Capability>,
-    #[serde(default)]
-    pub parameters: BTreeMap<String, String>,
-    /// Where the volume is: the plugin's answer, or the registered path.
-    pub host_path: String,
-    #[serde(default)]
-    pub capacity_bytes: u64,
-    /// Registered (`volume register`): no plugin runs for it, only `host_path` is checked.
-    #[serde(default)]
-    pub registered: bool,
-    #[serde(default)]
-    pub create_time: i64,
-    #[serde(default)]
-    pub modify_time: i64,
 }
 
 impl VolumeRecord {

@@ -11,6 +11,5 @@ pub mod mkdir;
 pub mod plugin;
 pub mod spec;
 
-pub use manager::{
-    HostVolumeConfig, ManagerConfig, VolumeError, VolumeManager, VolumeRecord, VolumeState,
-};
+pub use crate::records::{VolumeRecord, VolumeState};
+pub use manager::{HostVolumeConfig, ManagerConfig, VolumeError, VolumeManager};

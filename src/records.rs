@@ -1,0 +1,301 @@
+//! The state file's record types: what `state.json` holds, section by section.
+//!
+//! They depend on nothing but the jobspec's domain types (a job record keeps the job as it was
+//! submitted), so `state` imports no subsystem and no import cycle can form around it: each
+//! subsystem converts between its live model and these records. Changing a field here changes
+//! the state file format: keep old files loading (serde defaults) or bump
+//! [`crate::state::STATE_VERSION`] with an upgrade.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+
+use crate::jobspec::Job;
+use crate::volume::spec::Capability;
+
+/// How many events a task keeps; the oldest is dropped first.
+pub const MAX_EVENTS: usize = 10;
+
+// ---- jobs and allocations ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DesiredStatus {
+    #[default]
+    Run,
+    Stop,
+}
+
+/// A registered job as the state file keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct JobRecord {
+    pub job: Job,
+    pub stop: bool,
+    pub version: u64,
+    pub submit_time: i64,
+}
+
+/// An allocation as the state file keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AllocRecord {
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "JobID")]
+    pub job_id: String,
+    pub task_group: String,
+    pub name: String,
+    pub index: u32,
+    pub desired_status: DesiredStatus,
+    pub create_time: i64,
+    pub modify_time: i64,
+    /// The job this allocation runs, kept only when it is not the job's current version (the
+    /// state file then holds each job once, not once per allocation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<Job>,
+    pub task_states: BTreeMap<String, TaskState>,
+}
+
+// ---- task states ----
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TaskEvent {
+    #[serde(rename = "Type")]
+    pub event_type: String,
+    /// Unix nanoseconds.
+    pub time: i64,
+    pub message: String,
+    pub display_message: String,
+    pub details: BTreeMap<String, String>,
+    pub fails_task: bool,
+    pub restart_reason: String,
+    pub setup_error: String,
+    pub driver_error: String,
+    pub exit_code: i32,
+    pub signal: i32,
+    pub kill_reason: String,
+    /// Nanoseconds.
+    pub kill_timeout: i64,
+    /// Nanoseconds.
+    pub start_delay: i64,
+    pub task_signal: String,
+    pub task_signal_reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskStatus {
+    #[default]
+    Pending,
+    Running,
+    Dead,
+}
+
+impl TaskStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::Running => "running",
+            TaskStatus::Dead => "dead",
+        }
+    }
+}
+
+/// One task's state as the API shows it and the state file keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct TaskState {
+    pub state: TaskStatus,
+    pub failed: bool,
+    /// Restarts actually performed.
+    pub restarts: u64,
+    /// RFC 3339, or absent when the task never restarted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_restart: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    pub events: VecDeque<TaskEvent>,
+    /// The running process, so that an agent that crashed can find and stop it (not Nomad's).
+    #[serde(rename = "PID", skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
+    /// The process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22), which tells
+    /// a reused PID apart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid_start_ticks: Option<u64>,
+}
+
+impl TaskState {
+    /// Appends an event, keeping the last [`MAX_EVENTS`]; an event that fails the task sets `Failed`.
+    pub fn push(&mut self, event: TaskEvent) {
+        if event.fails_task {
+            self.failed = true;
+        }
+        if self.events.len() == MAX_EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back(event);
+    }
+}
+
+// ---- CSI plugins ----
+
+/// Which side of a plugin a registration is for. A `monolith` plugin registers both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PluginKind {
+    #[serde(rename = "csi-node")]
+    Node,
+    #[serde(rename = "csi-controller")]
+    Controller,
+}
+
+impl PluginKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginKind::Node => "csi-node",
+            PluginKind::Controller => "csi-controller",
+        }
+    }
+}
+
+/// One plugin allocation's registration as the state file keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct PluginRecord {
+    #[serde(rename = "PluginID")]
+    pub plugin_id: String,
+    #[serde(rename = "AllocID")]
+    pub alloc_id: String,
+    pub kind: PluginKind,
+    #[serde(rename = "JobID", default)]
+    pub job_id: String,
+    #[serde(default)]
+    pub task_group: String,
+    #[serde(default)]
+    pub task_name: String,
+    /// The socket the supervisor probes, so a plugin still running after an agent restart is
+    /// found again.
+    pub socket_path: PathBuf,
+    pub info: CsiInfo,
+}
+
+/// What the node shows for one plugin (`CSINodePlugins` / `CSIControllerPlugins` values), in
+/// Nomad's `CSIInfo` shape.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct CsiInfo {
+    #[serde(rename = "PluginID")]
+    pub plugin_id: String,
+    #[serde(rename = "AllocID")]
+    pub alloc_id: String,
+    pub healthy: bool,
+    pub health_description: String,
+    /// RFC 3339 with nanoseconds, UTC.
+    pub update_time: String,
+    pub provider: String,
+    pub provider_version: String,
+    pub requires_controller_plugin: bool,
+    pub requires_topologies: bool,
+    pub controller_info: Option<ControllerInfo>,
+    pub node_info: Option<NodeInfo>,
+}
+
+/// Nomad's `CSINodeInfo`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct NodeInfo {
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub max_volumes: i64,
+    pub accessible_topology: Option<Topology>,
+    pub requires_node_stage_volume: bool,
+    pub supports_stats: bool,
+    pub supports_expand: bool,
+    pub supports_condition: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Topology {
+    pub segments: BTreeMap<String, String>,
+}
+
+/// Nomad's `CSIControllerInfo`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct ControllerInfo {
+    pub supports_read_only_attach: bool,
+    pub supports_attach_detach: bool,
+    pub supports_list_volumes: bool,
+    pub supports_list_volumes_attached_nodes: bool,
+    pub supports_create_delete: bool,
+    pub supports_expand: bool,
+    pub supports_create_delete_snapshot: bool,
+    pub supports_list_snapshots: bool,
+    pub supports_clone: bool,
+    pub supports_get: bool,
+    pub supports_get_capacity: bool,
+    pub supports_condition: bool,
+    pub supports_modify: bool,
+}
+
+// ---- host volumes ----
+
+/// `pending` (a create or restore in progress), `ready`, `unavailable` (see the status).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VolumeState {
+    Pending,
+    Ready,
+    Unavailable,
+}
+
+impl VolumeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VolumeState::Pending => "pending",
+            VolumeState::Ready => "ready",
+            VolumeState::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// A dynamic host volume as the state file keeps it: the original request (to re-run `create`
+/// on restart) and what the plugin answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct VolumeRecord {
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub name: String,
+    pub namespace: String,
+    /// Empty for a registered volume without a plugin.
+    #[serde(rename = "PluginID", default)]
+    pub plugin_id: String,
+    #[serde(rename = "NodeID", default)]
+    pub node_id: String,
+    #[serde(default)]
+    pub node_pool: String,
+    #[serde(default)]
+    pub requested_capacity_min_bytes: u64,
+    #[serde(default)]
+    pub requested_capacity_max_bytes: u64,
+    #[serde(default)]
+    pub requested_capabilities: Vec<Capability>,
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+    /// Where the volume is: the plugin's answer, or the registered path.
+    pub host_path: String,
+    #[serde(default)]
+    pub capacity_bytes: u64,
+    /// Registered (`volume register`): no plugin runs for it, only `host_path` is checked.
+    #[serde(default)]
+    pub registered: bool,
+    #[serde(default)]
+    pub create_time: i64,
+    #[serde(default)]
+    pub modify_time: i64,
+}

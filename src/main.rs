@@ -1,63 +1,31 @@
 //! The `nodeward` binary: parses arguments and maps errors to exit codes. Everything else is in the
 //! library.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-const AGENT_USAGE: &str = "Usage: nodeward agent [-dev] [-config <file or dir>]... [-fresh-state]
-
-  -dev            Run a throw-away agent: data in a fresh temporary directory, debug logging,
-                  API on 127.0.0.1:4656.
-  -config PATH    An HCL or JSON configuration file, or a directory of them (merged in name
-                  order). May be given more than once; later files win.
-  -fresh-state    If the state file is corrupt, keep it aside as state.json.corrupt-<time> and
-                  start empty instead of refusing to start.
-";
+use nodeward::cli::agent::{self, AgentArgsError};
 
 fn agent(args: &[String]) -> ExitCode {
     nodeward::agent::tune_allocator();
-    let mut dev = false;
-    let mut fresh = false;
-    let mut configs = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let flag = a.trim_start_matches('-');
-        let (name, inline) = match flag.split_once('=') {
-            Some((n, v)) => (n, Some(v.to_string())),
-            None => (flag, None),
-        };
-        match name {
-            "dev" if a.starts_with('-') => dev = true,
-            "fresh-state" if a.starts_with('-') => fresh = true,
-            "config" if a.starts_with('-') => match inline.or_else(|| it.next().cloned()) {
-                Some(v) => configs.push(PathBuf::from(v)),
-                None => {
-                    eprintln!("-config needs a value\n\n{AGENT_USAGE}");
-                    return ExitCode::from(2);
-                }
-            },
-            "h" | "help" if a.starts_with('-') => {
-                print!("{AGENT_USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            _ => {
-                eprintln!("unknown argument {a:?}\n\n{AGENT_USAGE}");
-                return ExitCode::from(2);
-            }
+    let args = match agent::parse(args) {
+        Ok(a) => a,
+        Err(AgentArgsError::Help) => {
+            print!("{}", agent::USAGE);
+            return ExitCode::SUCCESS;
         }
-    }
-    if !dev && configs.is_empty() {
-        eprintln!("nodeward agent needs -dev or -config\n\n{AGENT_USAGE}");
-        return ExitCode::from(2);
-    }
-    let config = match nodeward::config::load(&configs, dev) {
+        Err(e) => {
+            eprintln!("{e}\n\n{}", agent::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let config = match nodeward::config::load(&args.configs, args.dev) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("Error: {e}");
             return ExitCode::from(1);
         }
     };
-    match nodeward::agent::run(config, fresh) {
+    match nodeward::agent::run(config, args.fresh_state) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("Error: {e}");

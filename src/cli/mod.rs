@@ -1,11 +1,13 @@
 //! The `nodeward` command line (agent.md "CLI"): Nomad's commands, talking to the agent's API.
 //!
-//! `main.rs` handles `nodeward agent ...` itself and hands every other command line to [`run`].
+//! `main.rs` parses `nodeward agent ...` with [`agent::parse`] and hands every other command line
+//! to [`run`].
 //! Each command parses its Go-style flags ([`flags`]), calls the API at `NODEWARD_ADDR` with
 //! `NODEWARD_TOKEN` ([`client`]) and prints with the pure functions of [`format`]. Exit status: 0 on
 //! success, 1 when the command failed (`Error ...: <reason>` on stderr), 2 on bad usage (the reason
 //! and the command's usage on stderr). `-h` prints the usage on stdout and exits 0.
 
+pub mod agent;
 pub mod client;
 pub mod flags;
 pub mod format;

@@ -12,8 +12,10 @@
 //! are answered), joins the workers, closes the shutdown channel that stream readers watch, waits a
 //! bounded time for streams to end, and closes the listener.
 //!
-//! Limits, and what they do not cover (tiny_http has no timeouts of its own; see
-//! vendor/tiny_http/NODEWARD-PATCHES.md for the two fixes this relies on):
+//! Limits, and what they do not cover (upstream tiny_http has no timeouts or line limits of its
+//! own; vendor/tiny_http/NODEWARD-PATCHES.md lists the six patches this relies on: unread bodies
+//! not drained, socket timeouts and a connection bound, poisoned connections after a refused
+//! body, `TCP_NODELAY`, bounded request lines, and the connection pool's queueing):
 //! - every socket has a read and write timeout (`io_timeout`): a client that goes silent mid-head or
 //!   mid-body, a half-open connection, or an idle keep-alive connection is closed after it;
 //! - a body must arrive within `body_timeout` in total, so a client trickling bytes holds a worker

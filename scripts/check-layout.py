@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Checks the layout rules of docs/architecture.md, so they cannot erode unnoticed.
+
+1. No import cycle between the top-level modules of src/ (records, state, thread, jobspec, ...),
+   nor between the files of src/api/ and of src/volume/.
+2. No file under src/ has more than 700 lines before its #[cfg(test)] module.
+3. HTTP stays in src/api/: no `json!(` (API JSON), no `Request`/`Response` of the API router,
+   and no HTTP status code outside src/api/ (and src/cli/, which prints the CLI's own output).
+
+Reads the sources as text (`crate::a::b` paths, `super::x`, `use crate::{a, b}` groups), outside
+their #[cfg(test)] modules. Prints every violation and exits 1 if there is one.
+"""
+
+import os
+import re
+import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+MAX_LINES = 700
+# Folders whose files must not import each other in a cycle (besides the top-level modules).
+INNER = ("api", "volume")
+# Only these may speak HTTP and build API JSON.
+HTTP_OK = ("api", "cli")
+
+
+def sources():
+    for dirpath, _, files in os.walk(ROOT):
+        for f in sorted(files):
+            if f.endswith(".rs"):
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, ROOT)
+                if rel.startswith("bin" + os.sep):
+                    continue
+                yield rel, open(path, encoding="utf-8").read()
+
+
+def before_tests(text):
+    i = text.find("#[cfg(test)]")
+    return text if i < 0 else text[:i]
+
+
+def module_of(rel):
+    """src/api/jobs.rs -> ['api', 'jobs'], src/api/mod.rs -> ['api'], src/lib.rs -> []."""
+    parts = rel[:-3].split(os.sep)
+    if parts[-1] in ("mod", "lib", "main"):
+        parts = parts[:-1]
+    return parts
+
+
+def strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return "\n".join(line.split("//", 1)[0] for line in text.splitlines())
+
+
+def referenced_paths(text):
+    """Every crate path this file names, as lists of segments."""
+    out = []
+    for m in re.finditer(r"\bcrate::((?:[a-z_][a-z0-9_]*::)*[a-z_][a-z0-9_]*)", text):
+        out.append(m.group(1).split("::"))
+    for m in re.finditer(r"\bcrate::\{([^}]*)\}", text, flags=re.S):
+        for item in m.group(1).split(","):
+            item = item.strip()
+            if item:
+                out.append(re.split(r"::", re.sub(r"\s+as\s+\w+$", "", item))[:2])
+    return out
+
+
+def find_cycles(edges):
+    """Strongly connected components with more than one node (Tarjan)."""
+    index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                sccs.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return sccs
+
+
+def main():
+    problems = []
+    files = dict(sources())
+    top_edges, inner_edges = {}, {d: {} for d in INNER}
+    modules = {tuple(module_of(rel)) for rel in files}
+    for rel, text in files.items():
+        code = strip_comments(before_tests(text))
+        mod = module_of(rel)
+        lines = before_tests(text).count("\n")
+        if lines > MAX_LINES:
+            problems.append(f"{rel}: {lines} lines before its tests (at most {MAX_LINES})")
+        if not mod:
+            continue
+        for path in referenced_paths(code):
+            if path[0] != mod[0] and (path[0],) in modules:
+                top_edges.setdefault(mod[0], set()).add(path[0])
+            if mod[0] in INNER and path[0] == mod[0] and len(mod) > 1 and len(path) > 1:
+                if (mod[0], path[1]) in modules and path[1] != mod[1]:
+                    inner_edges[mod[0]].setdefault(mod[1], set()).add(path[1])
+        if mod[0] in INNER and len(mod) > 1:
+            for m in re.finditer(r"\bsuper::([a-z_][a-z0-9_]*)", code):
+                if (mod[0], m.group(1)) in modules and m.group(1) != mod[1]:
+                    inner_edges[mod[0]].setdefault(mod[1], set()).add(m.group(1))
+        if mod[0] not in HTTP_OK:
+            for n, line in enumerate(code.splitlines(), 1):
+                if "json!(" in line:
+                    problems.append(f"{rel}:{n}: API JSON built outside src/api/: {line.strip()}")
+                if re.search(r"\bapi::(Request|Response|ApiError)\b", line):
+                    problems.append(f"{rel}:{n}: HTTP types outside src/api/: {line.strip()}")
+                if re.search(r"\b(status|StatusCode)\b.*\b(200|400|403|404|409|413|500|503)\b", line) or re.search(
+                    r"=>\s*[45]\d\d\b|\bfn status\(", line
+                ):
+                    problems.append(f"{rel}:{n}: HTTP status chosen outside src/api/: {line.strip()}")
+    for comp in find_cycles(top_edges):
+        problems.append("import cycle between top-level modules: " + " -> ".join(comp))
+    for folder, edges in inner_edges.items():
+        for comp in find_cycles(edges):
+            problems.append(f"import cycle inside src/{folder}/: " + " -> ".join(comp))
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"{len(problems)} layout problem(s); see docs/architecture.md")
+        return 1
+    print(f"layout: {len(files)} files, no import cycle, none over {MAX_LINES} lines, HTTP only in src/api/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -479,6 +479,54 @@ mod tests {
         assert_eq!(parse_job(&bytes).unwrap().job, job);
     }
 
+    /// The job's JSON is what the state file stores and what `POST /v1/jobs/parse` and
+    /// `job inspect` answer: its bytes must not change when the types behind it do.
+    #[test]
+    fn the_job_json_is_byte_for_byte_stable() {
+        let policy = r#"{"Attempts":2,"Interval":1800000000000,"Delay":15000000000,"Mode":"fail"}"#;
+        let want = [
+            r#"{"ID":"example","Name":"example","Type":"service","TaskGroups":[{"Name":"group","#,
+            r#""Count":1,"RestartPolicy":"#,
+            policy,
+            r#","Volumes":{"data":{"Name":"data","Type":"host","Source":"test","ReadOnly":false}},"#,
+            r#""Tasks":[{"Name":"task","Driver":"raw_exec","Config":{"command":"busybox","#,
+            r#""args":["httpd","-f","-p","8001","-h","${NOMAD_TASK_DIR}"]},"#,
+            r#""Env":{"GREETING":"hello"},"KillSignal":"SIGINT","KillTimeout":5000000000,"#,
+            r#""RestartPolicy":"#,
+            policy,
+            r#","LogConfig":{"MaxFiles":10,"MaxFileSizeMB":10},"#,
+            r#""VolumeMounts":[{"Volume":"data","Destination":"data","ReadOnly":false}],"#,
+            r#""CSIPluginConfig":{"ID":"whatever","Type":"monolith","MountDir":"/csi","#,
+            r#""StagePublishBaseDir":"/local/csi","HealthTimeout":5000000000},"#,
+            r#""Resources":{"CPU":100,"MemoryMB":100}}]}]}"#,
+        ]
+        .concat();
+        let job = example_job();
+        assert_eq!(serde_json::to_string(&job).unwrap(), want);
+        assert_eq!(serde_json::from_str::<Job>(&want).unwrap(), job);
+        assert_eq!(parse_job(want.as_bytes()).unwrap().job, job);
+
+        // A user and another signal, as a registered job carries them.
+        let mut job = example_job();
+        let task = &mut job.task_groups[0].tasks[0];
+        task.user = Some("nobody".to_string());
+        task.kill_signal = parse_job(
+            br#"{"ID":"j","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Driver":"raw_exec","Config":{"command":"x"},"KillSignal":"term"}]}]}"#,
+        )
+        .unwrap()
+        .job
+        .task_groups[0]
+            .tasks[0]
+            .kill_signal
+            .clone();
+        let text = serde_json::to_string(&job).unwrap();
+        assert!(
+            text.contains(r#""Env":{"GREETING":"hello"},"User":"nobody","KillSignal":"SIGTERM","#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Job>(&text).unwrap(), job);
+    }
+
     #[test]
     fn hcl_and_json_of_the_same_job_are_equal() {
         let from_hcl = crate::jobspec::hcl::parse_job(EXAMPLE).unwrap().job;

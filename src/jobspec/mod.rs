@@ -49,6 +49,23 @@ pub enum JobspecError {
     Invalid(String),
 }
 
+impl From<crate::hcl::Error> for JobspecError {
+    fn from(e: crate::hcl::Error) -> JobspecError {
+        use crate::hcl::Error;
+        match e {
+            Error::Syntax(e) => JobspecError::Syntax(format!(
+                "HCL syntax error at line {}, column {}: {}",
+                e.line(),
+                e.column(),
+                e.message()
+            )),
+            Error::Thread(_) => JobspecError::Syntax(e.to_string()),
+            Error::Unknown(m) => JobspecError::Unknown(m),
+            Error::Invalid(m) => JobspecError::Invalid(m),
+        }
+    }
+}
+
 /// `type = "service" | "batch" | "system"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]

@@ -1,9 +1,12 @@
 //! Jobspecs in Nomad's HCL syntax: the jobspec's schema on the shared HCL front-end
-//! ([`crate::hcl`]), which parses, names lines in errors and reads values literally. The tree is
-//! walked block by block: each block accepts a fixed set of attributes and nested blocks, and
-//! anything else is an error naming the block, the attribute and the line. A `"${NOMAD_TASK_DIR}"`
-//! comes through as that text and is interpolated when the task starts ([`super::interpolate`]).
-//! Defaults are applied here, then [`validate_job`] checks the result.
+//! ([`crate::hcl`]), which parses, names lines in errors and reads values literally.
+//!
+//! The tree is walked block by block into the raw job (`raw`): each block accepts a fixed
+//! set of attributes and nested blocks, and anything else, a value of the wrong type or a duration
+//! that does not parse is an error naming the block, the attribute and the line. A
+//! `"${NOMAD_TASK_DIR}"` comes through as that text and is interpolated when the task starts
+//! ([`super::interpolate`]). Defaults and validation are the raw job's conversion, the same as
+//! for JSON.
 //!
 //! Supported, as in tasks.md, csi.md and host-volumes.md:
 //!
@@ -21,36 +24,31 @@ use std::collections::BTreeMap;
 use hcl::edit::structure::{Block, Structure};
 use hcl::edit::Span;
 
-use super::validate::{csi_plugin_type, job_type, kill_signal, restart_mode, validate_job};
-use super::{
-    CsiPluginConfig, DriverConfig, Job, JobType, JobspecError, LogConfig, Parsed, Resources,
-    RestartOverride, RestartPolicy, Task, TaskGroup, VolumeMount, VolumeRequest,
-    DEFAULT_CSI_HEALTH_TIMEOUT, DEFAULT_CSI_MOUNT_DIR, DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR,
-    DEFAULT_KILL_SIGNAL, DEFAULT_KILL_TIMEOUT,
+use super::raw::{
+    RawConfig, RawCsiPlugin, RawDuration, RawGroup, RawJob, RawLogConfig, RawResources, RawRestart,
+    RawTask, RawVolume, RawVolumeMount,
 };
-use crate::hcl::{Document, Source};
+use super::validate::{self, csi_plugin_id, csi_plugin_type, job_type, restart_mode};
+use super::{Job, JobspecError, Parsed};
+use crate::hcl::{Document, Items, Source};
 
 /// Parses a jobspec written in HCL, applies defaults and validates it.
 pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
-    crate::hcl::read(src, |Document { body, source }| {
+    let raw = crate::hcl::read(src, |Document { body, source }| {
         let top = source.items("the jobspec", &body, &[], &["job"])?;
         let jobs = top.blocks("job");
-        let job_block = match jobs.as_slice() {
-            [one] => *one,
-            [] => return Err(invalid("the jobspec has no job block")),
-            [_, second, ..] => {
-                return Err(invalid(format!(
-                    "the jobspec has more than one job block (second at line {})",
-                    source.line(second.span())
-                )))
-            }
-        };
-        let job = Walk { src: &source }.job(job_block)?;
-        validate_job(&job)?;
-        Ok(Parsed {
-            job,
-            warnings: Vec::new(),
-        })
+        match jobs.as_slice() {
+            [one] => Walk { src: &source }.job(one),
+            [] => Err(invalid("the jobspec has no job block")),
+            [_, second, ..] => Err(invalid(format!(
+                "the jobspec has more than one job block (second at line {})",
+                source.line(second.span())
+            ))),
+        }
+    })?;
+    Ok(Parsed {
+        job: Job::try_from(raw)?,
+        warnings: Vec::new(),
     })
 }
 
@@ -59,39 +57,39 @@ fn invalid(msg: impl Into<String>) -> JobspecError {
 }
 
 /// The jobspec's schema, one method per block.
+///
+/// The names a jobspec spells as strings (job type, restart mode, kill signal, CSI plugin id and
+/// type) are read by the conversion; they are also checked here, where they are read, so that of
+/// several problems in a file the first one written is reported, and the job type's message
+/// names its line.
 struct Walk<'s> {
     src: &'s Source,
 }
 
 impl Walk<'_> {
-    fn job(&self, block: &Block) -> Result<Job, JobspecError> {
+    fn job(&self, block: &Block) -> Result<RawJob, JobspecError> {
         let id = self.src.label("the jobspec", block)?;
         let what = format!("job {id:?}");
         let items = self.src.items(&what, &block.body, &["type"], &["group"])?;
-        let job_type = match items.attr("type") {
-            None => JobType::default(),
-            Some(attr) => job_type(&self.src.string(&what, attr)?)
-                .map_err(|e| invalid(format!("{e} (line {})", self.src.line(attr.span()))))?,
-        };
+        let spelled_type = self.src.opt_string(&items, "type")?;
+        if let (Some(spelled), Some(attr)) = (&spelled_type, items.attr("type")) {
+            job_type(spelled)
+                .map_err(|e| invalid(format!("{e} (line {})", self.src.line(attr.span()))))?;
+        }
         let task_groups = items
             .blocks("group")
             .into_iter()
-            .map(|g| self.group(&what, job_type, g))
+            .map(|g| self.group(&what, g))
             .collect::<Result<_, _>>()?;
-        Ok(Job {
-            name: id.clone(),
-            id,
-            job_type,
-            task_groups,
+        Ok(RawJob {
+            id: Some(id),
+            job_type: spelled_type,
+            task_groups: Some(task_groups),
+            ..RawJob::default()
         })
     }
 
-    fn group(
-        &self,
-        job: &str,
-        job_type: JobType,
-        block: &Block,
-    ) -> Result<TaskGroup, JobspecError> {
+    fn group(&self, job: &str, block: &Block) -> Result<RawGroup, JobspecError> {
         let name = self.src.label(job, block)?;
         let what = format!("group {name:?}");
         let items = self.src.items(
@@ -100,16 +98,12 @@ impl Walk<'_> {
             &["count"],
             &["restart", "volume", "task"],
         )?;
-        let count = match items.attr("count") {
-            Some(attr) => self.src.u32(&what, attr)?,
-            None => 1,
-        };
-        let restart_policy = match self.src.single(&items, "restart")? {
-            Some(b) => self
-                .restart(&what, b)?
-                .apply(job_type.default_restart_policy()),
-            None => job_type.default_restart_policy(),
-        };
+        let count = self.src.opt_u32(&items, "count")?;
+        let restart_policy = self
+            .src
+            .single(&items, "restart")?
+            .map(|b| self.restart(&what, b))
+            .transpose()?;
         let mut volumes = BTreeMap::new();
         for vb in items.blocks("volume") {
             let label = self.src.label(&what, vb)?;
@@ -124,18 +118,19 @@ impl Walk<'_> {
         let tasks = items
             .blocks("task")
             .into_iter()
-            .map(|t| self.task(&what, restart_policy, t))
+            .map(|t| self.task(&what, t))
             .collect::<Result<_, _>>()?;
-        Ok(TaskGroup {
-            name,
-            count,
+        Ok(RawGroup {
+            name: Some(name),
+            count: count.map(i64::from),
             restart_policy,
-            volumes,
-            tasks,
+            volumes: Some(volumes),
+            tasks: Some(tasks),
+            ..RawGroup::default()
         })
     }
 
-    fn restart(&self, parent: &str, block: &Block) -> Result<RestartOverride, JobspecError> {
+    fn restart(&self, parent: &str, block: &Block) -> Result<RawRestart, JobspecError> {
         let what = format!("restart block of {parent}");
         let items = self.src.items(
             &what,
@@ -143,51 +138,34 @@ impl Walk<'_> {
             &["attempts", "interval", "delay", "mode"],
             &[],
         )?;
-        let mode = match items.attr("mode") {
-            Some(attr) => Some(restart_mode(&self.src.string(&what, attr)?)?),
-            None => None,
-        };
-        Ok(RestartOverride {
-            attempts: items
-                .attr("attempts")
-                .map(|a| self.src.u32(&what, a))
-                .transpose()?,
-            interval: items
-                .attr("interval")
-                .map(|a| self.src.duration(&what, a))
-                .transpose()?,
-            delay: items
-                .attr("delay")
-                .map(|a| self.src.duration(&what, a))
-                .transpose()?,
+        let mode = self.src.opt_string(&items, "mode")?;
+        if let Some(mode) = &mode {
+            restart_mode(mode)?;
+        }
+        Ok(RawRestart {
             mode,
+            attempts: self.src.opt_u32(&items, "attempts")?.map(i64::from),
+            interval: self.duration(&items, "interval")?,
+            delay: self.duration(&items, "delay")?,
+            ..RawRestart::default()
         })
     }
 
-    fn volume(
-        &self,
-        group: &str,
-        label: &str,
-        block: &Block,
-    ) -> Result<VolumeRequest, JobspecError> {
+    fn volume(&self, group: &str, label: &str, block: &Block) -> Result<RawVolume, JobspecError> {
         let what = format!("volume {label:?} of {group}");
         let items = self
             .src
             .items(&what, &block.body, &["type", "source", "read_only"], &[])?;
-        Ok(VolumeRequest {
-            name: label.to_string(),
-            volume_type: self.src.opt_string(&items, "type")?.unwrap_or_default(),
-            source: self.src.opt_string(&items, "source")?.unwrap_or_default(),
-            read_only: self.src.opt_bool(&items, "read_only")?.unwrap_or(false),
+        Ok(RawVolume {
+            name: Some(label.to_string()),
+            volume_type: self.src.opt_string(&items, "type")?,
+            source: self.src.opt_string(&items, "source")?,
+            read_only: self.src.opt_bool(&items, "read_only")?,
+            ..RawVolume::default()
         })
     }
 
-    fn task(
-        &self,
-        group: &str,
-        group_policy: RestartPolicy,
-        block: &Block,
-    ) -> Result<Task, JobspecError> {
+    fn task(&self, group: &str, block: &Block) -> Result<RawTask, JobspecError> {
         let name = self.src.label(group, block)?;
         let what = format!("task {name:?}");
         let items = self.src.items(
@@ -204,33 +182,31 @@ impl Walk<'_> {
                 "restart",
             ],
         )?;
-        let kill_signal = match items.attr("kill_signal") {
-            Some(attr) => kill_signal(&name, &self.src.string(&what, attr)?)?,
-            None => DEFAULT_KILL_SIGNAL.to_string(),
-        };
-        let kill_timeout = match items.attr("kill_timeout") {
-            Some(attr) => self.src.duration(&what, attr)?,
-            None => DEFAULT_KILL_TIMEOUT,
-        };
-        let restart_policy = match self.src.single(&items, "restart")? {
-            Some(b) => self.restart(&what, b)?.apply(group_policy),
-            None => group_policy,
-        };
-        let config = match self.src.single(&items, "config")? {
-            Some(b) => self.config(&what, b)?,
-            None => DriverConfig {
-                command: String::new(),
-                args: Vec::new(),
-            },
-        };
-        let env = match self.src.single(&items, "env")? {
-            Some(b) => self.env(&what, b)?,
-            None => BTreeMap::new(),
-        };
-        let log_config = match self.src.single(&items, "logs")? {
-            Some(b) => self.logs(&what, b)?,
-            None => LogConfig::default(),
-        };
+        let kill_signal = self.src.opt_string(&items, "kill_signal")?;
+        if let Some(signal) = &kill_signal {
+            validate::kill_signal(&name, signal)?;
+        }
+        let kill_timeout = self.duration(&items, "kill_timeout")?;
+        let restart_policy = self
+            .src
+            .single(&items, "restart")?
+            .map(|b| self.restart(&what, b))
+            .transpose()?;
+        let config = self
+            .src
+            .single(&items, "config")?
+            .map(|b| self.config(&what, b))
+            .transpose()?;
+        let env = self
+            .src
+            .single(&items, "env")?
+            .map(|b| self.env(&what, b))
+            .transpose()?;
+        let log_config = self
+            .src
+            .single(&items, "logs")?
+            .map(|b| self.logs(&what, b))
+            .transpose()?;
         let volume_mounts = items
             .blocks("volume_mount")
             .into_iter()
@@ -241,37 +217,40 @@ impl Walk<'_> {
             .single(&items, "csi_plugin")?
             .map(|b| self.csi_plugin(&what, b))
             .transpose()?;
-        let resources = match self.src.single(&items, "resources")? {
-            Some(b) => self.resources(&what, b)?,
-            None => Resources::default(),
-        };
-        Ok(Task {
-            driver: self.src.opt_string(&items, "driver")?.unwrap_or_default(),
+        let resources = self
+            .src
+            .single(&items, "resources")?
+            .map(|b| self.resources(&what, b))
+            .transpose()?;
+        Ok(RawTask {
+            driver: self.src.opt_string(&items, "driver")?,
             user: self.src.opt_string(&items, "user")?,
-            name,
+            name: Some(name),
             config,
             env,
             kill_signal,
             kill_timeout,
             restart_policy,
             log_config,
-            volume_mounts,
+            volume_mounts: Some(volume_mounts),
             csi_plugin,
             resources,
+            ..RawTask::default()
         })
     }
 
-    fn config(&self, task: &str, block: &Block) -> Result<DriverConfig, JobspecError> {
+    fn config(&self, task: &str, block: &Block) -> Result<RawConfig, JobspecError> {
         let what = format!("config block of {task}");
         let items = self
             .src
             .items(&what, &block.body, &["command", "args"], &[])?;
-        Ok(DriverConfig {
-            command: self.src.opt_string(&items, "command")?.unwrap_or_default(),
-            args: match items.attr("args") {
-                Some(attr) => self.src.strings(&what, attr)?,
-                None => Vec::new(),
-            },
+        Ok(RawConfig {
+            command: self.src.opt_string(&items, "command")?,
+            args: items
+                .attr("args")
+                .map(|attr| self.src.strings(&what, attr))
+                .transpose()?,
+            ..RawConfig::default()
         })
     }
 
@@ -300,25 +279,19 @@ impl Walk<'_> {
         Ok(env)
     }
 
-    fn logs(&self, task: &str, block: &Block) -> Result<LogConfig, JobspecError> {
+    fn logs(&self, task: &str, block: &Block) -> Result<RawLogConfig, JobspecError> {
         let what = format!("logs block of {task}");
         let items = self
             .src
             .items(&what, &block.body, &["max_files", "max_file_size"], &[])?;
-        let defaults = LogConfig::default();
-        Ok(LogConfig {
-            max_files: self
-                .src
-                .opt_u32(&items, "max_files")?
-                .unwrap_or(defaults.max_files),
-            max_file_size_mb: self
-                .src
-                .opt_u32(&items, "max_file_size")?
-                .unwrap_or(defaults.max_file_size_mb),
+        Ok(RawLogConfig {
+            max_files: self.src.opt_u32(&items, "max_files")?,
+            max_file_size_mb: self.src.opt_u32(&items, "max_file_size")?,
+            ..RawLogConfig::default()
         })
     }
 
-    fn volume_mount(&self, task: &str, block: &Block) -> Result<VolumeMount, JobspecError> {
+    fn volume_mount(&self, task: &str, block: &Block) -> Result<RawVolumeMount, JobspecError> {
         self.src.no_labels(task, block)?;
         let what = format!("volume_mount block of {task}");
         let items = self.src.items(
@@ -327,17 +300,15 @@ impl Walk<'_> {
             &["volume", "destination", "read_only"],
             &[],
         )?;
-        Ok(VolumeMount {
-            volume: self.src.opt_string(&items, "volume")?.unwrap_or_default(),
-            destination: self
-                .src
-                .opt_string(&items, "destination")?
-                .unwrap_or_default(),
-            read_only: self.src.opt_bool(&items, "read_only")?.unwrap_or(false),
+        Ok(RawVolumeMount {
+            volume: self.src.opt_string(&items, "volume")?,
+            destination: self.src.opt_string(&items, "destination")?,
+            read_only: self.src.opt_bool(&items, "read_only")?,
+            ..RawVolumeMount::default()
         })
     }
 
-    fn csi_plugin(&self, task: &str, block: &Block) -> Result<CsiPluginConfig, JobspecError> {
+    fn csi_plugin(&self, task: &str, block: &Block) -> Result<RawCsiPlugin, JobspecError> {
         let what = format!("csi_plugin block of {task}");
         let items = self.src.items(
             &what,
@@ -351,55 +322,44 @@ impl Walk<'_> {
             ],
             &[],
         )?;
-        // Checked in csi.md's order: the id first, then the type.
-        let id = self.src.opt_string(&items, "id")?.unwrap_or_default();
-        if id.is_empty() {
-            return Err(invalid("csi_plugin must have a non-empty id"));
-        }
-        let plugin_type =
-            csi_plugin_type(&self.src.opt_string(&items, "type")?.unwrap_or_default())?;
-        let non_empty = |s: Option<String>, default: &str| match s {
-            Some(s) if !s.is_empty() => s,
-            _ => default.to_string(),
-        };
-        Ok(CsiPluginConfig {
+        let id = self.src.opt_string(&items, "id")?;
+        csi_plugin_id(id.as_deref().unwrap_or_default())?;
+        let plugin_type = self.src.opt_string(&items, "type")?;
+        csi_plugin_type(plugin_type.as_deref().unwrap_or_default())?;
+        Ok(RawCsiPlugin {
             id,
             plugin_type,
-            mount_dir: non_empty(
-                self.src.opt_string(&items, "mount_dir")?,
-                DEFAULT_CSI_MOUNT_DIR,
-            ),
-            stage_publish_base_dir: non_empty(
-                self.src.opt_string(&items, "stage_publish_base_dir")?,
-                DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR,
-            ),
-            health_timeout: match items.attr("health_timeout") {
-                Some(attr) => self.src.duration(&what, attr)?,
-                None => DEFAULT_CSI_HEALTH_TIMEOUT,
-            },
+            mount_dir: self.src.opt_string(&items, "mount_dir")?,
+            stage_publish_base_dir: self.src.opt_string(&items, "stage_publish_base_dir")?,
+            health_timeout: self.duration(&items, "health_timeout")?,
+            ..RawCsiPlugin::default()
         })
     }
 
-    fn resources(&self, task: &str, block: &Block) -> Result<Resources, JobspecError> {
+    fn resources(&self, task: &str, block: &Block) -> Result<RawResources, JobspecError> {
         let what = format!("resources block of {task}");
         let items = self
             .src
             .items(&what, &block.body, &["cpu", "memory"], &[])?;
-        let defaults = Resources::default();
-        Ok(Resources {
-            cpu: self.src.opt_u32(&items, "cpu")?.unwrap_or(defaults.cpu),
-            memory_mb: self
-                .src
-                .opt_u32(&items, "memory")?
-                .unwrap_or(defaults.memory_mb),
+        Ok(RawResources {
+            cpu: self.src.opt_u32(&items, "cpu")?,
+            memory_mb: self.src.opt_u32(&items, "memory")?,
+            ..RawResources::default()
         })
+    }
+
+    fn duration(&self, items: &Items, key: &str) -> Result<Option<RawDuration>, JobspecError> {
+        Ok(self.src.opt_duration(items, key)?.map(RawDuration::Parsed))
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::jobspec::{CsiPluginType, RestartMode};
+    use crate::jobspec::{
+        CsiPluginConfig, CsiPluginType, DriverConfig, JobType, LogConfig, Resources, RestartMode,
+        RestartPolicy, Task, TaskGroup, VolumeMount, VolumeRequest,
+    };
     use std::time::Duration;
 
     /// The jobspec of tasks.md, as written there.

@@ -1,16 +1,18 @@
 //! Jobs as nodeward understands them, after parsing and validation.
 //!
 //! Jobspecs arrive as HCL (Nomad's syntax, [`hcl`]) or as JSON in Nomad's API shape ([`json`]).
-//! Both parsers turn raw input into these domain types, apply defaults and validate once
-//! ([`validate`]); nothing past the parsers sees raw input. The domain types serialize to Nomad's API
-//! shape (PascalCase names, durations in nanoseconds): that is what `POST /v1/jobs/parse` answers,
-//! what the state file stores, and what [`json::parse_job`] accepts back unchanged. `${...}` in
+//! Both parsers produce the same raw job (`raw`: the input's values, nothing defaulted), and its
+//! one conversion into these domain types applies the defaults and validates ([`validate`]);
+//! nothing past the parsers sees raw input. The domain types serialize to Nomad's API shape
+//! (PascalCase names, durations in nanoseconds): that is what `POST /v1/jobs/parse` answers, what
+//! the state file stores, and what [`json::parse_job`] accepts back unchanged. `${...}` in
 //! `command`, `args` and `env` stays as written and is replaced when the task starts
 //! ([`interpolate`]).
 
 pub mod hcl;
 pub mod interpolate;
 pub mod json;
+mod raw;
 pub mod validate;
 
 use serde::{Deserialize, Serialize};
@@ -278,27 +280,6 @@ impl Default for Resources {
         Resources {
             cpu: 100,
             memory_mb: 300,
-        }
-    }
-}
-
-/// The fields a `restart` block (HCL) or `RestartPolicy` object (JSON) sets; the rest are
-/// inherited: a group's from the job type's defaults, a task's from its group.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct RestartOverride {
-    pub attempts: Option<u32>,
-    pub interval: Option<Duration>,
-    pub delay: Option<Duration>,
-    pub mode: Option<RestartMode>,
-}
-
-impl RestartOverride {
-    pub fn apply(self, base: RestartPolicy) -> RestartPolicy {
-        RestartPolicy {
-            attempts: self.attempts.unwrap_or(base.attempts),
-            interval: self.interval.unwrap_or(base.interval),
-            delay: self.delay.unwrap_or(base.delay),
-            mode: self.mode.unwrap_or(base.mode),
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The rules a job must satisfy before nodeward accepts it.
 //!
-//! Both parsers call [`validate_job`] on the job they built, so a [`Job`] that left a parser is
-//! valid. Values that only exist as raw strings in the input (a restart mode, a CSI plugin type, a
-//! signal name) are checked where the parsers see them, through [`restart_mode`],
-//! [`csi_plugin_type`] and [`kill_signal`], so both parsers give the same messages.
+//! The raw job's conversion (`raw`), the one way from either parser to a [`Job`], ends
+//! with [`validate_job`], so a [`Job`] that left a parser is valid. The readers of names the input
+//! spells as strings (a job type, a restart mode, a CSI plugin type, a signal name) are here too:
+//! [`job_type`], [`restart_mode`], [`csi_plugin_type`], [`kill_signal`], so both parsers give the
+//! same messages.
 //!
 //! Names become path components (`<alloc dir>/<task>/`, state file keys), hence the strict
 //! [`validate_name`].
@@ -176,9 +177,7 @@ fn is_relative_inside(destination: &str) -> bool {
 }
 
 fn validate_csi_plugin(ctx: &str, csi: &CsiPluginConfig) -> Result<(), JobspecError> {
-    if csi.id.is_empty() {
-        return Err(invalid("csi_plugin must have a non-empty id"));
-    }
+    csi_plugin_id(&csi.id)?;
     if csi.mount_dir.is_empty() || csi.stage_publish_base_dir.is_empty() {
         return Err(invalid(format!(
             "{ctx}: csi_plugin mount_dir and stage_publish_base_dir must not be empty"
@@ -271,6 +270,14 @@ pub fn restart_mode(raw: &str) -> Result<RestartMode, JobspecError> {
         "delay" => Ok(RestartMode::Delay),
         _ => Err(invalid(format!("Unsupported restart mode: \"{raw}\""))),
     }
+}
+
+/// The `csi_plugin` id; csi.md checks it before the type.
+pub fn csi_plugin_id(id: &str) -> Result<(), JobspecError> {
+    if id.is_empty() {
+        return Err(invalid("csi_plugin must have a non-empty id"));
+    }
+    Ok(())
 }
 
 /// The `csi_plugin` type spelled in a jobspec.

@@ -420,7 +420,7 @@ job "example" {
                     },
                     env: BTreeMap::from([("GREETING".to_string(), "hello".to_string())]),
                     user: None,
-                    kill_signal: "SIGINT".to_string(),
+                    kill_signal: "SIGINT".parse().unwrap(),
                     kill_timeout: Duration::from_secs(5),
                     restart_policy: policy,
                     log_config: LogConfig {

@@ -89,7 +89,7 @@ mod tests {
         task.user = Some("nobody".to_string());
         task.csi_plugin = None;
         task.restart_policy.mode = RestartMode::Delay;
-        task.kill_signal = "SIGTERM".to_string();
+        task.kill_signal = "SIGTERM".parse().unwrap();
         job.job_type = JobType::Batch;
         let bytes = serde_json::to_vec(&job).unwrap();
         assert_eq!(parse_job(&bytes).unwrap().job, job);
@@ -133,8 +133,7 @@ mod tests {
         .job
         .task_groups[0]
             .tasks[0]
-            .kill_signal
-            .clone();
+            .kill_signal;
         let text = serde_json::to_string(&job).unwrap();
         assert!(
             text.contains(r#""Env":{"GREETING":"hello"},"User":"nobody","KillSignal":"SIGTERM","#),

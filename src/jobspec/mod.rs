@@ -13,7 +13,10 @@ pub mod hcl;
 pub mod interpolate;
 pub mod json;
 mod raw;
+pub mod signal;
 pub mod validate;
+
+pub use signal::Signal;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -22,7 +25,7 @@ use std::time::Duration;
 use crate::util::duration::nanos;
 
 /// The signal a task is stopped with when its jobspec names none.
-pub const DEFAULT_KILL_SIGNAL: &str = "SIGINT";
+pub const DEFAULT_KILL_SIGNAL: Signal = Signal::INT;
 /// How long a task gets between its kill signal and SIGKILL when its jobspec says nothing.
 pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(5);
 /// `csi_plugin.mount_dir` when not set (csi.md).
@@ -177,8 +180,9 @@ pub struct Task {
     /// Run as this user (the agent must be root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    /// Signal name as written, normalised to `SIG...` (default `SIGINT`).
-    pub kill_signal: String,
+    /// Sent to stop the task, [`DEFAULT_KILL_SIGNAL`] unless the jobspec names one; its JSON is
+    /// the canonical name (`"SIGTERM"`).
+    pub kill_signal: Signal,
     #[serde(with = "nanos")]
     pub kill_timeout: Duration,
     /// The task's restart policy: the task's own override, else the group's.

@@ -387,7 +387,7 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
     let name = raw.name.unwrap_or_default();
     let kill_signal = match raw.kill_signal {
         Some(signal) => kill_signal(&name, &signal)?,
-        None => DEFAULT_KILL_SIGNAL.to_string(),
+        None => DEFAULT_KILL_SIGNAL,
     };
     let restart_policy = match raw.restart_policy {
         Some(r) => restart(&format!("{path}.RestartPolicy"), r, group_policy)?,
@@ -554,6 +554,21 @@ mod tests {
             Job::try_from(job).unwrap_err(),
             invalid("task \"t\": user must not be empty")
         );
+    }
+
+    /// Moved from validate.rs, where a domain task can no longer hold an unknown signal.
+    #[test]
+    fn an_unknown_kill_signal_is_refused_by_name() {
+        let mut job = minimal();
+        task(&mut job).kill_signal = Some("SIGNOPE".to_string());
+        assert_eq!(
+            Job::try_from(job).unwrap_err(),
+            invalid("task \"t\": unknown kill_signal \"SIGNOPE\"")
+        );
+        let mut job = minimal();
+        task(&mut job).kill_signal = Some("term".to_string());
+        let signal = Job::try_from(job).unwrap().task_groups[0].tasks[0].kill_signal;
+        assert_eq!((signal.name(), signal.number()), ("SIGTERM", libc::SIGTERM));
     }
 
     #[test]

@@ -264,7 +264,7 @@ fn non_empty(value: Option<String>) -> Option<String> {
     value.filter(|s| !s.is_empty())
 }
 
-/// `path` names the field in messages. Only JSON gives nanoseconds, so only JSON has paths.
+/// `path` names the field in messages: only JSON gives nanoseconds, and JSON's fields have paths.
 fn duration(path: &str, value: Option<RawDuration>) -> Result<Option<Duration>, JobspecError> {
     match value {
         None => Ok(None),
@@ -279,7 +279,8 @@ fn duration(path: &str, value: Option<RawDuration>) -> Result<Option<Duration>, 
     }
 }
 
-/// A count: HCL checked it is one already (with its line), JSON's is any integer.
+/// A count or a number of attempts: HCL's was checked where it was read (the message names the
+/// line); JSON's may be any integer.
 fn whole(path: &str, value: Option<i64>) -> Result<Option<u32>, JobspecError> {
     value
         .map(|n| {
@@ -292,8 +293,9 @@ fn whole(path: &str, value: Option<i64>) -> Result<Option<u32>, JobspecError> {
         .transpose()
 }
 
-/// Applies the defaults, reads the names spelled as strings and validates. Checks run in the
-/// order of the job, each field's before the rules that span fields ([`validate_job`]).
+/// Applies the defaults, reads the names spelled as strings and validates. Each field is checked
+/// before the rules that span fields ([`validate_job`]), in the order the JSON parser always
+/// checked them, so that an input with several problems still reports the same one.
 impl TryFrom<RawJob> for Job {
     type Error = JobspecError;
 

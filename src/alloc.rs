@@ -810,12 +810,7 @@ fn stop_leftovers(found: &[driver::Leftover], allocs: &[AllocRecord], jobs: &[Jo
             })
             .and_then(|g| g.tasks.iter().find(|t| t.name == l.task));
         let (signal, timeout) = task
-            .map(|t| {
-                (
-                    signal_number(&t.kill_signal).unwrap_or(libc::SIGINT),
-                    t.kill_timeout,
-                )
-            })
+            .map(|t| (t.kill_signal.number(), t.kill_timeout))
             .unwrap_or((libc::SIGINT, Duration::from_secs(5)));
         wait = wait.max(timeout);
         groups.insert(l.pgid, signal);

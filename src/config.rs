@@ -141,22 +141,18 @@ fn parse_file(path: &Path) -> Result<RawConfig, ConfigError> {
     let parsed = if path.extension().is_some_and(|e| e == "json") {
         serde_json::from_str::<RawConfig>(&text).map_err(|e| e.to_string())
     } else {
-        hcl::from_str::<RawConfig>(&text).or_else(|strict| {
-            // One-line blocks with several attributes, as the documentation writes them.
-            let (normal, map) = crate::util::hcl_lines::normalize(&text);
-            hcl::from_str::<RawConfig>(&normal)
-                .map_err(|e| map.fix_message(&e.to_string()))
-                .map_err(|e| if is_syntax(&e) { strict.to_string() } else { e })
+        // hcl-rs's serde deserializer, on the tree the shared front-end parsed (one-line blocks
+        // with several attributes accepted, as the documentation writes them).
+        crate::hcl::read(&text, |doc| {
+            hcl::from_body::<RawConfig>(doc.body.into())
+                .map_err(|e| crate::hcl::Error::Invalid(e.to_string()))
         })
+        .map_err(|e| e.to_string())
     };
     parsed.map_err(|reason| ConfigError::Parse {
         path: path.to_path_buf(),
         reason,
     })
-}
-
-fn is_syntax(message: &str) -> bool {
-    message.contains("expected") && message.contains("line")
 }
 
 /// The files named by `-config` arguments: a directory contributes its `*.hcl` and `*.json`

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod csi;
 pub mod driver;
+pub mod hcl;
 pub mod jobspec;
 pub mod records;
 pub mod state;

@@ -68,7 +68,7 @@ fn task_context(
         },
         env,
         user: None,
-        kill_signal: "SIGINT".into(),
+        kill_signal: "SIGINT".parse().unwrap(),
         kill_timeout: Duration::from_secs(5),
         restart_policy: policy,
         log_config: LogConfig::default(),

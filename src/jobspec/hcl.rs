@@ -1,12 +1,12 @@
-//! Jobspecs in Nomad's HCL syntax.
+//! Jobspecs in Nomad's HCL syntax: the jobspec's schema on the shared HCL front-end
+//! ([`crate::hcl`]), which parses, names lines in errors and reads values literally.
 //!
-//! The source is parsed with `hcl-edit` (re-exported by `hcl-rs` as [`hcl::edit`]), whose syntax
-//! tree keeps byte spans, so every error can name its line. The tree is then walked block by
-//! block: each block accepts a fixed set of attributes and nested blocks, and anything else is an
-//! error naming the block, the attribute and the line. Values are read literally and never
-//! evaluated: a `"${NOMAD_TASK_DIR}"` comes through as that text and is interpolated when the task
-//! starts ([`super::interpolate`]). Defaults are applied here, then [`validate_job`] checks the
-//! result.
+//! The tree is walked block by block into the raw job (`raw`): each block accepts a fixed
+//! set of attributes and nested blocks, and anything else, a value of the wrong type or a duration
+//! that does not parse is an error naming the block, the attribute and the line. A
+//! `"${NOMAD_TASK_DIR}"` comes through as that text and is interpolated when the task starts
+//! ([`super::interpolate`]). Defaults and validation are the raw job's conversion, the same as
+//! for JSON.
 //!
 //! Supported, as in tasks.md, csi.md and host-volumes.md:
 //!
@@ -20,352 +20,155 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::ops::Range;
-use std::time::Duration;
 
-use hcl::edit::expr::Expression;
-use hcl::edit::structure::{Attribute, Block, Body, Structure};
-use hcl::edit::template::{Element, Template};
+use hcl::edit::structure::{Block, Structure};
 use hcl::edit::Span;
 
-use super::validate::{csi_plugin_type, job_type, kill_signal, restart_mode, validate_job};
-use super::{
-    CsiPluginConfig, DriverConfig, Job, JobType, JobspecError, LogConfig, Parsed, Resources,
-    RestartOverride, RestartPolicy, Task, TaskGroup, VolumeMount, VolumeRequest,
-    DEFAULT_CSI_HEALTH_TIMEOUT, DEFAULT_CSI_MOUNT_DIR, DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR,
-    DEFAULT_KILL_SIGNAL, DEFAULT_KILL_TIMEOUT,
+use super::raw::{
+    RawConfig, RawCsiPlugin, RawDuration, RawGroup, RawJob, RawLogConfig, RawResources, RawRestart,
+    RawTask, RawVolume, RawVolumeMount,
 };
-use crate::util::duration;
-use crate::util::hcl_lines::{self, LineMap};
+use super::validate::{self, csi_plugin_id, csi_plugin_type, job_type, restart_mode};
+use super::{Job, JobspecError, Parsed};
+use crate::hcl::{Document, Items, Source};
 
 /// Parses a jobspec written in HCL, applies defaults and validates it.
 pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
-    // The API parses on worker threads whose stack is too small for deeply nested input.
-    hcl_lines::on_parser_stack(|| parse_job_here(src))
-        .map_err(|e| JobspecError::Syntax(format!("cannot start the HCL parser: {e}")))?
-}
-
-fn parse_job_here(src: &str) -> Result<Parsed, JobspecError> {
-    let (body, source) = parse_body(src)?;
-    let top = source.items("the jobspec", &body, &[], &["job"])?;
-    let jobs = top.blocks("job");
-    let job_block = match jobs.as_slice() {
-        [one] => *one,
-        [] => return Err(invalid("the jobspec has no job block")),
-        [_, second, ..] => {
-            return Err(invalid(format!(
+    let raw = crate::hcl::read(src, |Document { body, source }| {
+        let top = source.items("the jobspec", &body, &[], &["job"])?;
+        let jobs = top.blocks("job");
+        match jobs.as_slice() {
+            [one] => Walk { src: &source }.job(one),
+            [] => Err(invalid("the jobspec has no job block")),
+            [_, second, ..] => Err(invalid(format!(
                 "the jobspec has more than one job block (second at line {})",
                 source.line(second.span())
-            )))
+            ))),
         }
-    };
-    let job = source.job(job_block)?;
-    validate_job(&job)?;
+    })?;
     Ok(Parsed {
-        job,
+        job: Job::try_from(raw)?,
         warnings: Vec::new(),
     })
-}
-
-/// Parses `src` as HCL. Nomad's documentation (and tasks.md) writes several attributes on one
-/// line, `restart { attempts = 2  interval = "30m" }`, which HCL2 refuses; when the text does not
-/// parse as written, it is parsed again with such blocks split onto lines ([`hcl_lines::normalize`]),
-/// and if that fails too, the error about the text as written is reported.
-fn parse_body(src: &str) -> Result<(Body, Source), JobspecError> {
-    let as_written = match hcl::edit::parser::parse_body(src) {
-        Ok(body) => {
-            let source = Source {
-                parsed: src.to_string(),
-                lines: None,
-            };
-            return Ok((body, source));
-        }
-        Err(e) => e,
-    };
-    let (parsed, lines) = hcl_lines::normalize(src);
-    if parsed != src {
-        if let Ok(body) = hcl::edit::parser::parse_body(&parsed) {
-            let source = Source {
-                parsed,
-                lines: Some(lines),
-            };
-            return Ok((body, source));
-        }
-    }
-    let loc = as_written.location();
-    Err(JobspecError::Syntax(format!(
-        "HCL syntax error at line {}, column {}: {}",
-        loc.line(),
-        loc.column(),
-        as_written.message()
-    )))
 }
 
 fn invalid(msg: impl Into<String>) -> JobspecError {
     JobspecError::Invalid(msg.into())
 }
 
-/// The text being parsed, to turn spans into line numbers and read `${...}` as written.
-struct Source {
-    /// What was parsed: the input, or the input with one-line blocks split.
-    parsed: String,
-    /// Lines of `parsed` to lines of the input, when they differ.
-    lines: Option<LineMap>,
+/// The jobspec's schema, one method per block.
+///
+/// The names a jobspec spells as strings (job type, restart mode, kill signal, CSI plugin id and
+/// type) are read by the conversion; they are also checked here, where they are read, so that of
+/// several problems in a file the first one written is reported, and the job type's message
+/// names its line.
+struct Walk<'s> {
+    src: &'s Source,
 }
 
-/// The attributes and blocks of one block body, after checking that each is allowed there.
-struct Items<'b> {
-    /// What the body belongs to, for messages: `task "web"`, `config block of task "web"`.
-    what: String,
-    attrs: BTreeMap<&'b str, &'b Attribute>,
-    blocks: Vec<&'b Block>,
-}
-
-impl<'b> Items<'b> {
-    fn attr(&self, key: &str) -> Option<&'b Attribute> {
-        self.attrs.get(key).copied()
-    }
-
-    fn blocks(&self, ident: &str) -> Vec<&'b Block> {
-        self.blocks
-            .iter()
-            .copied()
-            .filter(|b| b.ident.as_str() == ident)
-            .collect()
-    }
-}
-
-impl Source {
-    /// 1-based line of the start of `span`; 0 when the parser gave no span (it always does for
-    /// parsed input).
-    fn line(&self, span: Option<Range<usize>>) -> usize {
-        span.map_or(0, |r| {
-            let end = r.start.min(self.parsed.len());
-            let line = self.parsed.as_bytes()[..end]
-                .iter()
-                .filter(|&&b| b == b'\n')
-                .count()
-                + 1;
-            self.lines.as_ref().map_or(line, |map| map.original(line))
-        })
-    }
-
-    /// Splits `body` into attributes and blocks, refusing anything not in `attrs`/`blocks` and
-    /// attributes given twice.
-    fn items<'b>(
-        &self,
-        what: &str,
-        body: &'b Body,
-        attrs: &[&str],
-        blocks: &[&str],
-    ) -> Result<Items<'b>, JobspecError> {
-        let mut items = Items {
-            what: what.to_string(),
-            attrs: BTreeMap::new(),
-            blocks: Vec::new(),
-        };
-        for structure in body.iter() {
-            match structure {
-                Structure::Attribute(attr) => {
-                    let key = attr.key.as_str();
-                    if !attrs.contains(&key) {
-                        return Err(JobspecError::Unknown(format!(
-                            "unknown attribute {key:?} in {what} at line {}",
-                            self.line(attr.span())
-                        )));
-                    }
-                    // The parser refuses an attribute given twice in one body.
-                    items.attrs.insert(key, attr);
-                }
-                Structure::Block(block) => {
-                    let ident = block.ident.as_str();
-                    if !blocks.contains(&ident) {
-                        return Err(JobspecError::Unknown(format!(
-                            "unknown block {ident:?} in {what} at line {}",
-                            self.line(block.span())
-                        )));
-                    }
-                    items.blocks.push(block);
-                }
-            }
-        }
-        Ok(items)
-    }
-
-    /// The single label of a `group "x"`-style block.
-    fn label(&self, parent: &str, block: &Block) -> Result<String, JobspecError> {
-        match block.labels.as_slice() {
-            [label] => Ok(label.as_str().to_string()),
-            _ => Err(invalid(format!(
-                "block {:?} in {parent} at line {} must have exactly one label (its name)",
-                block.ident.as_str(),
-                self.line(block.span())
-            ))),
-        }
-    }
-
-    /// The body of an unlabeled block that may appear at most once (`config`, `logs`, ...).
-    fn single<'b>(
-        &self,
-        parent: &Items<'b>,
-        ident: &str,
-    ) -> Result<Option<&'b Block>, JobspecError> {
-        let blocks = parent.blocks(ident);
-        if let Some(second) = blocks.get(1) {
-            return Err(invalid(format!(
-                "block {ident:?} is given more than once in {} (again at line {})",
-                parent.what,
-                self.line(second.span())
-            )));
-        }
-        match blocks.first() {
-            Some(block) => {
-                self.no_labels(&parent.what, block)?;
-                Ok(Some(*block))
-            }
-            None => Ok(None),
-        }
-    }
-
-    fn no_labels(&self, parent: &str, block: &Block) -> Result<(), JobspecError> {
-        if block.labels.is_empty() {
-            Ok(())
-        } else {
-            Err(invalid(format!(
-                "block {:?} in {parent} at line {} must not have labels",
-                block.ident.as_str(),
-                self.line(block.span())
-            )))
-        }
-    }
-
-    fn job(&self, block: &Block) -> Result<Job, JobspecError> {
-        let id = self.label("the jobspec", block)?;
+impl Walk<'_> {
+    fn job(&self, block: &Block) -> Result<RawJob, JobspecError> {
+        let id = self.src.label("the jobspec", block)?;
         let what = format!("job {id:?}");
-        let items = self.items(&what, &block.body, &["type"], &["group"])?;
-        let job_type = match items.attr("type") {
-            None => JobType::default(),
-            Some(attr) => job_type(&self.string(&what, attr)?)
-                .map_err(|e| invalid(format!("{e} (line {})", self.line(attr.span()))))?,
-        };
+        let items = self.src.items(&what, &block.body, &["type"], &["group"])?;
+        let spelled_type = self.src.opt_string(&items, "type")?;
+        if let (Some(spelled), Some(attr)) = (&spelled_type, items.attr("type")) {
+            job_type(spelled)
+                .map_err(|e| invalid(format!("{e} (line {})", self.src.line(attr.span()))))?;
+        }
         let task_groups = items
             .blocks("group")
             .into_iter()
-            .map(|g| self.group(&what, job_type, g))
+            .map(|g| self.group(&what, g))
             .collect::<Result<_, _>>()?;
-        Ok(Job {
-            name: id.clone(),
-            id,
-            job_type,
-            task_groups,
+        Ok(RawJob {
+            id: Some(id),
+            job_type: spelled_type,
+            task_groups: Some(task_groups),
+            ..RawJob::default()
         })
     }
 
-    fn group(
-        &self,
-        job: &str,
-        job_type: JobType,
-        block: &Block,
-    ) -> Result<TaskGroup, JobspecError> {
-        let name = self.label(job, block)?;
+    fn group(&self, job: &str, block: &Block) -> Result<RawGroup, JobspecError> {
+        let name = self.src.label(job, block)?;
         let what = format!("group {name:?}");
-        let items = self.items(
+        let items = self.src.items(
             &what,
             &block.body,
             &["count"],
             &["restart", "volume", "task"],
         )?;
-        let count = match items.attr("count") {
-            Some(attr) => self.u32(&what, attr)?,
-            None => 1,
-        };
-        let restart_policy = match self.single(&items, "restart")? {
-            Some(b) => self
-                .restart(&what, b)?
-                .apply(job_type.default_restart_policy()),
-            None => job_type.default_restart_policy(),
-        };
+        let count = self.src.opt_u32(&items, "count")?;
+        let restart_policy = self
+            .src
+            .single(&items, "restart")?
+            .map(|b| self.restart(&what, b))
+            .transpose()?;
         let mut volumes = BTreeMap::new();
         for vb in items.blocks("volume") {
-            let label = self.label(&what, vb)?;
+            let label = self.src.label(&what, vb)?;
             let volume = self.volume(&what, &label, vb)?;
             if volumes.insert(label.clone(), volume).is_some() {
                 return Err(invalid(format!(
                     "volume {label:?} is defined more than once in {what} (again at line {})",
-                    self.line(vb.span())
+                    self.src.line(vb.span())
                 )));
             }
         }
         let tasks = items
             .blocks("task")
             .into_iter()
-            .map(|t| self.task(&what, restart_policy, t))
+            .map(|t| self.task(&what, t))
             .collect::<Result<_, _>>()?;
-        Ok(TaskGroup {
-            name,
-            count,
+        Ok(RawGroup {
+            name: Some(name),
+            count: count.map(i64::from),
             restart_policy,
-            volumes,
-            tasks,
+            volumes: Some(volumes),
+            tasks: Some(tasks),
+            ..RawGroup::default()
         })
     }
 
-    fn restart(&self, parent: &str, block: &Block) -> Result<RestartOverride, JobspecError> {
+    fn restart(&self, parent: &str, block: &Block) -> Result<RawRestart, JobspecError> {
         let what = format!("restart block of {parent}");
-        let items = self.items(
+        let items = self.src.items(
             &what,
             &block.body,
             &["attempts", "interval", "delay", "mode"],
             &[],
         )?;
-        let mode = match items.attr("mode") {
-            Some(attr) => Some(restart_mode(&self.string(&what, attr)?)?),
-            None => None,
-        };
-        Ok(RestartOverride {
-            attempts: items
-                .attr("attempts")
-                .map(|a| self.u32(&what, a))
-                .transpose()?,
-            interval: items
-                .attr("interval")
-                .map(|a| self.duration(&what, a))
-                .transpose()?,
-            delay: items
-                .attr("delay")
-                .map(|a| self.duration(&what, a))
-                .transpose()?,
+        let mode = self.src.opt_string(&items, "mode")?;
+        if let Some(mode) = &mode {
+            restart_mode(mode)?;
+        }
+        Ok(RawRestart {
             mode,
+            attempts: self.src.opt_u32(&items, "attempts")?.map(i64::from),
+            interval: self.duration(&items, "interval")?,
+            delay: self.duration(&items, "delay")?,
+            ..RawRestart::default()
         })
     }
 
-    fn volume(
-        &self,
-        group: &str,
-        label: &str,
-        block: &Block,
-    ) -> Result<VolumeRequest, JobspecError> {
+    fn volume(&self, group: &str, label: &str, block: &Block) -> Result<RawVolume, JobspecError> {
         let what = format!("volume {label:?} of {group}");
-        let items = self.items(&what, &block.body, &["type", "source", "read_only"], &[])?;
-        Ok(VolumeRequest {
-            name: label.to_string(),
-            volume_type: self.opt_string(&what, &items, "type")?.unwrap_or_default(),
-            source: self
-                .opt_string(&what, &items, "source")?
-                .unwrap_or_default(),
-            read_only: self.opt_bool(&what, &items, "read_only")?.unwrap_or(false),
+        let items = self
+            .src
+            .items(&what, &block.body, &["type", "source", "read_only"], &[])?;
+        Ok(RawVolume {
+            name: Some(label.to_string()),
+            volume_type: self.src.opt_string(&items, "type")?,
+            source: self.src.opt_string(&items, "source")?,
+            read_only: self.src.opt_bool(&items, "read_only")?,
+            ..RawVolume::default()
         })
     }
 
-    fn task(
-        &self,
-        group: &str,
-        group_policy: RestartPolicy,
-        block: &Block,
-    ) -> Result<Task, JobspecError> {
-        let name = self.label(group, block)?;
+    fn task(&self, group: &str, block: &Block) -> Result<RawTask, JobspecError> {
+        let name = self.src.label(group, block)?;
         let what = format!("task {name:?}");
-        let items = self.items(
+        let items = self.src.items(
             &what,
             &block.body,
             &["driver", "user", "kill_signal", "kill_timeout"],
@@ -379,75 +182,75 @@ impl Source {
                 "restart",
             ],
         )?;
-        let kill_signal = match items.attr("kill_signal") {
-            Some(attr) => kill_signal(&name, &self.string(&what, attr)?)?,
-            None => DEFAULT_KILL_SIGNAL.to_string(),
-        };
-        let kill_timeout = match items.attr("kill_timeout") {
-            Some(attr) => self.duration(&what, attr)?,
-            None => DEFAULT_KILL_TIMEOUT,
-        };
-        let restart_policy = match self.single(&items, "restart")? {
-            Some(b) => self.restart(&what, b)?.apply(group_policy),
-            None => group_policy,
-        };
-        let config = match self.single(&items, "config")? {
-            Some(b) => self.config(&what, b)?,
-            None => DriverConfig {
-                command: String::new(),
-                args: Vec::new(),
-            },
-        };
-        let env = match self.single(&items, "env")? {
-            Some(b) => self.env(&what, b)?,
-            None => BTreeMap::new(),
-        };
-        let log_config = match self.single(&items, "logs")? {
-            Some(b) => self.logs(&what, b)?,
-            None => LogConfig::default(),
-        };
+        let kill_signal = self.src.opt_string(&items, "kill_signal")?;
+        if let Some(signal) = &kill_signal {
+            validate::kill_signal(&name, signal)?;
+        }
+        let kill_timeout = self.duration(&items, "kill_timeout")?;
+        let restart_policy = self
+            .src
+            .single(&items, "restart")?
+            .map(|b| self.restart(&what, b))
+            .transpose()?;
+        let config = self
+            .src
+            .single(&items, "config")?
+            .map(|b| self.config(&what, b))
+            .transpose()?;
+        let env = self
+            .src
+            .single(&items, "env")?
+            .map(|b| self.env(&what, b))
+            .transpose()?;
+        let log_config = self
+            .src
+            .single(&items, "logs")?
+            .map(|b| self.logs(&what, b))
+            .transpose()?;
         let volume_mounts = items
             .blocks("volume_mount")
             .into_iter()
             .map(|b| self.volume_mount(&what, b))
             .collect::<Result<_, _>>()?;
         let csi_plugin = self
+            .src
             .single(&items, "csi_plugin")?
             .map(|b| self.csi_plugin(&what, b))
             .transpose()?;
-        let resources = match self.single(&items, "resources")? {
-            Some(b) => self.resources(&what, b)?,
-            None => Resources::default(),
-        };
-        Ok(Task {
-            driver: self
-                .opt_string(&what, &items, "driver")?
-                .unwrap_or_default(),
-            user: self.opt_string(&what, &items, "user")?,
-            name,
+        let resources = self
+            .src
+            .single(&items, "resources")?
+            .map(|b| self.resources(&what, b))
+            .transpose()?;
+        Ok(RawTask {
+            driver: self.src.opt_string(&items, "driver")?,
+            user: self.src.opt_string(&items, "user")?,
+            name: Some(name),
             config,
             env,
             kill_signal,
             kill_timeout,
             restart_policy,
             log_config,
-            volume_mounts,
+            volume_mounts: Some(volume_mounts),
             csi_plugin,
             resources,
+            ..RawTask::default()
         })
     }
 
-    fn config(&self, task: &str, block: &Block) -> Result<DriverConfig, JobspecError> {
+    fn config(&self, task: &str, block: &Block) -> Result<RawConfig, JobspecError> {
         let what = format!("config block of {task}");
-        let items = self.items(&what, &block.body, &["command", "args"], &[])?;
-        Ok(DriverConfig {
-            command: self
-                .opt_string(&what, &items, "command")?
-                .unwrap_or_default(),
-            args: match items.attr("args") {
-                Some(attr) => self.strings(&what, attr)?,
-                None => Vec::new(),
-            },
+        let items = self
+            .src
+            .items(&what, &block.body, &["command", "args"], &[])?;
+        Ok(RawConfig {
+            command: self.src.opt_string(&items, "command")?,
+            args: items
+                .attr("args")
+                .map(|attr| self.src.strings(&what, attr))
+                .transpose()?,
+            ..RawConfig::default()
         })
     }
 
@@ -459,8 +262,8 @@ impl Source {
         for structure in block.body.iter() {
             match structure {
                 Structure::Attribute(attr) => {
-                    let value = self.scalar_text(&attr.value).ok_or_else(|| {
-                        self.wrong_type(&what, attr, "a string, number or bool")
+                    let value = self.src.scalar_text(&attr.value).ok_or_else(|| {
+                        self.src.wrong_type(&what, attr, "a string, number or bool")
                     })??;
                     env.insert(attr.key.to_string(), value);
                 }
@@ -468,7 +271,7 @@ impl Source {
                     return Err(JobspecError::Unknown(format!(
                         "unknown block {:?} in {what} at line {}",
                         b.ident.as_str(),
-                        self.line(b.span())
+                        self.src.line(b.span())
                     )))
                 }
             }
@@ -476,43 +279,38 @@ impl Source {
         Ok(env)
     }
 
-    fn logs(&self, task: &str, block: &Block) -> Result<LogConfig, JobspecError> {
+    fn logs(&self, task: &str, block: &Block) -> Result<RawLogConfig, JobspecError> {
         let what = format!("logs block of {task}");
-        let items = self.items(&what, &block.body, &["max_files", "max_file_size"], &[])?;
-        let defaults = LogConfig::default();
-        Ok(LogConfig {
-            max_files: self
-                .opt_u32(&what, &items, "max_files")?
-                .unwrap_or(defaults.max_files),
-            max_file_size_mb: self
-                .opt_u32(&what, &items, "max_file_size")?
-                .unwrap_or(defaults.max_file_size_mb),
+        let items = self
+            .src
+            .items(&what, &block.body, &["max_files", "max_file_size"], &[])?;
+        Ok(RawLogConfig {
+            max_files: self.src.opt_u32(&items, "max_files")?,
+            max_file_size_mb: self.src.opt_u32(&items, "max_file_size")?,
+            ..RawLogConfig::default()
         })
     }
 
-    fn volume_mount(&self, task: &str, block: &Block) -> Result<VolumeMount, JobspecError> {
-        self.no_labels(task, block)?;
+    fn volume_mount(&self, task: &str, block: &Block) -> Result<RawVolumeMount, JobspecError> {
+        self.src.no_labels(task, block)?;
         let what = format!("volume_mount block of {task}");
-        let items = self.items(
+        let items = self.src.items(
             &what,
             &block.body,
             &["volume", "destination", "read_only"],
             &[],
         )?;
-        Ok(VolumeMount {
-            volume: self
-                .opt_string(&what, &items, "volume")?
-                .unwrap_or_default(),
-            destination: self
-                .opt_string(&what, &items, "destination")?
-                .unwrap_or_default(),
-            read_only: self.opt_bool(&what, &items, "read_only")?.unwrap_or(false),
+        Ok(RawVolumeMount {
+            volume: self.src.opt_string(&items, "volume")?,
+            destination: self.src.opt_string(&items, "destination")?,
+            read_only: self.src.opt_bool(&items, "read_only")?,
+            ..RawVolumeMount::default()
         })
     }
 
-    fn csi_plugin(&self, task: &str, block: &Block) -> Result<CsiPluginConfig, JobspecError> {
+    fn csi_plugin(&self, task: &str, block: &Block) -> Result<RawCsiPlugin, JobspecError> {
         let what = format!("csi_plugin block of {task}");
-        let items = self.items(
+        let items = self.src.items(
             &what,
             &block.body,
             &[
@@ -524,170 +322,45 @@ impl Source {
             ],
             &[],
         )?;
-        // Checked in csi.md's order: the id first, then the type.
-        let id = self.opt_string(&what, &items, "id")?.unwrap_or_default();
-        if id.is_empty() {
-            return Err(invalid("csi_plugin must have a non-empty id"));
-        }
-        let plugin_type =
-            csi_plugin_type(&self.opt_string(&what, &items, "type")?.unwrap_or_default())?;
-        let non_empty = |s: Option<String>, default: &str| match s {
-            Some(s) if !s.is_empty() => s,
-            _ => default.to_string(),
-        };
-        Ok(CsiPluginConfig {
+        let id = self.src.opt_string(&items, "id")?;
+        csi_plugin_id(id.as_deref().unwrap_or_default())?;
+        let plugin_type = self.src.opt_string(&items, "type")?;
+        csi_plugin_type(plugin_type.as_deref().unwrap_or_default())?;
+        Ok(RawCsiPlugin {
             id,
             plugin_type,
-            mount_dir: non_empty(
-                self.opt_string(&what, &items, "mount_dir")?,
-                DEFAULT_CSI_MOUNT_DIR,
-            ),
-            stage_publish_base_dir: non_empty(
-                self.opt_string(&what, &items, "stage_publish_base_dir")?,
-                DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR,
-            ),
-            health_timeout: match items.attr("health_timeout") {
-                Some(attr) => self.duration(&what, attr)?,
-                None => DEFAULT_CSI_HEALTH_TIMEOUT,
-            },
+            mount_dir: self.src.opt_string(&items, "mount_dir")?,
+            stage_publish_base_dir: self.src.opt_string(&items, "stage_publish_base_dir")?,
+            health_timeout: self.duration(&items, "health_timeout")?,
+            ..RawCsiPlugin::default()
         })
     }
 
-    fn resources(&self, task: &str, block: &Block) -> Result<Resources, JobspecError> {
+    fn resources(&self, task: &str, block: &Block) -> Result<RawResources, JobspecError> {
         let what = format!("resources block of {task}");
-        let items = self.items(&what, &block.body, &["cpu", "memory"], &[])?;
-        let defaults = Resources::default();
-        Ok(Resources {
-            cpu: self.opt_u32(&what, &items, "cpu")?.unwrap_or(defaults.cpu),
-            memory_mb: self
-                .opt_u32(&what, &items, "memory")?
-                .unwrap_or(defaults.memory_mb),
+        let items = self
+            .src
+            .items(&what, &block.body, &["cpu", "memory"], &[])?;
+        Ok(RawResources {
+            cpu: self.src.opt_u32(&items, "cpu")?,
+            memory_mb: self.src.opt_u32(&items, "memory")?,
+            ..RawResources::default()
         })
     }
 
-    // ---- values ----
-
-    fn wrong_type(&self, what: &str, attr: &Attribute, expected: &str) -> JobspecError {
-        invalid(format!(
-            "attribute {:?} in {what} at line {} must be {expected}",
-            attr.key.as_str(),
-            self.line(attr.span())
-        ))
-    }
-
-    /// The literal text of a string, with `${...}` kept as written. `None` when `expr` is not a
-    /// string; `Some(Err)` for a template directive (`%{if}`), which nodeward does not evaluate.
-    fn text(&self, expr: &Expression) -> Option<Result<String, JobspecError>> {
-        match expr {
-            Expression::String(s) => Some(Ok(s.value().clone())),
-            Expression::StringTemplate(t) => Some(self.template_text(t)),
-            Expression::HeredocTemplate(h) => Some(self.template_text(&h.template)),
-            _ => None,
-        }
-    }
-
-    fn template_text(&self, template: &Template) -> Result<String, JobspecError> {
-        let mut out = String::new();
-        for element in template.iter() {
-            match element {
-                Element::Literal(literal) => out.push_str(literal.as_str()),
-                Element::Interpolation(interp) => {
-                    match interp.span().and_then(|r| self.parsed.get(r)) {
-                        Some(raw) => out.push_str(raw),
-                        None => out.push_str(&format!("${{{}}}", interp.expr)),
-                    }
-                }
-                Element::Directive(d) => {
-                    return Err(invalid(format!(
-                        "template directives (%{{...}}) are not supported (line {})",
-                        self.line(d.span())
-                    )))
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// A string, or a number or bool as its text.
-    fn scalar_text(&self, expr: &Expression) -> Option<Result<String, JobspecError>> {
-        match expr {
-            Expression::Number(n) => Some(Ok(n.value().to_string())),
-            Expression::Bool(b) => Some(Ok(b.value().to_string())),
-            other => self.text(other),
-        }
-    }
-
-    fn string(&self, what: &str, attr: &Attribute) -> Result<String, JobspecError> {
-        self.text(&attr.value)
-            .ok_or_else(|| self.wrong_type(what, attr, "a string"))?
-    }
-
-    fn strings(&self, what: &str, attr: &Attribute) -> Result<Vec<String>, JobspecError> {
-        let Expression::Array(array) = &attr.value else {
-            return Err(self.wrong_type(what, attr, "a list of strings"));
-        };
-        array
-            .iter()
-            .map(|item| {
-                self.scalar_text(item)
-                    .ok_or_else(|| self.wrong_type(what, attr, "a list of strings"))?
-            })
-            .collect()
-    }
-
-    fn u32(&self, what: &str, attr: &Attribute) -> Result<u32, JobspecError> {
-        let expected = "a whole number from 0 to 4294967295";
-        match &attr.value {
-            Expression::Number(n) => n
-                .value()
-                .as_u64()
-                .and_then(|v| u32::try_from(v).ok())
-                .ok_or_else(|| self.wrong_type(what, attr, expected)),
-            _ => Err(self.wrong_type(what, attr, expected)),
-        }
-    }
-
-    fn duration(&self, what: &str, attr: &Attribute) -> Result<Duration, JobspecError> {
-        let text = self
-            .text(&attr.value)
-            .ok_or_else(|| self.wrong_type(what, attr, "a duration string such as \"15s\""))??;
-        duration::parse(&text).map_err(|e| {
-            invalid(format!(
-                "invalid duration for {:?} in {what} at line {}: {e}",
-                attr.key.as_str(),
-                self.line(attr.span())
-            ))
-        })
-    }
-
-    fn opt_string(
-        &self,
-        what: &str,
-        items: &Items,
-        key: &str,
-    ) -> Result<Option<String>, JobspecError> {
-        items.attr(key).map(|a| self.string(what, a)).transpose()
-    }
-
-    fn opt_u32(&self, what: &str, items: &Items, key: &str) -> Result<Option<u32>, JobspecError> {
-        items.attr(key).map(|a| self.u32(what, a)).transpose()
-    }
-
-    fn opt_bool(&self, what: &str, items: &Items, key: &str) -> Result<Option<bool>, JobspecError> {
-        items
-            .attr(key)
-            .map(|a| match &a.value {
-                Expression::Bool(b) => Ok(*b.value()),
-                _ => Err(self.wrong_type(what, a, "true or false")),
-            })
-            .transpose()
+    fn duration(&self, items: &Items, key: &str) -> Result<Option<RawDuration>, JobspecError> {
+        Ok(self.src.opt_duration(items, key)?.map(RawDuration::Parsed))
     }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::jobspec::{CsiPluginType, RestartMode};
+    use crate::jobspec::{
+        CsiPluginConfig, CsiPluginType, DriverConfig, JobType, LogConfig, Resources, RestartMode,
+        RestartPolicy, Task, TaskGroup, VolumeMount, VolumeRequest,
+    };
+    use std::time::Duration;
 
     /// The jobspec of tasks.md, as written there.
     pub(crate) const EXAMPLE: &str = r#"
@@ -747,7 +420,7 @@ job "example" {
                     },
                     env: BTreeMap::from([("GREETING".to_string(), "hello".to_string())]),
                     user: None,
-                    kill_signal: "SIGINT".to_string(),
+                    kill_signal: "SIGINT".parse().unwrap(),
                     kill_timeout: Duration::from_secs(5),
                     restart_policy: policy,
                     log_config: LogConfig {

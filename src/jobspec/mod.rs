@@ -1,17 +1,22 @@
 //! Jobs as nodeward understands them, after parsing and validation.
 //!
 //! Jobspecs arrive as HCL (Nomad's syntax, [`hcl`]) or as JSON in Nomad's API shape ([`json`]).
-//! Both parsers turn raw input into these domain types, apply defaults and validate once
-//! ([`validate`]); nothing past the parsers sees raw input. The domain types serialize to Nomad's API
-//! shape (PascalCase names, durations in nanoseconds): that is what `POST /v1/jobs/parse` answers,
-//! what the state file stores, and what [`json::parse_job`] accepts back unchanged. `${...}` in
+//! Both parsers produce the same raw job (`raw`: the input's values, nothing defaulted), and its
+//! one conversion into these domain types applies the defaults and validates ([`validate`]);
+//! nothing past the parsers sees raw input. The domain types serialize to Nomad's API shape
+//! (PascalCase names, durations in nanoseconds): that is what `POST /v1/jobs/parse` answers, what
+//! the state file stores, and what [`json::parse_job`] accepts back unchanged. `${...}` in
 //! `command`, `args` and `env` stays as written and is replaced when the task starts
 //! ([`interpolate`]).
 
 pub mod hcl;
 pub mod interpolate;
 pub mod json;
+mod raw;
+pub mod signal;
 pub mod validate;
+
+pub use signal::Signal;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -20,7 +25,7 @@ use std::time::Duration;
 use crate::util::duration::nanos;
 
 /// The signal a task is stopped with when its jobspec names none.
-pub const DEFAULT_KILL_SIGNAL: &str = "SIGINT";
+pub const DEFAULT_KILL_SIGNAL: Signal = Signal::INT;
 /// How long a task gets between its kill signal and SIGKILL when its jobspec says nothing.
 pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(5);
 /// `csi_plugin.mount_dir` when not set (csi.md).
@@ -47,6 +52,23 @@ pub enum JobspecError {
     /// A field has a value of the wrong type or an unusable value.
     #[error("{0}")]
     Invalid(String),
+}
+
+impl From<crate::hcl::Error> for JobspecError {
+    fn from(e: crate::hcl::Error) -> JobspecError {
+        use crate::hcl::Error;
+        match e {
+            Error::Syntax(e) => JobspecError::Syntax(format!(
+                "HCL syntax error at line {}, column {}: {}",
+                e.line(),
+                e.column(),
+                e.message()
+            )),
+            Error::Thread(_) => JobspecError::Syntax(e.to_string()),
+            Error::Unknown(m) => JobspecError::Unknown(m),
+            Error::Invalid(m) => JobspecError::Invalid(m),
+        }
+    }
 }
 
 /// `type = "service" | "batch" | "system"`.
@@ -158,8 +180,9 @@ pub struct Task {
     /// Run as this user (the agent must be root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    /// Signal name as written, normalised to `SIG...` (default `SIGINT`).
-    pub kill_signal: String,
+    /// Sent to stop the task, [`DEFAULT_KILL_SIGNAL`] unless the jobspec names one; its JSON is
+    /// the canonical name (`"SIGTERM"`).
+    pub kill_signal: Signal,
     #[serde(with = "nanos")]
     pub kill_timeout: Duration,
     /// The task's restart policy: the task's own override, else the group's.
@@ -261,27 +284,6 @@ impl Default for Resources {
         Resources {
             cpu: 100,
             memory_mb: 300,
-        }
-    }
-}
-
-/// The fields a `restart` block (HCL) or `RestartPolicy` object (JSON) sets; the rest are
-/// inherited: a group's from the job type's defaults, a task's from its group.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct RestartOverride {
-    pub attempts: Option<u32>,
-    pub interval: Option<Duration>,
-    pub delay: Option<Duration>,
-    pub mode: Option<RestartMode>,
-}
-
-impl RestartOverride {
-    pub fn apply(self, base: RestartPolicy) -> RestartPolicy {
-        RestartPolicy {
-            attempts: self.attempts.unwrap_or(base.attempts),
-            interval: self.interval.unwrap_or(base.interval),
-            delay: self.delay.unwrap_or(base.delay),
-            mode: self.mode.unwrap_or(base.mode),
         }
     }
 }

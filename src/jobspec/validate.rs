@@ -1,9 +1,10 @@
 //! The rules a job must satisfy before nodeward accepts it.
 //!
-//! Both parsers call [`validate_job`] on the job they built, so a [`Job`] that left a parser is
-//! valid. Values that only exist as raw strings in the input (a restart mode, a CSI plugin type, a
-//! signal name) are checked where the parsers see them, through [`restart_mode`],
-//! [`csi_plugin_type`] and [`kill_signal`], so both parsers give the same messages.
+//! The raw job's conversion (`raw`), the one way from either parser to a [`Job`], ends
+//! with [`validate_job`], so a [`Job`] that left a parser is valid. The readers of names the input
+//! spells as strings (a job type, a restart mode, a CSI plugin type, a signal name) are here too:
+//! [`job_type`], [`restart_mode`], [`csi_plugin_type`], [`kill_signal`], so both parsers give the
+//! same messages.
 //!
 //! Names become path components (`<alloc dir>/<task>/`, state file keys), hence the strict
 //! [`validate_name`].
@@ -12,8 +13,8 @@ use std::path::{Component, Path};
 use std::time::Duration;
 
 use super::{
-    CsiPluginConfig, CsiPluginType, Job, JobType, JobspecError, RestartMode, RestartPolicy, Task,
-    TaskGroup, MAX_GROUP_COUNT,
+    CsiPluginConfig, CsiPluginType, Job, JobType, JobspecError, RestartMode, RestartPolicy, Signal,
+    Task, TaskGroup, MAX_GROUP_COUNT,
 };
 use crate::util::duration::format;
 
@@ -116,12 +117,6 @@ fn validate_task(group: &TaskGroup, task: &Task) -> Result<(), JobspecError> {
     if task.user.as_deref() == Some("") {
         return Err(invalid(format!("{ctx}: user must not be empty")));
     }
-    if signal_number(&task.kill_signal).is_none() {
-        return Err(invalid(format!(
-            "{ctx}: unknown kill_signal {:?}",
-            task.kill_signal
-        )));
-    }
     validate_restart_policy(&format!("{ctx} restart policy"), &task.restart_policy)?;
     if task.log_config.max_files < 1 {
         return Err(invalid(format!(
@@ -176,9 +171,7 @@ fn is_relative_inside(destination: &str) -> bool {
 }
 
 fn validate_csi_plugin(ctx: &str, csi: &CsiPluginConfig) -> Result<(), JobspecError> {
-    if csi.id.is_empty() {
-        return Err(invalid("csi_plugin must have a non-empty id"));
-    }
+    csi_plugin_id(&csi.id)?;
     if csi.mount_dir.is_empty() || csi.stage_publish_base_dir.is_empty() {
         return Err(invalid(format!(
             "{ctx}: csi_plugin mount_dir and stage_publish_base_dir must not be empty"
@@ -273,6 +266,14 @@ pub fn restart_mode(raw: &str) -> Result<RestartMode, JobspecError> {
     }
 }
 
+/// The `csi_plugin` id; csi.md checks it before the type.
+pub fn csi_plugin_id(id: &str) -> Result<(), JobspecError> {
+    if id.is_empty() {
+        return Err(invalid("csi_plugin must have a non-empty id"));
+    }
+    Ok(())
+}
+
 /// The `csi_plugin` type spelled in a jobspec.
 pub fn csi_plugin_type(raw: &str) -> Result<CsiPluginType, JobspecError> {
     match raw {
@@ -285,62 +286,16 @@ pub fn csi_plugin_type(raw: &str) -> Result<CsiPluginType, JobspecError> {
     }
 }
 
-/// Normalises a `kill_signal` as written (`"SIGTERM"`, `"TERM"`, `"term"`) to `"SIGTERM"`.
-/// `task` names the task for the message.
-pub fn kill_signal(task: &str, raw: &str) -> Result<String, JobspecError> {
-    let upper = raw.trim().to_ascii_uppercase();
-    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
-    if SIGNALS.iter().any(|(name, _)| *name == bare) {
-        Ok(format!("SIG{bare}"))
-    } else {
-        Err(invalid(format!(
-            "task {task:?}: unknown kill_signal {raw:?}"
-        )))
-    }
+/// The `kill_signal` as written (`"SIGTERM"`, `"TERM"`, `"term"`). `task` names the task for the
+/// message.
+pub fn kill_signal(task: &str, raw: &str) -> Result<Signal, JobspecError> {
+    Signal::from_name(raw)
+        .ok_or_else(|| invalid(format!("task {task:?}: unknown kill_signal {raw:?}")))
 }
 
-/// The POSIX signals a task can be stopped with, by name without the `SIG` prefix.
-const SIGNALS: &[(&str, i32)] = &[
-    ("HUP", libc::SIGHUP),
-    ("INT", libc::SIGINT),
-    ("QUIT", libc::SIGQUIT),
-    ("ILL", libc::SIGILL),
-    ("TRAP", libc::SIGTRAP),
-    ("ABRT", libc::SIGABRT),
-    ("IOT", libc::SIGABRT),
-    ("BUS", libc::SIGBUS),
-    ("FPE", libc::SIGFPE),
-    ("KILL", libc::SIGKILL),
-    ("USR1", libc::SIGUSR1),
-    ("SEGV", libc::SIGSEGV),
-    ("USR2", libc::SIGUSR2),
-    ("PIPE", libc::SIGPIPE),
-    ("ALRM", libc::SIGALRM),
-    ("TERM", libc::SIGTERM),
-    ("CHLD", libc::SIGCHLD),
-    ("CONT", libc::SIGCONT),
-    ("STOP", libc::SIGSTOP),
-    ("TSTP", libc::SIGTSTP),
-    ("TTIN", libc::SIGTTIN),
-    ("TTOU", libc::SIGTTOU),
-    ("URG", libc::SIGURG),
-    ("XCPU", libc::SIGXCPU),
-    ("XFSZ", libc::SIGXFSZ),
-    ("VTALRM", libc::SIGVTALRM),
-    ("PROF", libc::SIGPROF),
-    ("WINCH", libc::SIGWINCH),
-    ("IO", libc::SIGIO),
-    ("SYS", libc::SIGSYS),
-];
-
-/// The number of a signal named `SIGTERM` or `TERM` (any case), for the driver.
+/// The number of a signal named `SIGTERM` or `TERM` (any case), for `alloc signal`.
 pub fn signal_number(name: &str) -> Option<i32> {
-    let upper = name.trim().to_ascii_uppercase();
-    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
-    SIGNALS
-        .iter()
-        .find(|(known, _)| *known == bare)
-        .map(|(_, number)| *number)
+    Signal::from_name(name).map(Signal::number)
 }
 
 #[cfg(test)]
@@ -363,7 +318,7 @@ mod tests {
             },
             env: BTreeMap::new(),
             user: None,
-            kill_signal: DEFAULT_KILL_SIGNAL.to_string(),
+            kill_signal: DEFAULT_KILL_SIGNAL,
             kill_timeout: DEFAULT_KILL_TIMEOUT,
             restart_policy: JobType::Service.default_restart_policy(),
             log_config: LogConfig::default(),
@@ -531,9 +486,6 @@ mod tests {
         j.task_groups[0].tasks[0].user = Some(String::new());
         assert_eq!(err(&j), "task \"task\": user must not be empty");
         let mut j = job();
-        j.task_groups[0].tasks[0].kill_signal = "SIGNOPE".to_string();
-        assert_eq!(err(&j), "task \"task\": unknown kill_signal \"SIGNOPE\"");
-        let mut j = job();
         j.task_groups[0].tasks[0].log_config.max_files = 0;
         assert_eq!(
             err(&j),
@@ -682,9 +634,9 @@ mod tests {
 
     #[test]
     fn signals() {
-        assert_eq!(kill_signal("t", "SIGINT"), Ok("SIGINT".to_string()));
-        assert_eq!(kill_signal("t", "INT"), Ok("SIGINT".to_string()));
-        assert_eq!(kill_signal("t", "term"), Ok("SIGTERM".to_string()));
+        assert_eq!(kill_signal("t", "SIGINT").unwrap(), "SIGINT");
+        assert_eq!(kill_signal("t", "INT").unwrap(), "SIGINT");
+        assert_eq!(kill_signal("t", "term").unwrap(), "SIGTERM");
         assert_eq!(
             kill_signal("t", "SIGFOO"),
             Err(JobspecError::Invalid(

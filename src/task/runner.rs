@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::driver::{self, Driver, ExitStatus, StartSpec, TaskProcess};
-use crate::jobspec::{interpolate::interpolate, validate::signal_number, JobType};
+use crate::jobspec::{interpolate::interpolate, JobType};
 use crate::state::StateStore;
 use crate::task::events::{now_nanos, now_rfc3339, TaskEvent, TaskState, TaskStatus};
 use crate::task::hooks::{HookRequest, RunHandle, TaskContext, TaskHook};
@@ -312,7 +312,7 @@ impl TaskRunner {
         drop(handle);
         let mut done_tx = Some(done_tx);
         let task = &self.ctx.task;
-        let kill_signal = signal_number(&task.kill_signal).unwrap_or(libc::SIGINT);
+        let kill_signal = task.kill_signal.number();
         let waited = loop {
             select! {
                 recv(process.exited) -> status => {
@@ -456,7 +456,7 @@ impl TaskRunner {
                     self.ctx.task.name,
                     self.ctx.alloc_id
                 );
-                let signal = signal_number(&self.ctx.task.kill_signal).unwrap_or(libc::SIGINT);
+                let signal = self.ctx.task.kill_signal.number();
                 driver::stop_foreign_group(pid, ticks, signal, self.ctx.task.kill_timeout);
             }
         }

@@ -13,8 +13,7 @@
 //! separated from the number by spaces; a decimal number (`1.5GiB`) is rounded down to whole bytes.
 //! A bare HCL number is bytes. In JSON, capacities are byte counts.
 //!
-//! HCL is HCL 2 as `hcl-rs` parses it: a one-line block holds at most one attribute
-//! (`parameters { mode = "0755" }`); blocks with several attributes put each on its own line.
+//! HCL is read by the shared front-end ([`crate::hcl`]); this module has the schema.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -402,45 +401,38 @@ fn is_empty_json(v: &serde_json::Value) -> bool {
 
 /// Parses a volume specification file in HCL. One-line blocks with several attributes, as the
 /// documentation writes them (`capability { access_mode = "..."  attachment_mode = "..." }`), are
-/// accepted: when the text does not parse as written it is parsed again with such blocks split
-/// onto lines ([`crate::util::hcl_lines`]), and line numbers in errors still point at the input.
+/// accepted, and line numbers in errors point at the input ([`crate::hcl::read`]).
 pub fn parse_hcl(input: &str) -> Result<VolumeSpec, SpecError> {
     read_hcl(input)?.validate()
 }
 
 /// The HCL file as written, in the API's field names: [`parse_hcl`] without the validation.
 fn read_hcl(input: &str) -> Result<RawVolume, SpecError> {
-    // Deeply nested input needs more stack than nodeward's threads have.
-    crate::util::hcl_lines::on_parser_stack(|| read_hcl_here(input))
-        .map_err(|e| SpecError::Syntax(format!("cannot start the HCL parser: {e}")))?
+    crate::hcl::read(input, |doc| walk_hcl(&doc.source, &doc.body))
 }
 
-fn read_hcl_here(input: &str) -> Result<RawVolume, SpecError> {
-    let as_written = match hcl::edit::parser::parse_body(input) {
-        Ok(body) => return walk_hcl(input, &body),
-        Err(e) => e,
-    };
-    let (normalized, lines) = crate::util::hcl_lines::normalize(input);
-    if normalized != input {
-        if let Ok(body) = hcl::edit::parser::parse_body(&normalized) {
-            return walk_hcl(&normalized, &body).map_err(|e| match e {
-                SpecError::Syntax(m) => SpecError::Syntax(lines.fix_message(&m)),
-                SpecError::Unknown(m) => SpecError::Unknown(lines.fix_message(&m)),
-                SpecError::Invalid(m) => SpecError::Invalid(lines.fix_message(&m)),
-            });
+impl From<crate::hcl::Error> for SpecError {
+    fn from(e: crate::hcl::Error) -> SpecError {
+        use crate::hcl::Error;
+        match e {
+            Error::Syntax(e) => SpecError::Syntax(format!("invalid HCL: {e}")),
+            Error::Thread(_) => SpecError::Syntax(e.to_string()),
+            Error::Unknown(m) => SpecError::Unknown(m),
+            Error::Invalid(m) => SpecError::Invalid(m),
         }
     }
-    Err(SpecError::Syntax(format!("invalid HCL: {as_written}")))
 }
 
-fn walk_hcl(input: &str, body: &hcl::edit::structure::Body) -> Result<RawVolume, SpecError> {
+/// The volume specification's schema. Its messages put the line first (`line 3: unknown
+/// attribute ...`), and the first problem in the order written is the one reported.
+fn walk_hcl(
+    source: &crate::hcl::Source,
+    body: &hcl::edit::structure::Body,
+) -> Result<RawVolume, SpecError> {
     use hcl::edit::structure::Structure;
     use hcl::edit::Span;
 
-    let line = |span: Option<std::ops::Range<usize>>| {
-        span.map(|r| input[..r.start.min(input.len())].matches('\n').count() + 1)
-            .unwrap_or(0)
-    };
+    let line = |span| source.line(span);
     let mut raw = RawVolume::default();
     let mut volume_type = None;
     for structure in body.iter() {

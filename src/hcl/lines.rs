@@ -5,8 +5,8 @@
 //! break after every `{`, before every `}`, and before every `name =` that follows something else on
 //! its line, outside strings, heredocs, comments, `[...]` and `(...)`. The result means the same as
 //! the input. [`LineMap`] turns a line of the result back into the line of the input, so error
-//! messages still point at what the user wrote. Parsers try the input as written first and only
-//! fall back to the normalised text when strict parsing fails.
+//! messages still point at what the user wrote. [`super::read`] tries the input as written first and
+//! only falls back to the normalised text when strict parsing fails.
 
 /// Maps lines of the normalised text (1-based) to lines of the original.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,24 +16,6 @@ impl LineMap {
     /// The original line of normalised line `line` (both 1-based).
     pub fn original(&self, line: usize) -> usize {
         self.0.get(line.saturating_sub(1)).copied().unwrap_or(line)
-    }
-
-    /// Rewrites every `line N` in `message` to the original line number.
-    pub fn fix_message(&self, message: &str) -> String {
-        let mut out = String::with_capacity(message.len());
-        let mut rest = message;
-        while let Some(i) = rest.find("line ") {
-            out.push_str(&rest[..i + 5]);
-            rest = &rest[i + 5..];
-            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-            if digits > 0 {
-                let n: usize = rest[..digits].parse().unwrap_or(0);
-                out.push_str(&self.original(n).to_string());
-                rest = &rest[digits..];
-            }
-        }
-        out.push_str(rest);
-        out
     }
 }
 
@@ -230,30 +212,6 @@ fn starts_attribute(s: &[char]) -> bool {
         && rest.get(blanks + 1) != Some(&'>')
 }
 
-/// Stack of the thread that parses HCL. hcl-edit's parser recurses once per nesting level of an
-/// expression or block and refuses input nested deeper than 64 levels (or with more than 128
-/// chained operators), so the stack a parse needs is bounded: up to about 2 MiB in a debug build
-/// (nested `for` expressions), far more than nodeward's threads have ([`crate::thread::STACK_SIZE`]).
-/// A jobspec with 30 nested `[` sent to `POST /v1/jobs/parse` overflowed an API worker's stack and
-/// aborted the agent.
-pub const PARSER_STACK: usize = 16 << 20;
-
-/// Runs `parse` (an HCL parse and the walk over its result) on a short-lived thread with
-/// [`PARSER_STACK`], whichever thread calls it. Only touched stack pages cost memory; the thread
-/// is not a long-lived nodeward thread, so it does not go through [`crate::thread::spawn`]. A
-/// panic in `parse` continues in the caller.
-pub fn on_parser_stack<T: Send>(parse: impl FnOnce() -> T + Send) -> std::io::Result<T> {
-    std::thread::scope(|scope| {
-        let parser = std::thread::Builder::new()
-            .name("hcl-parser".to_string())
-            .stack_size(PARSER_STACK)
-            .spawn_scoped(scope, parse)?;
-        Ok(parser
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,10 +226,6 @@ mod tests {
         );
         assert_eq!(map.original(4), 1);
         assert_eq!(map.original(6), 2);
-        assert_eq!(
-            map.fix_message("bad at line 6, column 1"),
-            "bad at line 2, column 1"
-        );
     }
 
     #[test]

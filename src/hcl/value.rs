@@ -1,0 +1,150 @@
+//! Attribute values read literally, never evaluated: strings keep `${...}` as written (a
+//! jobspec's `"${NOMAD_TASK_DIR}"` only has a value when the task starts), numbers and booleans are
+//! what they say, durations are Go's syntax ([`crate::util::duration`]). A value of the wrong type is
+//! an error naming the attribute, where it is, its line and what was expected.
+
+use std::time::Duration;
+
+use hcl::edit::expr::Expression;
+use hcl::edit::structure::Attribute;
+use hcl::edit::template::{Element, Template};
+use hcl::edit::Span;
+
+use super::error::invalid;
+use super::{Error, Items, Source};
+use crate::util::duration;
+
+impl Source {
+    /// `attr` in `what` is not `expected` ("a string", "true or false").
+    pub fn wrong_type(&self, what: &str, attr: &Attribute, expected: &str) -> Error {
+        invalid(format!(
+            "attribute {:?} in {what} at line {} must be {expected}",
+            attr.key.as_str(),
+            self.line(attr.span())
+        ))
+    }
+
+    /// The literal text of a string, with `${...}` kept as written. `None` when `expr` is not a
+    /// string; `Some(Err)` for a template directive (`%{if}`), which nodeward does not evaluate.
+    pub fn text(&self, expr: &Expression) -> Option<Result<String, Error>> {
+        match expr {
+            Expression::String(s) => Some(Ok(s.value().clone())),
+            Expression::StringTemplate(t) => Some(self.template_text(t)),
+            Expression::HeredocTemplate(h) => Some(self.template_text(&h.template)),
+            _ => None,
+        }
+    }
+
+    fn template_text(&self, template: &Template) -> Result<String, Error> {
+        let mut out = String::new();
+        for element in template.iter() {
+            match element {
+                Element::Literal(literal) => out.push_str(literal.as_str()),
+                Element::Interpolation(interp) => match self.raw(interp.span()) {
+                    Some(raw) => out.push_str(raw),
+                    None => out.push_str(&format!("${{{}}}", interp.expr)),
+                },
+                Element::Directive(d) => {
+                    return Err(invalid(format!(
+                        "template directives (%{{...}}) are not supported (line {})",
+                        self.line(d.span())
+                    )))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A string, or a number or bool as its text (`PORT = 8080` is `"8080"`, as Nomad reads it).
+    pub fn scalar_text(&self, expr: &Expression) -> Option<Result<String, Error>> {
+        match expr {
+            Expression::Number(n) => Some(Ok(n.value().to_string())),
+            Expression::Bool(b) => Some(Ok(b.value().to_string())),
+            other => self.text(other),
+        }
+    }
+
+    pub fn string(&self, what: &str, attr: &Attribute) -> Result<String, Error> {
+        self.text(&attr.value)
+            .ok_or_else(|| self.wrong_type(what, attr, "a string"))?
+    }
+
+    /// A list whose items are strings, numbers or bools, each as its text.
+    pub fn strings(&self, what: &str, attr: &Attribute) -> Result<Vec<String>, Error> {
+        let Expression::Array(array) = &attr.value else {
+            return Err(self.wrong_type(what, attr, "a list of strings"));
+        };
+        array
+            .iter()
+            .map(|item| {
+                self.scalar_text(item)
+                    .ok_or_else(|| self.wrong_type(what, attr, "a list of strings"))?
+            })
+            .collect()
+    }
+
+    pub fn u32(&self, what: &str, attr: &Attribute) -> Result<u32, Error> {
+        let expected = "a whole number from 0 to 4294967295";
+        match &attr.value {
+            Expression::Number(n) => n
+                .value()
+                .as_u64()
+                .and_then(|v| u32::try_from(v).ok())
+                .ok_or_else(|| self.wrong_type(what, attr, expected)),
+            _ => Err(self.wrong_type(what, attr, expected)),
+        }
+    }
+
+    pub fn bool(&self, what: &str, attr: &Attribute) -> Result<bool, Error> {
+        match &attr.value {
+            Expression::Bool(b) => Ok(*b.value()),
+            _ => Err(self.wrong_type(what, attr, "true or false")),
+        }
+    }
+
+    /// A duration string such as `"15s"` or `"1h30m"`.
+    pub fn duration(&self, what: &str, attr: &Attribute) -> Result<Duration, Error> {
+        let text = self
+            .text(&attr.value)
+            .ok_or_else(|| self.wrong_type(what, attr, "a duration string such as \"15s\""))??;
+        duration::parse(&text).map_err(|e| {
+            invalid(format!(
+                "invalid duration for {:?} in {what} at line {}: {e}",
+                attr.key.as_str(),
+                self.line(attr.span())
+            ))
+        })
+    }
+
+    /// [`Source::string`] of the attribute `key` of `items`, if it is there.
+    pub fn opt_string(&self, items: &Items, key: &str) -> Result<Option<String>, Error> {
+        items
+            .attr(key)
+            .map(|a| self.string(&items.what, a))
+            .transpose()
+    }
+
+    /// [`Source::u32`] of the attribute `key` of `items`, if it is there.
+    pub fn opt_u32(&self, items: &Items, key: &str) -> Result<Option<u32>, Error> {
+        items
+            .attr(key)
+            .map(|a| self.u32(&items.what, a))
+            .transpose()
+    }
+
+    /// [`Source::bool`] of the attribute `key` of `items`, if it is there.
+    pub fn opt_bool(&self, items: &Items, key: &str) -> Result<Option<bool>, Error> {
+        items
+            .attr(key)
+            .map(|a| self.bool(&items.what, a))
+            .transpose()
+    }
+
+    /// [`Source::duration`] of the attribute `key` of `items`, if it is there.
+    pub fn opt_duration(&self, items: &Items, key: &str) -> Result<Option<Duration>, Error> {
+        items
+            .attr(key)
+            .map(|a| self.duration(&items.what, a))
+            .transpose()
+    }
+}

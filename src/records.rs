@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 
 use crate::jobspec::Job;
-use crate::volume::spec::Capability;
 
 /// How many events a task keeps; the oldest is dropped first.
 pub const MAX_EVENTS: usize = 10;
@@ -298,4 +297,57 @@ pub struct VolumeRecord {
     pub create_time: i64,
     #[serde(default)]
     pub modify_time: i64,
+}
+
+/// How a volume may be accessed (CSI access modes, as Nomad spells them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessMode {
+    SingleNodeReaderOnly,
+    SingleNodeWriter,
+    SingleNodeSingleWriter,
+    SingleNodeMultiWriter,
+}
+
+impl AccessMode {
+    pub const ALL: [AccessMode; 4] = [
+        AccessMode::SingleNodeReaderOnly,
+        AccessMode::SingleNodeWriter,
+        AccessMode::SingleNodeSingleWriter,
+        AccessMode::SingleNodeMultiWriter,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessMode::SingleNodeReaderOnly => "single-node-reader-only",
+            AccessMode::SingleNodeWriter => "single-node-writer",
+            AccessMode::SingleNodeSingleWriter => "single-node-single-writer",
+            AccessMode::SingleNodeMultiWriter => "single-node-multi-writer",
+        }
+    }
+}
+
+/// How a volume is presented to a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttachmentMode {
+    FileSystem,
+    BlockDevice,
+}
+
+impl AttachmentMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachmentMode::FileSystem => "file-system",
+            AttachmentMode::BlockDevice => "block-device",
+        }
+    }
+}
+
+/// One `capability` block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Capability {
+    pub access_mode: AccessMode,
+    pub attachment_mode: AttachmentMode,
 }

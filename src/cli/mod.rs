@@ -12,6 +12,7 @@ pub mod client;
 pub mod flags;
 pub mod format;
 pub mod volume_format;
+pub mod volume_request;
 
 mod alloc;
 mod job;

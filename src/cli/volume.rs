@@ -84,7 +84,7 @@ fn submit(ctx: &mut Ctx, p: &Parsed, endpoint: &str, doing: &str, output: Output
     let file = Path::new(&p.args[0]);
     let text = std::fs::read_to_string(file)
         .map_err(|e| failed("reading volume file", format!("{}: {e}", file.display())))?;
-    let request = crate::volume::spec::api_request(file, &text)
+    let request = super::volume_request::api_request(file, &text)
         .map_err(|e| failed("parsing volume file", e))?;
     let answer = ctx
         .client

@@ -5,7 +5,8 @@
 //! (`{"Volume": {...}}`), where fields nodeward does not implement are ignored and reported as
 //! warnings. Both produce a [`RawVolume`] that mirrors the API shape, and [`RawVolume::validate`]
 //! turns it into a [`VolumeSpec`] once: names checked, capacities parsed, modes known. The CLI
-//! sends an HCL file as [`api_request`] makes it, so the API only ever takes Nomad's JSON shape.
+//! sends an HCL file as `cli::volume_request` makes it, so the API only ever takes Nomad's JSON
+//! shape.
 //!
 //! Capacities in HCL are strings with a unit, read like Nomad's `humanize.ParseBytes`: decimal units
 //! are powers of 1000 (`kb` = 1000, `mb` = 1000², ...) and binary units powers of 1024 (`kib` =
@@ -17,9 +18,9 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use crate::jobspec::validate::validate_name;
+pub use crate::records::{AccessMode, AttachmentMode, Capability};
 
 /// Why a volume specification was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,79 +36,26 @@ pub enum SpecError {
     Invalid(String),
 }
 
-/// How a volume may be accessed (CSI access modes, as Nomad spells them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AccessMode {
-    SingleNodeReaderOnly,
-    SingleNodeWriter,
-    SingleNodeSingleWriter,
-    SingleNodeMultiWriter,
+fn parse_access_mode(s: &str) -> Result<AccessMode, SpecError> {
+    AccessMode::ALL
+        .into_iter()
+        .find(|m| m.as_str() == s)
+        .ok_or_else(|| {
+            SpecError::Invalid(format!(
+                "invalid access_mode {s:?}: want one of {}",
+                AccessMode::ALL.map(|m| m.as_str()).join(", ")
+            ))
+        })
 }
 
-impl AccessMode {
-    pub const ALL: [AccessMode; 4] = [
-        AccessMode::SingleNodeReaderOnly,
-        AccessMode::SingleNodeWriter,
-        AccessMode::SingleNodeSingleWriter,
-        AccessMode::SingleNodeMultiWriter,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AccessMode::SingleNodeReaderOnly => "single-node-reader-only",
-            AccessMode::SingleNodeWriter => "single-node-writer",
-            AccessMode::SingleNodeSingleWriter => "single-node-single-writer",
-            AccessMode::SingleNodeMultiWriter => "single-node-multi-writer",
-        }
+fn parse_attachment_mode(s: &str) -> Result<AttachmentMode, SpecError> {
+    match s {
+        "file-system" => Ok(AttachmentMode::FileSystem),
+        "block-device" => Ok(AttachmentMode::BlockDevice),
+        _ => Err(SpecError::Invalid(format!(
+            "invalid attachment_mode {s:?}: want file-system or block-device"
+        ))),
     }
-
-    fn parse(s: &str) -> Result<AccessMode, SpecError> {
-        AccessMode::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| {
-                SpecError::Invalid(format!(
-                    "invalid access_mode {s:?}: want one of {}",
-                    AccessMode::ALL.map(|m| m.as_str()).join(", ")
-                ))
-            })
-    }
-}
-
-/// How a volume is presented to a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AttachmentMode {
-    FileSystem,
-    BlockDevice,
-}
-
-impl AttachmentMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AttachmentMode::FileSystem => "file-system",
-            AttachmentMode::BlockDevice => "block-device",
-        }
-    }
-
-    fn parse(s: &str) -> Result<AttachmentMode, SpecError> {
-        match s {
-            "file-system" => Ok(AttachmentMode::FileSystem),
-            "block-device" => Ok(AttachmentMode::BlockDevice),
-            _ => Err(SpecError::Invalid(format!(
-                "invalid attachment_mode {s:?}: want file-system or block-device"
-            ))),
-        }
-    }
-}
-
-/// One `capability` block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct Capability {
-    pub access_mode: AccessMode,
-    pub attachment_mode: AttachmentMode,
 }
 
 /// A validated volume specification.
@@ -293,8 +241,8 @@ impl RawVolume {
         let mut capabilities = Vec::new();
         for c in &self.requested_capabilities {
             capabilities.push(Capability {
-                access_mode: AccessMode::parse(&c.access_mode)?,
-                attachment_mode: AttachmentMode::parse(&c.attachment_mode)?,
+                access_mode: parse_access_mode(&c.access_mode)?,
+                attachment_mode: parse_attachment_mode(&c.attachment_mode)?,
             });
         }
         if capabilities.is_empty() {
@@ -407,7 +355,8 @@ pub fn parse_hcl(input: &str) -> Result<VolumeSpec, SpecError> {
 }
 
 /// The HCL file as written, in the API's field names: [`parse_hcl`] without the validation.
-fn read_hcl(input: &str) -> Result<RawVolume, SpecError> {
+/// Reads an HCL specification file into the raw volume, as written (no defaults applied).
+pub fn read_hcl(input: &str) -> Result<RawVolume, SpecError> {
     crate::hcl::read(input, |doc| walk_hcl(&doc.source, &doc.body))
 }
 
@@ -542,41 +491,6 @@ fn walk_hcl(
     Ok(raw)
 }
 
-/// An HCL specification file as the API's request body `{"Volume": {...}}`. It is validated here,
-/// so a mistake is reported with its line before anything is sent, but sent as written: the agent
-/// applies the defaults.
-pub fn hcl_to_api_json(input: &str) -> Result<serde_json::Value, SpecError> {
-    let raw = read_hcl(input)?;
-    raw.clone().validate()?;
-    Ok(serde_json::json!({ "Volume": raw }))
-}
-
-/// What `volume create <file>` and `volume register <file>` send: HCL through
-/// [`hcl_to_api_json`], or, for a `.json` file, the API's shape as it is (`{"Volume": {...}}`, or
-/// the bare volume object wrapped), left for the agent to validate.
-pub fn api_request(file: &Path, text: &str) -> Result<serde_json::Value, SpecError> {
-    let cannot_parse = |reason: &dyn std::fmt::Display| {
-        SpecError::Syntax(format!("cannot parse {}: {reason}", file.display()))
-    };
-    let is_json = file
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    if !is_json {
-        return hcl_to_api_json(text).map_err(|e| match e {
-            SpecError::Syntax(m) => cannot_parse(&m),
-            other => other,
-        });
-    }
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| cannot_parse(&e))?;
-    match v {
-        serde_json::Value::Object(ref o) if o.contains_key("Volume") => Ok(v),
-        serde_json::Value::Object(_) => Ok(serde_json::json!({ "Volume": v })),
-        _ => Err(SpecError::Invalid(
-            "a JSON volume specification must be an object".into(),
-        )),
-    }
-}
-
 fn string_value(key: &str, line: usize, value: &hcl::Value) -> Result<String, SpecError> {
     match value {
         hcl::Value::String(s) => Ok(s.clone()),
@@ -624,10 +538,11 @@ fn parameters_value(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const EXAMPLE: &str = r#"
+    /// Also used by the CLI's request tests.
+    pub(crate) const EXAMPLE: &str = r#"
 type      = "host"
 name      = "test"
 plugin_id = "mkdir"
@@ -661,15 +576,6 @@ parameters {
         assert_eq!(spec.parameters["uid"], "1000");
         assert_eq!(spec.namespace, "default");
         assert_eq!(spec.host_path, None);
-    }
-
-    #[test]
-    fn hcl_round_trips_through_json() {
-        let spec = parse_hcl(EXAMPLE).unwrap();
-        let body = serde_json::to_vec(&hcl_to_api_json(EXAMPLE).unwrap()).unwrap();
-        let parsed = parse_json(&body).unwrap();
-        assert_eq!(parsed.spec, spec);
-        assert!(parsed.warnings.is_empty());
     }
 
     #[test]
@@ -846,58 +752,6 @@ parameters {
         assert!(parse_json(br#"{"Volume": {"Name": "v", "HostPath": "rel"}}"#).is_err());
         assert!(parse_json(b"[1]").is_err());
         assert!(parse_json(b"{").is_err());
-    }
-
-    #[test]
-    fn hcl_request_is_the_api_shape_as_written() {
-        let v = api_request(Path::new("vol.hcl"), EXAMPLE).unwrap();
-        assert_eq!(
-            v,
-            serde_json::json!({"Volume": {
-                "Name": "test", "PluginID": "mkdir",
-                "RequestedCapacityMinBytes": 10 * 1024 * 1024,
-                "RequestedCapacityMaxBytes": 1024u64 * 1024 * 1024,
-                "RequestedCapabilities": [{"AccessMode": "single-node-writer", "AttachmentMode": "file-system"}],
-                "Parameters": {"mode": "0755", "uid": "1000"}
-            }})
-        );
-        let hcl = r#"
-name = "existing"
-host_path = "/srv/existing"
-capability {
-  access_mode     = "single-node-writer"
-  attachment_mode = "file-system"
-}
-capability {
-  access_mode     = "single-node-reader-only"
-  attachment_mode = "file-system"
-}
-"#;
-        let v = api_request(Path::new("vol.hcl"), hcl).unwrap();
-        assert_eq!(v["Volume"]["HostPath"], "/srv/existing");
-        assert_eq!(
-            v["Volume"]["RequestedCapabilities"]
-                .as_array()
-                .unwrap()
-                .len(),
-            2
-        );
-        let err = api_request(Path::new("v.hcl"), "name = ").unwrap_err();
-        assert!(err.to_string().starts_with("cannot parse v.hcl:"), "{err}");
-    }
-
-    #[test]
-    fn json_requests_are_sent_as_they_are() {
-        let wrapped = r#"{"Volume": {"Name": "a", "PluginID": "mkdir"}}"#;
-        let v = api_request(Path::new("v.json"), wrapped).unwrap();
-        assert_eq!(
-            v,
-            serde_json::json!({"Volume": {"Name": "a", "PluginID": "mkdir"}})
-        );
-        let bare = r#"{"Name": "a"}"#;
-        let v = api_request(Path::new("v.JSON"), bare).unwrap();
-        assert_eq!(v, serde_json::json!({"Volume": {"Name": "a"}}));
-        assert!(api_request(Path::new("v.json"), "[1]").is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! [`Router`] before the server starts.
 
 pub mod logs;
-mod plugins;
+pub mod plugins;
 pub mod router;
 pub mod routes;
 pub mod server;

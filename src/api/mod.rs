@@ -9,7 +9,7 @@ pub mod plugins;
 pub mod router;
 pub mod routes;
 pub mod server;
-mod volumes;
+pub mod volumes;
 
 pub use router::{resolve_prefix, ApiError, Handler, Method, Request, Response, Router};
 pub use routes::serve;

@@ -23,7 +23,6 @@
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
 use serde::Serialize;
-use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::PathBuf;
@@ -31,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::plugin::{self, Plugin, PluginError, Plugins, Timeouts, VolumeRequest};
-use super::spec::{self, SpecError, VolumeSpec};
+use super::spec::VolumeSpec;
 use crate::config::{AgentConfig, StaticVolume};
 use crate::records::{VolumeRecord, VolumeState};
 use crate::state::{Snapshot, StateError, StateFile, StateStore};
@@ -46,17 +45,17 @@ pub const RESTORE_DEADLINE: Duration = Duration::from_secs(120);
 /// How often the agent retries unavailable volumes.
 pub const RETRY_INTERVAL: Duration = Duration::from_secs(60);
 
-/// Why a volume request failed. [`VolumeError::status`] maps each to an HTTP status: the caller's
-/// mistakes (bad spec, unknown plugin, name taken, busy volume) are 400, unknown IDs 404, failures of
-/// plugins, the node or the state file 500.
+/// Why a volume request failed. The API decides what each means for an HTTP client
+/// (`api::volumes`); the domain only reports it.
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
-    #[error(transparent)]
-    Spec(#[from] SpecError),
+    /// The request cannot be carried out as written (placement, a field for the other operation,
+    /// a change to what a volume cannot change).
     #[error("{0}")]
-    BadRequest(String),
+    Invalid(String),
     #[error("volume name already exists on this node")]
     NameExists,
+    /// No dynamic volume has this (full) ID.
     #[error("host volume {0:?} not found")]
     NotFound(String),
     #[error("volume {0:?} is busy: another operation on it is in progress; try again")]
@@ -75,22 +74,6 @@ pub enum VolumeError {
         path: PathBuf,
         source: std::io::Error,
     },
-}
-
-impl VolumeError {
-    /// The HTTP status the API answers with.
-    pub fn status(&self) -> u16 {
-        match self {
-            VolumeError::Spec(_)
-            | VolumeError::BadRequest(_)
-            | VolumeError::NameExists
-            | VolumeError::Busy(_)
-            | VolumeError::HostPath { .. } => 400,
-            VolumeError::NotFound(_) => 404,
-            VolumeError::Plugin(e) if e.is_user_error() => 400,
-            VolumeError::Plugin(_) | VolumeError::State { .. } | VolumeError::Setup { .. } => 500,
-        }
-    }
 }
 
 impl VolumeRecord {
@@ -116,6 +99,17 @@ pub struct HostVolumeConfig {
     /// Empty for a static volume.
     #[serde(rename = "ID")]
     pub id: String,
+}
+
+/// One dynamic volume as a reader sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeView {
+    pub record: VolumeRecord,
+    pub state: VolumeState,
+    /// Why the volume is unavailable; empty otherwise.
+    pub status: String,
+    /// The allocations that use the volume's name, sorted.
+    pub allocations: Vec<String>,
 }
 
 /// Where things are and how long plugins may take.
@@ -187,33 +181,6 @@ impl Registry {
             .iter()
             .find(|(_, e)| e.record.name == name)
             .map(|(id, _)| id.as_str())
-    }
-
-    /// Resolves a full ID or a unique prefix.
-    fn resolve(&self, id: &str) -> Result<String, VolumeError> {
-        if self.volumes.contains_key(id) {
-            return Ok(id.to_string());
-        }
-        let matches: Vec<&String> = if id.is_empty() {
-            Vec::new()
-        } else {
-            self.volumes
-                .range(id.to_string()..)
-                .take_while(|(k, _)| k.starts_with(id))
-                .map(|(k, _)| k)
-                .collect()
-        };
-        match matches.as_slice() {
-            [] => Err(VolumeError::NotFound(id.to_string())),
-            [one] => Ok(one.to_string()),
-            many => Err(VolumeError::BadRequest(format!(
-                "prefix {id:?} matches several volumes: {}",
-                many.iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))),
-        }
     }
 }
 
@@ -331,13 +298,13 @@ impl VolumeManager {
     pub fn create(&self, spec: &VolumeSpec) -> Result<VolumeRecord, VolumeError> {
         self.check_placement(spec)?;
         if spec.host_path.is_some() {
-            return Err(VolumeError::BadRequest(
+            return Err(VolumeError::Invalid(
                 "host_path is only for volume register; a created volume's path comes from its plugin"
                     .to_string(),
             ));
         }
         let plugin_id = spec.plugin_id.as_deref().ok_or_else(|| {
-            VolumeError::BadRequest("plugin_id is required to create a volume".to_string())
+            VolumeError::Invalid("plugin_id is required to create a volume".to_string())
         })?;
         let plugin = self.plugins.lookup(plugin_id)?;
         self.plugins.precheck(&plugin, &spec.parameters)?;
@@ -364,7 +331,7 @@ impl VolumeManager {
     pub fn register(&self, spec: &VolumeSpec) -> Result<VolumeRecord, VolumeError> {
         self.check_placement(spec)?;
         let host_path = spec.host_path.clone().ok_or_else(|| {
-            VolumeError::BadRequest("host_path is required to register a volume".to_string())
+            VolumeError::Invalid("host_path is required to register a volume".to_string())
         })?;
         fs::metadata(&host_path).map_err(|source| VolumeError::HostPath {
             name: spec.name.clone(),
@@ -379,14 +346,17 @@ impl VolumeManager {
     }
 
     /// Deletes a volume: its plugin's `delete`, then out of the state file and `HostVolumes`.
-    /// A failing plugin keeps the volume unless `force`. `id` may be a unique prefix.
+    /// A failing plugin keeps the volume unless `force`. `id` is a full ID (the API resolves
+    /// prefixes).
     pub fn delete(&self, id: &str, force: bool) -> Result<String, VolumeError> {
         let record = {
             let mut reg = self.registry.lock();
-            let id = reg.resolve(id)?;
-            let entry = reg.volumes.get_mut(&id).expect("resolved");
+            let entry = reg
+                .volumes
+                .get_mut(id)
+                .ok_or_else(|| VolumeError::NotFound(id.to_string()))?;
             if entry.busy {
-                return Err(VolumeError::Busy(id));
+                return Err(VolumeError::Busy(id.to_string()));
             }
             entry.busy = true;
             entry.record.clone()
@@ -443,7 +413,7 @@ impl VolumeManager {
     fn check_placement(&self, spec: &VolumeSpec) -> Result<(), VolumeError> {
         if let Some(node) = &spec.node_id {
             if node != &self.plugins.node_id {
-                return Err(VolumeError::BadRequest(format!(
+                return Err(VolumeError::Invalid(format!(
                     "node_id {node:?} is not this node ({})",
                     self.plugins.node_id
                 )));
@@ -451,7 +421,7 @@ impl VolumeManager {
         }
         if let Some(pool) = &spec.node_pool {
             if pool != &self.plugins.node_pool {
-                return Err(VolumeError::BadRequest(format!(
+                return Err(VolumeError::Invalid(format!(
                     "node_pool {pool:?} is not this node's pool ({:?})",
                     self.plugins.node_pool
                 )));
@@ -479,13 +449,13 @@ impl VolumeManager {
             }
             let old = entry.record.clone();
             if old.name != spec.name {
-                return Err(VolumeError::BadRequest(format!(
+                return Err(VolumeError::Invalid(format!(
                     "volume {id:?} is named {:?}: a volume's name cannot be changed",
                     old.name
                 )));
             }
             if old.registered != registered {
-                return Err(VolumeError::BadRequest(format!(
+                return Err(VolumeError::Invalid(format!(
                     "volume {id:?} was {}; use volume {}",
                     if old.registered {
                         "registered"
@@ -496,7 +466,7 @@ impl VolumeManager {
                 )));
             }
             if !registered && spec.plugin_id.as_deref() != Some(old.plugin_id.as_str()) {
-                return Err(VolumeError::BadRequest(format!(
+                return Err(VolumeError::Invalid(format!(
                     "volume {id:?} was created by plugin {:?}: its plugin cannot be changed",
                     old.plugin_id
                 )));
@@ -874,11 +844,6 @@ impl VolumeManager {
             .retain(|tx| !matches!(tx.try_send(()), Err(TrySendError::Disconnected(_))));
     }
 
-    /// `HostVolumes` as the node's JSON (`GET /v1/node/:id`).
-    pub fn host_volumes_json(&self) -> Value {
-        serde_json::to_value(self.host_volumes()).unwrap_or_default()
-    }
-
     /// A copy of one volume's record (full ID).
     pub fn record(&self, id: &str) -> Option<VolumeRecord> {
         self.registry
@@ -900,86 +865,27 @@ impl VolumeManager {
         out
     }
 
-    // ---- JSON for the API ---------------------------------------------------------------
-
-    /// `PUT /v1/volume/host/create`: body `{"Volume": {...}}`.
-    pub fn create_json(&self, body: &[u8]) -> Result<Value, VolumeError> {
-        let parsed = spec::parse_json(body)?;
-        let record = self.create(&parsed.spec)?;
-        Ok(self.answer(&record.id, &parsed.warnings))
-    }
-
-    /// `PUT /v1/volume/host/register`: body `{"Volume": {...}}`.
-    pub fn register_json(&self, body: &[u8]) -> Result<Value, VolumeError> {
-        let parsed = spec::parse_json(body)?;
-        let record = self.register(&parsed.spec)?;
-        Ok(self.answer(&record.id, &parsed.warnings))
-    }
-
-    fn answer(&self, id: &str, warnings: &[String]) -> Value {
-        let volume = self.volume_json(id).unwrap_or(Value::Null);
-        json!({ "Volume": volume, "Warnings": warnings.join("\n") })
-    }
-
-    /// `GET /v1/volumes?type=host`: the stubs, sorted by name.
-    pub fn list_json(&self) -> Value {
-        Value::Array(
-            self.volumes()
-                .into_iter()
-                .map(|(r, state, _)| {
-                    json!({
-                        "ID": r.id, "Name": r.name, "Namespace": r.namespace,
-                        "PluginID": r.plugin_id, "NodeID": r.node_id, "NodePool": r.node_pool,
-                        "CapacityBytes": r.capacity_bytes, "State": state.as_str(),
-                    })
-                })
-                .collect(),
-        )
-    }
-
-    /// `GET /v1/volume/host/:id` (a unique prefix works).
-    pub fn get_json(&self, id: &str) -> Result<Value, VolumeError> {
-        let id = self.registry.lock().resolve(id)?;
-        self.volume_json(&id)
-            .ok_or_else(|| VolumeError::NotFound(id.clone()))
-    }
-
-    /// `DELETE /v1/volume/host/:id[?force=true]`: answers `{"VolumeID": "<full id>"}`.
-    pub fn delete_json(&self, id: &str, force: bool) -> Result<Value, VolumeError> {
-        let id = self.delete(id, force)?;
-        Ok(json!({ "VolumeID": id }))
-    }
-
-    fn volume_json(&self, id: &str) -> Option<Value> {
+    /// One volume (full ID) with its state and the allocations that use it.
+    pub fn view(&self, id: &str) -> Option<VolumeView> {
         let reg = self.registry.lock();
         let e = reg.volumes.get(id)?;
-        let r = &e.record;
-        let allocs: Vec<Value> = reg
-            .users
-            .get(&r.name)
-            .into_iter()
-            .flatten()
-            .map(|a| json!({ "ID": a }))
-            .collect();
-        Some(json!({
-            "ID": r.id,
-            "Name": r.name,
-            "Namespace": r.namespace,
-            "PluginID": r.plugin_id,
-            "NodeID": r.node_id,
-            "NodePool": r.node_pool,
-            "RequestedCapacityMinBytes": r.requested_capacity_min_bytes,
-            "RequestedCapacityMaxBytes": r.requested_capacity_max_bytes,
-            "RequestedCapabilities": r.requested_capabilities,
-            "Parameters": r.parameters,
-            "HostPath": r.host_path,
-            "CapacityBytes": r.capacity_bytes,
-            "State": e.state.as_str(),
-            "StatusDescription": e.status,
-            "CreateTime": r.create_time,
-            "ModifyTime": r.modify_time,
-            "Allocations": allocs,
-        }))
+        Some(VolumeView {
+            record: e.record.clone(),
+            state: e.state,
+            status: e.status.clone(),
+            allocations: reg
+                .users
+                .get(&e.record.name)
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect(),
+        })
+    }
+
+    /// Every dynamic volume's ID, sorted: what an ID prefix is resolved against.
+    pub fn ids(&self) -> Vec<String> {
+        self.registry.lock().volumes.keys().cloned().collect()
     }
 }
 
@@ -1076,24 +982,13 @@ mod tests {
     }
 
     #[test]
-    fn ids_resolve_by_unique_prefix() {
+    fn names_are_taken_by_ids() {
         let reg = Registry {
             volumes: [entry("abc1", "a"), entry("abc2", "b"), entry("abd", "c")]
                 .into_iter()
                 .collect(),
             users: BTreeMap::new(),
         };
-        assert_eq!(reg.resolve("abc1").unwrap(), "abc1");
-        assert_eq!(reg.resolve("abd").unwrap(), "abd");
-        assert_eq!(reg.resolve("abc2").unwrap(), "abc2");
-        let err = reg.resolve("abc").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "prefix \"abc\" matches several volumes: abc1, abc2"
-        );
-        assert_eq!(err.status(), 400);
-        assert_eq!(reg.resolve("x").unwrap_err().status(), 404);
-        assert_eq!(reg.resolve("").unwrap_err().status(), 404);
         assert_eq!(reg.name_taken_by("b"), Some("abc2"));
         assert_eq!(reg.name_taken_by("z"), None);
     }

@@ -4,7 +4,9 @@
 //! - [`plugin`]: finding and running DHV plugins, confined to the plugin directory.
 //! - [`mkdir`]: the built-in `mkdir` plugin.
 //! - [`manager`]: the node's registry of volumes: create, register, delete, restore, `HostVolumes`.
-//! - [`format`]: the CLI's text for `volume create`, `volume register` and `volume status`.
+//!
+//! The HTTP side (request bodies, ID prefixes, status codes, Nomad's JSON) is `api::volumes`; the
+//! CLI's text for `volume create`, `volume register` and `volume status` is `cli::volume_format`.
 
 pub mod manager;
 pub mod mkdir;
@@ -12,4 +14,4 @@ pub mod plugin;
 pub mod spec;
 
 pub use crate::records::{VolumeRecord, VolumeState};
-pub use manager::{HostVolumeConfig, ManagerConfig, VolumeError, VolumeManager};
+pub use manager::{HostVolumeConfig, ManagerConfig, VolumeError, VolumeManager, VolumeView};

@@ -23,8 +23,9 @@
 //!   flight are killed and the rest of a restore ends at once.
 //! - One `volume-retry` thread, started by [`VolumeManager::start`], runs
 //!   [`VolumeManager::retry_unavailable`] every [`RETRY_INTERVAL`] (SIGHUP runs it too). It ends
-//!   when the shutdown channel disconnects. A volume that fails a restore or retry becomes
-//!   `unavailable` with the reason; it stays in the state file.
+//!   when the shutdown channel disconnects or [`VolumeManager::stop`] drops its stop sender;
+//!   `stop` joins it. A volume that fails a restore or retry becomes `unavailable` with the
+//!   reason; it stays in the state file.
 //! - Subscribers ([`VolumeLookup::changes`]) get a coalesced `()` (a `try_send`, never blocking)
 //!   after every change to the set of ready volumes; an allocation waiting for a volume selects
 //!   over that, its kill and shutdown.
@@ -46,7 +47,7 @@ use crate::records::{VolumeRecord, VolumeState};
 use crate::state::{Snapshot, StateFile, StateStore};
 use crate::task::events::now_nanos;
 use crate::task::mounts::{HostVolume, VolumeLookup};
-use crate::thread::Never;
+use crate::thread::{Never, Worker};
 
 /// Restores and retries run at most this many plugins at once.
 pub const RESTORE_PARALLELISM: usize = 8;
@@ -109,7 +110,7 @@ impl ManagerConfig {
 ///
 /// Lock order: the manager's locks below are never held together, nor while the state store
 /// saves (a save takes `registry` through [`Snapshot::fill`]); each is taken alone, for one read
-/// or change, and released before any plugin run, disk write or channel send.
+/// or change, and released before any plugin run, disk write, channel send or join.
 pub struct VolumeManager {
     plugins: Plugins,
     store: Arc<StateStore>,
@@ -124,6 +125,9 @@ pub struct VolumeManager {
     attributes: Mutex<BTreeMap<String, String>>,
     /// Guards: the subscribers' senders; each send is a non-blocking `try_send`.
     subscribers: Mutex<Vec<Sender<()>>>,
+    /// Guards: the `volume-retry` thread's worker, from [`VolumeManager::start`] until
+    /// [`VolumeManager::stop`] takes it (and joins it with the lock released).
+    retry: Mutex<Option<Worker<()>>>,
 }
 
 impl VolumeManager {
@@ -176,6 +180,7 @@ impl VolumeManager {
             registry: Mutex::new(registry),
             attributes: Mutex::new(BTreeMap::new()),
             subscribers: Mutex::new(Vec::new()),
+            retry: Mutex::new(None),
         });
         store.register(manager.clone());
         Ok(manager)
@@ -184,8 +189,8 @@ impl VolumeManager {
     /// Everything the agent does at start, in order: [`VolumeManager::new`], fingerprint the
     /// plugins, restore `records` (the state file's volumes; blocks until done or the restore
     /// deadline), and the `volume-retry` thread that retries unavailable volumes every
-    /// [`RETRY_INTERVAL`] until `shutdown` disconnects. Call it before the API serves volume
-    /// requests.
+    /// [`RETRY_INTERVAL`] until `shutdown` disconnects or [`VolumeManager::stop`]. Call it before
+    /// the API serves volume requests.
     pub fn start(
         config: ManagerConfig,
         store: Arc<StateStore>,
@@ -204,12 +209,35 @@ impl VolumeManager {
             );
         }
         let retry = manager.clone();
-        crate::thread::spawn("volume-retry", move || retry.run_retry_loop(RETRY_INTERVAL))
-            .map_err(|source| VolumeError::Setup {
-                path: PathBuf::from("volume-retry thread"),
-                source,
-            })?;
+        let worker = crate::thread::spawn_stoppable(
+            "volume-retry",
+            move |stop| retry.run_retry_loop(RETRY_INTERVAL, &stop),
+            // The panic is already logged and counted; volumes stay as they were.
+            |_| {},
+        )
+        .map_err(|source| VolumeError::Setup {
+            path: PathBuf::from("volume-retry thread"),
+            source,
+        })?;
+        *manager.retry.lock() = Some(worker);
         Ok(manager)
+    }
+
+    /// Stops the `volume-retry` thread and joins it, waiting until `deadline` at most. True when
+    /// it has ended (or never ran); false gives it back for a later call. For the agent's
+    /// shutdown, after the shutdown channel disconnected: a retry in the middle of a plugin run
+    /// ends when the run is killed by that.
+    pub fn stop(&self, deadline: Instant) -> bool {
+        let Some(worker) = self.retry.lock().take() else {
+            return true;
+        };
+        match worker.join_until(deadline) {
+            Ok(_) => true,
+            Err(worker) => {
+                *self.retry.lock() = Some(worker);
+                false
+            }
+        }
     }
 
     /// The plugin runner (directories, node identity, timeouts).
@@ -404,13 +432,14 @@ impl VolumeManager {
         self.restore_entries(ids)
     }
 
-    /// Calls [`VolumeManager::retry_unavailable`] every `interval` until shutdown. Run it on a
-    /// thread of its own (`crate::thread::spawn`).
-    pub fn run_retry_loop(&self, interval: Duration) {
+    /// Calls [`VolumeManager::retry_unavailable`] every `interval` until shutdown or `stop`
+    /// disconnects: the body of the `volume-retry` thread.
+    fn run_retry_loop(&self, interval: Duration, stop: &Receiver<Never>) {
         let tick = crossbeam_channel::tick(interval);
         loop {
             crossbeam_channel::select! {
                 recv(self.shutdown) -> _ => return,
+                recv(stop) -> _ => return,
                 recv(tick) -> _ => {
                     let report = self.retry_unavailable();
                     if !report.ready.is_empty() {
@@ -586,5 +615,27 @@ impl VolumeLookup for VolumeManager {
 
     fn release(&self, alloc_id: &str) {
         self.registry.lock().release(alloc_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The retry thread is owned: `stop` ends and joins it while the agent's shutdown channel is
+    /// still open, and a second `stop` has nothing left to do.
+    #[test]
+    fn stop_joins_the_retry_thread() {
+        let data = std::env::temp_dir().join(format!("nodeward-vm-stop-{}", uuid::Uuid::new_v4()));
+        let (store, _) = StateStore::open(&data, false).unwrap();
+        let (_shutdown_tx, shutdown) = bounded::<Never>(0);
+        let config = ManagerConfig::new(&data, store.node_id(), "default");
+        let manager =
+            VolumeManager::start(config, store, &BTreeMap::new(), Vec::new(), shutdown).unwrap();
+        assert!(manager.retry.lock().is_some());
+        assert!(manager.stop(Instant::now() + Duration::from_secs(10)));
+        assert!(manager.retry.lock().is_none());
+        assert!(manager.stop(Instant::now()));
+        let _ = fs::remove_dir_all(&data);
     }
 }

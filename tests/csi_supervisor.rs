@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nodeward::api::plugins;
 use nodeward::csi::client::StatusCode;
 use nodeward::csi::{
     CsiClient, CsiError, CsiPluginHook, CsiSettings, PluginKind, PluginRecord, PluginRegistry,
@@ -370,7 +371,7 @@ fn ready_after_a_delay_becomes_healthy_and_registers() {
     wait_until("the plugin is registered", || {
         s.record(PluginKind::Controller).is_some()
     });
-    let node = s.registry.node_json();
+    let node = plugins::node_plugins_json(&s.registry);
     let n = &node["CSINodePlugins"]["hostpath"];
     assert_eq!(n["Healthy"], true);
     assert_eq!(n["AllocID"], alloc.as_str());
@@ -390,7 +391,7 @@ fn ready_after_a_delay_becomes_healthy_and_registers() {
     assert_eq!(c["ControllerInfo"]["SupportsCreateDelete"], true);
     assert_eq!(c["ControllerInfo"]["SupportsAttachDetach"], true);
     assert_eq!(c["ControllerInfo"]["SupportsClone"], false);
-    let plugin = s.registry.plugin_json("hostpath").unwrap();
+    let plugin = plugins::plugin_json(&s.registry, "hostpath").unwrap();
     assert_eq!(plugin["NodesHealthy"], 1);
     assert_eq!(plugin["Allocations"][0]["ID"], alloc.as_str());
 

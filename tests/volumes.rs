@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nodeward::api::volumes;
 use nodeward::config::StaticVolume;
 use nodeward::state::{StateFile, StateStore};
 use nodeward::task::mounts::VolumeLookup;
@@ -41,9 +42,7 @@ impl Node {
     }
     fn create(&self, body: Value) -> Result<Value, (u16, String)> {
         let body = serde_json::to_vec(&json!({ "Volume": body })).unwrap();
-        self.mgr
-            .create_json(&body)
-            .map_err(|e| (e.status(), e.to_string()))
+        volumes::create(&self.mgr, &body).map_err(|e| (e.status(), e.to_string()))
     }
 }
 
@@ -353,7 +352,7 @@ echo $! > "$DHV_VOLUMES_DIR/child.pid"
     let started = Instant::now();
     let create = std::thread::spawn(move || {
         let body = serde_json::to_vec(&json!({"Volume": {"Name": "s", "PluginID": "slow"}}));
-        mgr.create_json(&body.unwrap()).map_err(|e| e.to_string())
+        volumes::create(&mgr, &body.unwrap()).map_err(|e| e.to_string())
     });
     let pidfile = n.volumes_dir().join("child.pid");
     wait_until("the plugin to start", || {
@@ -462,10 +461,10 @@ fn mkdir_parameters_and_lifecycle() {
     let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o700);
     // Prefix lookups.
-    let got = n.mgr.get_json(&id[..8]).unwrap();
+    let got = volumes::get(&n.mgr, &id[..8]).unwrap();
     assert_eq!(got["ID"], id);
-    assert_eq!(n.mgr.get_json("zzz").unwrap_err().status(), 404);
-    let deleted = n.mgr.delete_json(&id[..8], false).unwrap();
+    assert_eq!(volumes::get(&n.mgr, "zzz").unwrap_err().status(), 404);
+    let deleted = volumes::delete(&n.mgr, &id[..8], false).unwrap();
     assert_eq!(deleted["VolumeID"], id);
     assert!(!path.exists());
     assert!(n.on_disk().host_volumes.is_empty());
@@ -545,14 +544,14 @@ fn register_checks_the_host_path() {
     let t = TempRoot::new();
     let n = fresh(&t, Duration::from_secs(30));
     let body = serde_json::to_vec(&json!({"Volume": {"Name": "r", "HostPath": "/nonexistent/x"}}));
-    let err = n.mgr.register_json(&body.unwrap()).unwrap_err();
+    let err = volumes::register(&n.mgr, &body.unwrap()).unwrap_err();
     assert_eq!(
         err.to_string(),
         "could not verify host path for \"r\": No such file or directory (os error 2)"
     );
     let dir = t.dir("reg");
     let body = serde_json::to_vec(&json!({"Volume": {"Name": "r", "HostPath": dir}}));
-    let answer = n.mgr.register_json(&body.unwrap()).unwrap();
+    let answer = volumes::register(&n.mgr, &body.unwrap()).unwrap();
     assert_eq!(answer["Volume"]["State"], "ready");
     assert_eq!(n.mgr.lookup("r").unwrap().path, dir);
     assert!(n.on_disk().host_volumes[0].registered);
@@ -589,7 +588,7 @@ fn dynamic_volume_overrides_a_static_one_and_wakes_subscribers() {
     assert!(!hv["shared"].read_only);
     assert!(!hv["shared"].id.is_empty());
     n.mgr.claim("shared", "alloc-1");
-    let got = n.mgr.get_json(&hv["shared"].id).unwrap();
+    let got = volumes::get(&n.mgr, &hv["shared"].id).unwrap();
     assert_eq!(got["Allocations"], json!([{"ID": "alloc-1"}]));
     n.mgr.release("alloc-1");
     n.mgr.delete(&hv["shared"].id, false).unwrap();
@@ -611,7 +610,7 @@ fn restore_is_partial_and_retries_bring_volumes_back() {
         let b = n.create(json!({"Name": "b", "PluginID": "two"})).unwrap();
         let c = n.create(json!({"Name": "c", "PluginID": "mkdir"})).unwrap();
         let body = serde_json::to_vec(&json!({"Volume": {"Name": "r", "HostPath": registered}}));
-        let r = n.mgr.register_json(&body.unwrap()).unwrap();
+        let r = volumes::register(&n.mgr, &body.unwrap()).unwrap();
         [a, b, c, r].map(|v| v["Volume"]["ID"].as_str().unwrap().to_string())
     };
     let two = plugins.join("two");
@@ -627,7 +626,7 @@ fn restore_is_partial_and_retries_bring_volumes_back() {
     let unavailable: BTreeMap<_, _> = report.unavailable.into_iter().collect();
     assert_eq!(unavailable[&ids[1]], "no such plugin: \"two\"");
     assert!(unavailable[&ids[3]].starts_with("could not verify host path for \"r\""));
-    let got = n.mgr.get_json(&ids[1]).unwrap();
+    let got = volumes::get(&n.mgr, &ids[1]).unwrap();
     assert_eq!(got["State"], "unavailable");
     assert_eq!(got["StatusDescription"], "no such plugin: \"two\"");
     let names: BTreeSet<String> = n.mgr.host_volumes().into_keys().collect();
@@ -667,7 +666,7 @@ echo "{\"path\": \"$DHV_VOLUMES_DIR/$DHV_VOLUME_ID\"}""#,
                 let plugin = if i % 2 == 0 { "mkdir" } else { "ext" };
                 let body =
                     serde_json::to_vec(&json!({"Volume": {"Name": name, "PluginID": plugin}}));
-                let created = mgr.create_json(&body.unwrap());
+                let created = volumes::create(&mgr, &body.unwrap());
                 if let Ok(v) = &created {
                     if i % 3 == 0 {
                         let id = v["Volume"]["ID"].as_str().unwrap();

@@ -5,11 +5,11 @@
 //! [`Router`] before the server starts.
 
 pub mod logs;
-mod plugins;
+pub mod plugins;
 pub mod router;
 pub mod routes;
 pub mod server;
-mod volumes;
+pub mod volumes;
 
 pub use router::{resolve_prefix, ApiError, Handler, Method, Request, Response, Router};
 pub use routes::serve;

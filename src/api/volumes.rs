@@ -1,19 +1,32 @@
-//! Host volume routes (host-volumes.md "API and CLI"): thin calls into the volume manager, which
-//! produces Nomad-shaped JSON.
+//! Host volume routes (host-volumes.md "API and CLI"): each parses its request, resolves an ID
+//! prefix, calls the volume manager with full IDs and a parsed spec, and encodes what it answers
+//! (records, views, typed errors) as Nomad's JSON and an HTTP status. Also the node's
+//! `HostVolumes` for `GET /v1/node/:id`.
 
+use serde_json::{json, Value};
 use std::sync::Arc;
 
-use super::router::{ApiError, Response, Router};
+use super::router::{resolve_prefix, ApiError, Response, Router};
 use crate::agent::Agent;
-use crate::volume::manager::VolumeError;
+use crate::records::{VolumeRecord, VolumeState};
+use crate::volume::spec::{self, ParsedVolume};
+use crate::volume::{VolumeError, VolumeManager, VolumeView};
 
+/// The caller's mistakes (bad spec, unknown plugin, name taken, busy volume) are 400, unknown IDs
+/// 404, failures of plugins, the node or the state file 500.
 impl From<VolumeError> for ApiError {
     fn from(e: VolumeError) -> ApiError {
         let message = e.to_string();
-        match e.status() {
-            400 => ApiError::BadRequest(message),
-            404 => ApiError::NotFound(message),
-            _ => ApiError::Internal(message),
+        match e {
+            VolumeError::Invalid(_)
+            | VolumeError::NameExists
+            | VolumeError::Busy(_)
+            | VolumeError::HostPath { .. } => ApiError::BadRequest(message),
+            VolumeError::Plugin(e) if e.is_user_error() => ApiError::BadRequest(message),
+            VolumeError::NotFound(_) => ApiError::NotFound(message),
+            VolumeError::Plugin(_) | VolumeError::State { .. } | VolumeError::Setup { .. } => {
+                ApiError::Internal(message)
+            }
         }
     }
 }
@@ -21,25 +34,176 @@ impl From<VolumeError> for ApiError {
 pub fn routes(r: &mut Router, agent: Arc<Agent>) {
     let a = agent.clone();
     r.put("/v1/volume/host/create", move |req| {
-        Response::json(a.host_volumes.create_json(req.body())?)
+        Response::json(create(&a.host_volumes, req.body())?)
     });
     let a = agent.clone();
     r.put("/v1/volume/host/register", move |req| {
-        Response::json(a.host_volumes.register_json(req.body())?)
+        Response::json(register(&a.host_volumes, req.body())?)
     });
     let a = agent.clone();
     r.get("/v1/volumes", move |req| match req.query("type") {
-        None | Some("") | Some("host") => Response::json(a.host_volumes.list_json()),
+        None | Some("") | Some("host") => Response::json(list(&a.host_volumes)),
         Some(other) => Err(ApiError::BadRequest(format!(
             "unsupported volume type {other:?}: nodeward manages host volumes"
         ))),
     });
     let a = agent.clone();
     r.get("/v1/volume/host/:id", move |req| {
-        Response::json(a.host_volumes.get_json(req.param("id"))?)
+        Response::json(get(&a.host_volumes, req.param("id"))?)
     });
     r.delete("/v1/volume/host/:id", move |req| {
         let force = req.query_bool("force")?;
-        Response::json(agent.host_volumes.delete_json(req.param("id"), force)?)
+        Response::json(delete(&agent.host_volumes, req.param("id"), force)?)
     });
+}
+
+/// A request body `{"Volume": {...}}` as a validated spec (and the warnings to answer with).
+fn parse(body: &[u8]) -> Result<ParsedVolume, ApiError> {
+    spec::parse_json(body).map_err(|e| ApiError::BadRequest(e.to_string()))
+}
+
+/// `PUT /v1/volume/host/create`: body `{"Volume": {...}}`.
+pub fn create(volumes: &VolumeManager, body: &[u8]) -> Result<Value, ApiError> {
+    let parsed = parse(body)?;
+    let record = volumes.create(&parsed.spec)?;
+    Ok(answer(volumes, &record.id, &parsed.warnings))
+}
+
+/// `PUT /v1/volume/host/register`: body `{"Volume": {...}}`.
+pub fn register(volumes: &VolumeManager, body: &[u8]) -> Result<Value, ApiError> {
+    let parsed = parse(body)?;
+    let record = volumes.register(&parsed.spec)?;
+    Ok(answer(volumes, &record.id, &parsed.warnings))
+}
+
+/// `{"Volume": <the volume as it is now>, "Warnings": "<lines>"}`.
+fn answer(volumes: &VolumeManager, id: &str, warnings: &[String]) -> Value {
+    let volume = volumes
+        .view(id)
+        .map(|v| volume_json(&v))
+        .unwrap_or(Value::Null);
+    json!({ "Volume": volume, "Warnings": warnings.join("\n") })
+}
+
+/// `GET /v1/volumes?type=host`: the stubs, sorted by name.
+pub fn list(volumes: &VolumeManager) -> Value {
+    Value::Array(
+        volumes
+            .volumes()
+            .iter()
+            .map(|(record, state, _)| stub_json(record, *state))
+            .collect(),
+    )
+}
+
+/// `GET /v1/volume/host/:id` (a unique prefix works).
+pub fn get(volumes: &VolumeManager, id: &str) -> Result<Value, ApiError> {
+    let id = volume_id(id, &volumes.ids())?;
+    let view = volumes.view(&id).ok_or(VolumeError::NotFound(id))?;
+    Ok(volume_json(&view))
+}
+
+/// `DELETE /v1/volume/host/:id[?force=true]` (a unique prefix works): answers
+/// `{"VolumeID": "<full id>"}`.
+pub fn delete(volumes: &VolumeManager, id: &str, force: bool) -> Result<Value, ApiError> {
+    let id = volume_id(id, &volumes.ids())?;
+    let id = volumes.delete(&id, force)?;
+    Ok(json!({ "VolumeID": id }))
+}
+
+/// `HostVolumes` of `GET /v1/node/:id`: Nomad's `ClientHostVolumeConfig` by volume name.
+pub fn host_volumes_json(volumes: &VolumeManager) -> Value {
+    serde_json::to_value(volumes.host_volumes()).unwrap_or_default()
+}
+
+impl VolumeManager {
+    /// `HostVolumes` of the node.
+    // merge: call api::volumes::host_volumes_json from the node route, then drop this shim.
+    pub fn host_volumes_json(&self) -> Value {
+        host_volumes_json(self)
+    }
+}
+
+/// Resolves a volume ID or a unique prefix of one against `ids` by [`resolve_prefix`]'s rule (an
+/// exact match wins; a prefix of one ID is that ID), in the volume API's words: no match (an
+/// empty prefix included) is `host volume "<prefix>" not found`, a 404; a prefix of several is
+/// `prefix "<prefix>" matches several volumes: <ids>`, a 400.
+pub fn volume_id(prefix: &str, ids: &[String]) -> Result<String, ApiError> {
+    if prefix.is_empty() {
+        return Err(VolumeError::NotFound(String::new()).into());
+    }
+    resolve_prefix(prefix, ids).map_err(|e| match e {
+        ApiError::BadRequest(_) => {
+            let mut several: Vec<&str> = ids
+                .iter()
+                .map(String::as_str)
+                .filter(|id| id.starts_with(prefix))
+                .collect();
+            several.sort_unstable();
+            ApiError::BadRequest(format!(
+                "prefix {prefix:?} matches several volumes: {}",
+                several.join(", ")
+            ))
+        }
+        _ => VolumeError::NotFound(prefix.to_string()).into(),
+    })
+}
+
+/// A volume of `GET /v1/volumes`: Nomad's `HostVolumeStub`.
+fn stub_json(r: &VolumeRecord, state: VolumeState) -> Value {
+    json!({
+        "ID": r.id, "Name": r.name, "Namespace": r.namespace,
+        "PluginID": r.plugin_id, "NodeID": r.node_id, "NodePool": r.node_pool,
+        "CapacityBytes": r.capacity_bytes, "State": state.as_str(),
+    })
+}
+
+/// One volume: Nomad's `HostVolume`, with the allocations that use it.
+fn volume_json(v: &VolumeView) -> Value {
+    let r = &v.record;
+    let allocs: Vec<Value> = v.allocations.iter().map(|a| json!({ "ID": a })).collect();
+    json!({
+        "ID": r.id,
+        "Name": r.name,
+        "Namespace": r.namespace,
+        "PluginID": r.plugin_id,
+        "NodeID": r.node_id,
+        "NodePool": r.node_pool,
+        "RequestedCapacityMinBytes": r.requested_capacity_min_bytes,
+        "RequestedCapacityMaxBytes": r.requested_capacity_max_bytes,
+        "RequestedCapabilities": r.requested_capabilities,
+        "Parameters": r.parameters,
+        "HostPath": r.host_path,
+        "CapacityBytes": r.capacity_bytes,
+        "State": v.state.as_str(),
+        "StatusDescription": v.status,
+        "CreateTime": r.create_time,
+        "ModifyTime": r.modify_time,
+        "Allocations": allocs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_resolve_by_unique_prefix() {
+        let ids: Vec<String> = ["abc1", "abc2", "abd"].map(String::from).to_vec();
+        assert_eq!(volume_id("abc1", &ids).unwrap(), "abc1");
+        assert_eq!(volume_id("abd", &ids).unwrap(), "abd");
+        assert_eq!(volume_id("abc2", &ids).unwrap(), "abc2");
+        let err = volume_id("abc", &ids).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "prefix \"abc\" matches several volumes: abc1, abc2"
+        );
+        assert_eq!(err.status(), 400);
+        assert_eq!(volume_id("x", &ids).unwrap_err().status(), 404);
+        assert_eq!(volume_id("", &ids).unwrap_err().status(), 404);
+        assert_eq!(
+            volume_id("x", &ids).unwrap_err().to_string(),
+            "host volume \"x\" not found"
+        );
+    }
 }

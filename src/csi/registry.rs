@@ -1,6 +1,7 @@
-//! The CSI plugins registered on this node: what `GET /v1/node/:id` (`CSINodePlugins`,
-//! `CSIControllerPlugins`), `GET /v1/plugins?type=csi` and `GET /v1/plugin/csi/:id` show, and what
-//! the state file keeps under `CSIPlugins`.
+//! The CSI plugins registered on this node, and what the state file keeps under `CSIPlugins`.
+//! Reads answer domain views ([`NodePlugins`], [`PluginSummary`], [`PluginDetail`]) that
+//! `api::plugins` encodes as Nomad's JSON for `GET /v1/node/:id` (`CSINodePlugins`,
+//! `CSIControllerPlugins`), `GET /v1/plugins?type=csi` and `GET /v1/plugin/csi/:id`.
 //!
 //! Each plugin task's supervisor registers its allocation once the plugin is healthy (one entry per
 //! side: node, controller, or both for a monolith), updates its health while it watches, and
@@ -12,7 +13,6 @@
 //! Every change asks the attached [`StateStore`] to save soon (never while the lock is held).
 
 use parking_lot::Mutex;
-use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -201,78 +201,65 @@ impl PluginRegistry {
         self.plugins.lock().clone()
     }
 
-    /// `{"CSINodePlugins": {...}, "CSIControllerPlugins": {...}}` for the node view: plugin id →
-    /// `CSIInfo`. When several allocations serve one plugin, the healthy one updated last shows.
-    pub fn node_json(&self) -> Value {
+    /// The node's own ID: the key of a plugin's `Nodes` and `Controllers` on this node.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// What the node shows (`CSINodePlugins`, `CSIControllerPlugins`): for each plugin and side,
+    /// the registration that represents it. When several allocations serve one plugin, the
+    /// healthy one updated last.
+    pub fn node_plugins(&self) -> NodePlugins {
         let plugins = self.snapshot();
-        let mut nodes = Map::new();
-        let mut controllers = Map::new();
+        let mut view = NodePlugins::default();
         for (id, allocs) in &plugins {
             if let Some(info) = best(allocs, PluginKind::Node) {
-                nodes.insert(id.clone(), info);
+                view.nodes.insert(id.clone(), info.clone());
             }
             if let Some(info) = best(allocs, PluginKind::Controller) {
-                controllers.insert(id.clone(), info);
+                view.controllers.insert(id.clone(), info.clone());
             }
         }
-        json!({
-            "CSINodePlugins": nodes,
-            "CSIControllerPlugins": controllers,
-        })
+        view
     }
 
-    /// `GET /v1/plugins?type=csi`: Nomad's `CSIPluginListStub`s, ordered by ID.
-    pub fn plugins_json(&self) -> Value {
+    /// Every plugin's summary, ordered by ID.
+    pub fn summaries(&self) -> Vec<PluginSummary> {
         let plugins = self.snapshot();
-        let stubs: Vec<Value> = plugins
+        plugins
             .iter()
-            .map(|(id, allocs)| Value::Object(Summary::of(allocs).stub(id)))
-            .collect();
-        Value::Array(stubs)
+            .map(|(id, allocs)| PluginSummary::of(id, allocs))
+            .collect()
     }
 
-    /// `GET /v1/plugin/csi/:id`: Nomad's `CSIPlugin`, with `Nodes` and `Controllers` keyed by this
-    /// node's ID and every allocation serving the plugin. `None` when the plugin is unknown.
-    pub fn plugin_json(&self, plugin_id: &str) -> Option<Value> {
+    /// One plugin with the registrations that represent it on this node and every allocation
+    /// serving it. `None` when the plugin is unknown.
+    pub fn plugin(&self, plugin_id: &str) -> Option<PluginDetail> {
         let allocs = self.plugins.lock().get(plugin_id)?.clone();
-        let s = Summary::of(&allocs);
-        let on_this_node = |kind| {
-            let info = best(&allocs, kind);
-            Map::from_iter(info.map(|info| (self.node_id.clone(), info)))
-        };
-        let (nodes, controllers) = (
-            on_this_node(PluginKind::Node),
-            on_this_node(PluginKind::Controller),
-        );
-        // One stub per allocation, even when it registers both sides.
-        let mut allocations: BTreeMap<&str, Value> = BTreeMap::new();
+        // One per allocation, even when it registers both sides.
+        let mut allocations: BTreeMap<&str, PluginAlloc> = BTreeMap::new();
         for ((alloc, _), e) in &allocs {
             let r = &e.record;
             let healthy = allocs
                 .iter()
                 .filter(|((a, _), _)| a == alloc)
                 .all(|(_, e)| e.record.info.healthy);
-            allocations.entry(alloc.as_str()).or_insert_with(|| {
-                json!({
-                    "ID": r.alloc_id,
-                    "JobID": r.job_id,
-                    "TaskGroup": r.task_group,
-                    "TaskName": r.task_name,
-                    "NodeID": self.node_id,
-                    "Healthy": healthy,
-                })
-            });
+            allocations
+                .entry(alloc.as_str())
+                .or_insert_with(|| PluginAlloc {
+                    alloc_id: r.alloc_id.clone(),
+                    job_id: r.job_id.clone(),
+                    task_group: r.task_group.clone(),
+                    task_name: r.task_name.clone(),
+                    healthy,
+                });
         }
-        // Nomad's CSIPlugin is the list stub with these fields added.
-        let mut plugin = s.stub(plugin_id);
-        plugin.insert("Version".into(), json!(s.version));
-        plugin.insert("Controllers".into(), Value::Object(controllers));
-        plugin.insert("Nodes".into(), Value::Object(nodes));
-        plugin.insert(
-            "Allocations".into(),
-            Value::Array(allocations.into_values().collect()),
-        );
-        Some(Value::Object(plugin))
+        Some(PluginDetail {
+            summary: PluginSummary::of(plugin_id, &allocs),
+            node: best(&allocs, PluginKind::Node).cloned(),
+            controller: best(&allocs, PluginKind::Controller).cloned(),
+            allocations: allocations.into_values().collect(),
+        })
     }
 }
 
@@ -284,29 +271,41 @@ impl Snapshot for PluginRegistry {
 
 /// The `CSIInfo` of the registration of one side that represents the plugin: healthy first, then
 /// the newest.
-fn best(allocs: &BTreeMap<(String, PluginKind), Entry>, kind: PluginKind) -> Option<Value> {
+fn best(allocs: &BTreeMap<(String, PluginKind), Entry>, kind: PluginKind) -> Option<&CsiInfo> {
     allocs
         .iter()
         .filter(|((_, k), _)| *k == kind)
         .map(|(_, e)| &e.record.info)
         .max_by(|a, b| (a.healthy, &a.update_time).cmp(&(b.healthy, &b.update_time)))
-        .map(|info: &CsiInfo| serde_json::to_value(info).unwrap_or(Value::Null))
 }
 
-#[derive(Default)]
-struct Summary {
-    provider: String,
-    version: String,
-    controller_required: bool,
-    controllers_healthy: usize,
-    controllers_expected: usize,
-    nodes_healthy: usize,
-    nodes_expected: usize,
+/// The node view of the registry: plugin id → the `CSIInfo` representing each side.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodePlugins {
+    pub nodes: BTreeMap<String, CsiInfo>,
+    pub controllers: BTreeMap<String, CsiInfo>,
 }
 
-impl Summary {
-    fn of(allocs: &BTreeMap<(String, PluginKind), Entry>) -> Summary {
-        let mut s = Summary::default();
+/// One plugin counted over the allocations that serve it (what Nomad's `CSIPluginListStub`
+/// shows). Provider and version come from the registration updated last.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginSummary {
+    pub id: String,
+    pub provider: String,
+    pub version: String,
+    pub controller_required: bool,
+    pub controllers_healthy: usize,
+    pub controllers_expected: usize,
+    pub nodes_healthy: usize,
+    pub nodes_expected: usize,
+}
+
+impl PluginSummary {
+    fn of(id: &str, allocs: &BTreeMap<(String, PluginKind), Entry>) -> PluginSummary {
+        let mut s = PluginSummary {
+            id: id.to_string(),
+            ..PluginSummary::default()
+        };
         let mut newest = "";
         for ((_, kind), e) in allocs {
             let info = &e.record.info;
@@ -329,32 +328,34 @@ impl Summary {
         }
         s
     }
+}
 
-    /// Nomad's `CSIPluginListStub` of the plugin `id`.
-    fn stub(&self, id: &str) -> Map<String, Value> {
-        [
-            ("ID", json!(id)),
-            ("Provider", json!(self.provider)),
-            ("ControllerRequired", json!(self.controller_required)),
-            ("ControllersHealthy", json!(self.controllers_healthy)),
-            ("ControllersExpected", json!(self.controllers_expected)),
-            ("NodesHealthy", json!(self.nodes_healthy)),
-            ("NodesExpected", json!(self.nodes_expected)),
-            ("CreateIndex", json!(0)),
-            ("ModifyIndex", json!(0)),
-        ]
-        .into_iter()
-        .map(|(key, value)| (key.to_string(), value))
-        .collect()
-    }
+/// One allocation serving a plugin; healthy when every side it registered is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginAlloc {
+    pub alloc_id: String,
+    pub job_id: String,
+    pub task_group: String,
+    pub task_name: String,
+    pub healthy: bool,
+}
+
+/// One plugin in full: its summary, the registration representing each side on this node, and
+/// its allocations ordered by ID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginDetail {
+    pub summary: PluginSummary,
+    pub node: Option<CsiInfo>,
+    pub controller: Option<CsiInfo>,
+    pub allocations: Vec<PluginAlloc>,
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::csi::{ControllerInfo, NodeInfo, Topology};
 
-    fn record(
+    pub(crate) fn record(
         plugin: &str,
         alloc: &str,
         kind: PluginKind,
@@ -390,7 +391,12 @@ mod tests {
         }
     }
 
-    fn monolith(plugin: &str, alloc: &str, healthy: bool, time: &str) -> Vec<PluginRecord> {
+    pub(crate) fn monolith(
+        plugin: &str,
+        alloc: &str,
+        healthy: bool,
+        time: &str,
+    ) -> Vec<PluginRecord> {
         vec![
             record(plugin, alloc, PluginKind::Node, healthy, time),
             record(plugin, alloc, PluginKind::Controller, healthy, time),
@@ -438,60 +444,44 @@ mod tests {
     }
 
     #[test]
-    fn node_view_prefers_the_healthy_newest_allocation() {
+    fn views_pick_the_healthy_newest_side_and_count_allocations() {
         let reg = PluginRegistry::new("node-1");
-        reg.register(
-            "hp",
-            "a1",
-            monolith("hp", "a1", false, "2026-01-01T00:00:09Z"),
-        );
-        reg.register(
-            "hp",
-            "a2",
-            monolith("hp", "a2", true, "2026-01-01T00:00:01Z"),
-        );
-        let v = reg.node_json();
-        assert_eq!(v["CSINodePlugins"]["hp"]["AllocID"], "a2");
-        assert_eq!(v["CSIControllerPlugins"]["hp"]["AllocID"], "a2");
-        assert_eq!(v["CSINodePlugins"]["hp"]["NodeInfo"]["MaxVolumes"], 3);
-        assert!(v["CSINodePlugins"]["hp"]["ControllerInfo"].is_null());
-        assert!(
-            v["CSINodePlugins"]["hp"]["NodeInfo"]["AccessibleTopology"]["Segments"].is_object()
-        );
-    }
-
-    #[test]
-    fn plugin_list_and_detail() {
-        let reg = PluginRegistry::new("node-1");
-        reg.register("hp", "a1", monolith("hp", "a1", true, "t1"));
-        reg.register(
-            "hp",
-            "a2",
-            vec![record("hp", "a2", PluginKind::Node, false, "t2")],
-        );
+        reg.register("hp", "a1", monolith("hp", "a1", false, "t9"));
+        reg.register("hp", "a2", monolith("hp", "a2", true, "t1"));
         reg.register(
             "zz",
             "a3",
             vec![record("zz", "a3", PluginKind::Node, true, "t1")],
         );
-        let list = reg.plugins_json();
-        assert_eq!(list.as_array().unwrap().len(), 2);
-        assert_eq!(list[0]["ID"], "hp");
-        assert_eq!(list[0]["Provider"], "example.csi");
-        assert_eq!(list[0]["ControllerRequired"], true);
-        assert_eq!(list[0]["NodesExpected"], 2);
-        assert_eq!(list[0]["NodesHealthy"], 1);
-        assert_eq!(list[0]["ControllersExpected"], 1);
-        assert_eq!(list[0]["ControllersHealthy"], 1);
+        let view = reg.node_plugins();
+        assert_eq!(view.nodes["hp"].alloc_id, "a2");
+        assert_eq!(view.controllers["hp"].alloc_id, "a2");
+        assert_eq!(view.nodes["zz"].alloc_id, "a3");
+        assert!(!view.controllers.contains_key("zz"));
 
-        let one = reg.plugin_json("hp").unwrap();
-        assert_eq!(one["Nodes"]["node-1"]["AllocID"], "a1");
-        assert_eq!(one["Controllers"]["node-1"]["AllocID"], "a1");
-        let allocs = one["Allocations"].as_array().unwrap();
-        assert_eq!(allocs.len(), 2);
-        assert_eq!(allocs[0]["ID"], "a1");
-        assert_eq!(allocs[1]["Healthy"], false);
-        assert!(reg.plugin_json("nope").is_none());
+        let summaries = reg.summaries();
+        assert_eq!(summaries.len(), 2);
+        let hp = &summaries[0];
+        assert_eq!(
+            (hp.id.as_str(), hp.provider.as_str()),
+            ("hp", "example.csi")
+        );
+        assert_eq!((hp.nodes_healthy, hp.nodes_expected), (1, 2));
+        assert_eq!((hp.controllers_healthy, hp.controllers_expected), (1, 2));
+        assert!(hp.controller_required);
+
+        let detail = reg.plugin("hp").unwrap();
+        assert_eq!(&detail.summary, hp);
+        assert_eq!(detail.node.unwrap().alloc_id, "a2");
+        let allocs: Vec<(&str, bool)> = detail
+            .allocations
+            .iter()
+            .map(|a| (a.alloc_id.as_str(), a.healthy))
+            .collect();
+        assert_eq!(allocs, vec![("a1", false), ("a2", true)]);
+        assert_eq!(detail.allocations[0].job_id, "job");
+        assert!(reg.plugin("nope").is_none());
+        assert_eq!(reg.node_id(), "node-1");
     }
 
     /// Through the real state store: what a supervisor registered comes back, marked restored,

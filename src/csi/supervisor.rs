@@ -11,8 +11,10 @@
 //!   this run. So exactly one supervisor exists per task at any moment, also across crash
 //!   restarts. [`CsiPluginHook::live_supervisors`] counts them.
 //! - The supervisor thread runs three phases (csi.md): wait until the plugin is healthy
-//!   (probe at once, then after a backoff of 100 ms doubling to 5 s — and at once when a missing socket file appears — until `health_timeout` from
-//!   poststart), register it in the [`PluginRegistry`], then probe every `csi_probe_interval`.
+//!   (probe at once, then after a backoff of 100 ms doubling to 5 s until `health_timeout` from
+//!   poststart; while the socket file is missing it is looked for every [`SOCKET_POLL`], 10 ms,
+//!   and probed as soon as it is seen), register it in the [`PluginRegistry`], then probe every
+//!   `csi_probe_interval`.
 //!   It talks to the runner only through its [`RunHandle`]: `emit` for `Plugin became healthy` /
 //!   `Plugin became unhealthy`, `restart` (a failure restart) when the plugin does not become
 //!   healthy in time or fails to register. Every wait, including a gRPC call in flight, is a select
@@ -435,8 +437,9 @@ impl Supervision {
                 }
             }
             // Wait for the backoff; while the socket file is missing, also look for it every
-            // SOCKET_POLL (a stat, not a probe) and probe the moment it appears, so a plugin that
-            // creates its socket between two probes is seen at once, not a backoff later.
+            // SOCKET_POLL (a stat, not a probe) and probe once it is there, so a plugin that
+            // creates its socket between two probes is seen within SOCKET_POLL, not a backoff
+            // later.
             let retry = after(backoff);
             'wait: loop {
                 let look = if client.socket().exists() {

@@ -1,43 +1,53 @@
-//! The volume manager: the node's registry of host volumes and every change to it.
+//! The volume manager: the I/O and the threads around the node's registry of host volumes
+//! ([`super::registry`], the pure map update): plugin runs, state writes, restores and the retry
+//! loop.
 //!
-//! The registry (dynamic volumes by ID, and which allocations use which volume name) is guarded by
-//! one mutex, held only to read or change the map: never across a plugin run, a state write or a
-//! reply. A change that needs work outside the lock is made safe by a reservation: the entry is
-//! marked `busy` under the lock, the work runs without it, and the outcome is applied under the lock
-//! again. While an entry is busy no other request may change it, and its name stays taken, so the
-//! name cannot be given away between the plugin run, the state write and the answer.
+//! The registry is guarded by one mutex, held only for one call into the registry: never across
+//! a plugin run, a state write, a channel send or a reply. A change that needs work outside the
+//! lock is made safe by a reservation: the entry is marked busy under the lock (check and change
+//! under one guard), the work runs without it, and the outcome is applied under the lock again.
+//! While an entry is busy no other request may change it, and its name stays taken, so the name
+//! cannot be given away between the plugin run, the state write and the answer.
 //!
 //! Create: look up the plugin → lock: reserve the name with a `pending`, busy entry → unlock → run
-//! the plugin → lock: record the outcome, mark it persistent → unlock → write the state file →
+//! the plugin → lock: record the outcome, mark it persisted → unlock → write the state file →
 //! lock: `ready`, not busy → unlock → notify subscribers. If the write fails on a first create the
-//! entry stops being persistent, the plugin's `delete` cleans up and the name is released.
+//! entry stops being persisted, the plugin's `delete` cleans up and the name is released.
 //!
-//! Restore (agent start) and [`VolumeManager::retry_unavailable`] (SIGHUP, every minute) re-run
-//! `create` (or check `host_path`) for each volume on at most [`RESTORE_PARALLELISM`] threads
-//! under an overall deadline; a disconnect of the shutdown channel kills plugins in flight. A
-//! volume that fails becomes `unavailable` with the reason; it stays in the state file.
+//! Threads (who calls what, and how it stops):
 //!
-//! Subscribers ([`VolumeLookup::changes`]) get a coalesced `()` after every change to the set of
-//! ready volumes; an allocation waiting for a volume selects over that, its kill and shutdown.
+//! - Callers' threads (API workers, the agent's start-up and reload workers) run create, register,
+//!   delete, restore and retry; each plugin run happens on the caller's thread, a restore fans out
+//!   to at most [`RESTORE_PARALLELISM`] scoped threads under an overall deadline. The shutdown
+//!   channel given to [`VolumeManager::new`] disconnects when the agent shuts down: plugin runs in
+//!   flight are killed and the rest of a restore ends at once.
+//! - One `volume-retry` thread, started by [`VolumeManager::start`], runs
+//!   [`VolumeManager::retry_unavailable`] every [`RETRY_INTERVAL`] (SIGHUP runs it too). It ends
+//!   when the shutdown channel disconnects or [`VolumeManager::stop`] drops its stop sender;
+//!   `stop` joins it. A volume that fails a restore or retry becomes `unavailable` with the
+//!   reason; it stays in the state file.
+//! - Subscribers ([`VolumeLookup::changes`]) get a coalesced `()` (a `try_send`, never blocking)
+//!   after every change to the set of ready volumes; an allocation waiting for a volume selects
+//!   over that, its kill and shutdown.
 
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use parking_lot::Mutex;
-use serde::Serialize;
-use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::error::VolumeError;
 use super::plugin::{self, Plugin, PluginError, Plugins, Timeouts, VolumeRequest};
-use super::spec::{self, SpecError, VolumeSpec};
+use super::registry::{self, HostVolumeConfig, Registry, RestoreReport, VolumeView};
+use super::spec::VolumeSpec;
 use crate::config::{AgentConfig, StaticVolume};
 use crate::records::{VolumeRecord, VolumeState};
-use crate::state::{Snapshot, StateError, StateFile, StateStore};
+use crate::state::{Snapshot, StateFile, StateStore};
 use crate::task::events::now_nanos;
 use crate::task::mounts::{HostVolume, VolumeLookup};
-use crate::thread::Never;
+use crate::thread::{Never, Worker};
 
 /// Restores and retries run at most this many plugins at once.
 pub const RESTORE_PARALLELISM: usize = 8;
@@ -45,53 +55,6 @@ pub const RESTORE_PARALLELISM: usize = 8;
 pub const RESTORE_DEADLINE: Duration = Duration::from_secs(120);
 /// How often the agent retries unavailable volumes.
 pub const RETRY_INTERVAL: Duration = Duration::from_secs(60);
-
-/// Why a volume request failed. [`VolumeError::status`] maps each to an HTTP status: the caller's
-/// mistakes (bad spec, unknown plugin, name taken, busy volume) are 400, unknown IDs 404, failures of
-/// plugins, the node or the state file 500.
-#[derive(Debug, thiserror::Error)]
-pub enum VolumeError {
-    #[error(transparent)]
-    Spec(#[from] SpecError),
-    #[error("{0}")]
-    BadRequest(String),
-    #[error("volume name already exists on this node")]
-    NameExists,
-    #[error("host volume {0:?} not found")]
-    NotFound(String),
-    #[error("volume {0:?} is busy: another operation on it is in progress; try again")]
-    Busy(String),
-    #[error(transparent)]
-    Plugin(#[from] PluginError),
-    #[error("could not verify host path for {name:?}: {source}")]
-    HostPath {
-        name: String,
-        source: std::io::Error,
-    },
-    #[error("{what}, but the state file could not be written: {source}")]
-    State { what: String, source: StateError },
-    #[error("cannot prepare {path}: {source}")]
-    Setup {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
-
-impl VolumeError {
-    /// The HTTP status the API answers with.
-    pub fn status(&self) -> u16 {
-        match self {
-            VolumeError::Spec(_)
-            | VolumeError::BadRequest(_)
-            | VolumeError::NameExists
-            | VolumeError::Busy(_)
-            | VolumeError::HostPath { .. } => 400,
-            VolumeError::NotFound(_) => 404,
-            VolumeError::Plugin(e) if e.is_user_error() => 400,
-            VolumeError::Plugin(_) | VolumeError::State { .. } | VolumeError::Setup { .. } => 500,
-        }
-    }
-}
 
 impl VolumeRecord {
     fn request(&self) -> VolumeRequest {
@@ -104,18 +67,6 @@ impl VolumeRecord {
             parameters: self.parameters.clone(),
         }
     }
-}
-
-/// One entry of the node's `HostVolumes`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct HostVolumeConfig {
-    pub name: String,
-    pub path: String,
-    pub read_only: bool,
-    /// Empty for a static volume.
-    #[serde(rename = "ID")]
-    pub id: String,
 }
 
 /// Where things are and how long plugins may take.
@@ -154,71 +105,12 @@ impl ManagerConfig {
     }
 }
 
-/// What [`VolumeManager::restore`] and [`VolumeManager::retry_unavailable`] achieved.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RestoreReport {
-    pub ready: Vec<String>,
-    /// (volume ID, reason)
-    pub unavailable: Vec<(String, String)>,
-}
-
-struct Entry {
-    record: VolumeRecord,
-    state: VolumeState,
-    /// Why the volume is unavailable.
-    status: String,
-    /// A create, delete or restore is working on this entry outside the lock.
-    busy: bool,
-    /// The record belongs in the state file. False while a first create runs.
-    persisted: bool,
-}
-
-#[derive(Default)]
-struct Registry {
-    /// Dynamic volumes by ID.
-    volumes: BTreeMap<String, Entry>,
-    /// Allocations using each volume name.
-    users: BTreeMap<String, BTreeSet<String>>,
-}
-
-impl Registry {
-    fn name_taken_by(&self, name: &str) -> Option<&str> {
-        self.volumes
-            .iter()
-            .find(|(_, e)| e.record.name == name)
-            .map(|(id, _)| id.as_str())
-    }
-
-    /// Resolves a full ID or a unique prefix.
-    fn resolve(&self, id: &str) -> Result<String, VolumeError> {
-        if self.volumes.contains_key(id) {
-            return Ok(id.to_string());
-        }
-        let matches: Vec<&String> = if id.is_empty() {
-            Vec::new()
-        } else {
-            self.volumes
-                .range(id.to_string()..)
-                .take_while(|(k, _)| k.starts_with(id))
-                .map(|(k, _)| k)
-                .collect()
-        };
-        match matches.as_slice() {
-            [] => Err(VolumeError::NotFound(id.to_string())),
-            [one] => Ok(one.to_string()),
-            many => Err(VolumeError::BadRequest(format!(
-                "prefix {id:?} matches several volumes: {}",
-                many.iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))),
-        }
-    }
-}
-
 /// The node's host volumes. Create it with [`VolumeManager::new`]; it registers itself with the
 /// state store so every save includes the volumes.
+///
+/// Lock order: the manager's locks below are never held together, nor while the state store
+/// saves (a save takes `registry` through [`Snapshot::fill`]); each is taken alone, for one read
+/// or change, and released before any plugin run, disk write, channel send or join.
 pub struct VolumeManager {
     plugins: Plugins,
     store: Arc<StateStore>,
@@ -233,6 +125,9 @@ pub struct VolumeManager {
     attributes: Mutex<BTreeMap<String, String>>,
     /// Guards: the subscribers' senders; each send is a non-blocking `try_send`.
     subscribers: Mutex<Vec<Sender<()>>>,
+    /// Guards: the `volume-retry` thread's worker, from [`VolumeManager::start`] until
+    /// [`VolumeManager::stop`] takes it (and joins it with the lock released).
+    retry: Mutex<Option<Worker<()>>>,
 }
 
 impl VolumeManager {
@@ -257,6 +152,7 @@ impl VolumeManager {
                     source,
                 })?;
         }
+        let registry = Registry::new(&config.node_id, &config.node_pool);
         let manager = Arc::new(VolumeManager {
             plugins: Plugins {
                 plugin_dir: config.plugin_dir,
@@ -281,9 +177,10 @@ impl VolumeManager {
             shutdown,
             restore_parallelism: config.restore_parallelism.max(1),
             restore_deadline: config.restore_deadline,
-            registry: Mutex::new(Registry::default()),
+            registry: Mutex::new(registry),
             attributes: Mutex::new(BTreeMap::new()),
             subscribers: Mutex::new(Vec::new()),
+            retry: Mutex::new(None),
         });
         store.register(manager.clone());
         Ok(manager)
@@ -291,8 +188,9 @@ impl VolumeManager {
 
     /// Everything the agent does at start, in order: [`VolumeManager::new`], fingerprint the
     /// plugins, restore `records` (the state file's volumes; blocks until done or the restore
-    /// deadline), and a thread that retries unavailable volumes every [`RETRY_INTERVAL`] until
-    /// `shutdown` disconnects. Call it before the API serves volume requests.
+    /// deadline), and the `volume-retry` thread that retries unavailable volumes every
+    /// [`RETRY_INTERVAL`] until `shutdown` disconnects or [`VolumeManager::stop`]. Call it before
+    /// the API serves volume requests.
     pub fn start(
         config: ManagerConfig,
         store: Arc<StateStore>,
@@ -311,12 +209,35 @@ impl VolumeManager {
             );
         }
         let retry = manager.clone();
-        crate::thread::spawn("volume-retry", move || retry.run_retry_loop(RETRY_INTERVAL))
-            .map_err(|source| VolumeError::Setup {
-                path: PathBuf::from("volume-retry thread"),
-                source,
-            })?;
+        let worker = crate::thread::spawn_stoppable(
+            "volume-retry",
+            move |stop| retry.run_retry_loop(RETRY_INTERVAL, &stop),
+            // The panic is already logged and counted; volumes stay as they were.
+            |_| {},
+        )
+        .map_err(|source| VolumeError::Setup {
+            path: PathBuf::from("volume-retry thread"),
+            source,
+        })?;
+        *manager.retry.lock() = Some(worker);
         Ok(manager)
+    }
+
+    /// Stops the `volume-retry` thread and joins it, waiting until `deadline` at most. True when
+    /// it has ended (or never ran); false gives it back for a later call. For the agent's
+    /// shutdown, after the shutdown channel disconnected: a retry in the middle of a plugin run
+    /// ends when the run is killed by that.
+    pub fn stop(&self, deadline: Instant) -> bool {
+        let Some(worker) = self.retry.lock().take() else {
+            return true;
+        };
+        match worker.join_until(deadline) {
+            Ok(_) => true,
+            Err(worker) => {
+                *self.retry.lock() = Some(worker);
+                false
+            }
+        }
     }
 
     /// The plugin runner (directories, node identity, timeouts).
@@ -331,24 +252,29 @@ impl VolumeManager {
     pub fn create(&self, spec: &VolumeSpec) -> Result<VolumeRecord, VolumeError> {
         self.check_placement(spec)?;
         if spec.host_path.is_some() {
-            return Err(VolumeError::BadRequest(
+            return Err(VolumeError::Invalid(
                 "host_path is only for volume register; a created volume's path comes from its plugin"
                     .to_string(),
             ));
         }
         let plugin_id = spec.plugin_id.as_deref().ok_or_else(|| {
-            VolumeError::BadRequest("plugin_id is required to create a volume".to_string())
+            VolumeError::Invalid("plugin_id is required to create a volume".to_string())
         })?;
         let plugin = self.plugins.lookup(plugin_id)?;
         self.plugins.precheck(&plugin, &spec.parameters)?;
-        let (record, old) = self.reserve(spec, false)?;
+        let new_id = uuid::Uuid::new_v4().to_string();
+        let reserved = self
+            .registry
+            .lock()
+            .reserve(spec, false, new_id, now_nanos())?;
+        let (record, old) = (reserved.record, reserved.old);
         let created = match self
             .plugins
             .create(&plugin, &record.request(), &self.shutdown)
         {
             Ok(c) => c,
             Err(e) => {
-                self.unreserve(&record.id, old.is_none());
+                self.registry.lock().unreserve(&record.id, old.is_none());
                 return Err(e.into());
             }
         };
@@ -364,33 +290,29 @@ impl VolumeManager {
     pub fn register(&self, spec: &VolumeSpec) -> Result<VolumeRecord, VolumeError> {
         self.check_placement(spec)?;
         let host_path = spec.host_path.clone().ok_or_else(|| {
-            VolumeError::BadRequest("host_path is required to register a volume".to_string())
+            VolumeError::Invalid("host_path is required to register a volume".to_string())
         })?;
         fs::metadata(&host_path).map_err(|source| VolumeError::HostPath {
             name: spec.name.clone(),
             source,
         })?;
-        let (record, old) = self.reserve(spec, true)?;
+        let new_id = uuid::Uuid::new_v4().to_string();
+        let reserved = self
+            .registry
+            .lock()
+            .reserve(spec, true, new_id, now_nanos())?;
         let record = VolumeRecord {
             host_path,
-            ..record
+            ..reserved.record
         };
-        self.commit(record, old, None)
+        self.commit(record, reserved.old, None)
     }
 
-    /// Deletes a volume: its plugin's `delete`, then out of the state file and `HostVolumes`.
-    /// A failing plugin keeps the volume unless `force`. `id` may be a unique prefix.
+    /// Deletes the volume `id` (a full ID: the API resolves prefixes): its plugin's `delete`, then
+    /// out of the state file and `HostVolumes`. A failing plugin keeps the volume unless `force`.
+    /// Returns the ID.
     pub fn delete(&self, id: &str, force: bool) -> Result<String, VolumeError> {
-        let record = {
-            let mut reg = self.registry.lock();
-            let id = reg.resolve(id)?;
-            let entry = reg.volumes.get_mut(&id).expect("resolved");
-            if entry.busy {
-                return Err(VolumeError::Busy(id));
-            }
-            entry.busy = true;
-            entry.record.clone()
-        };
+        let record = self.registry.lock().begin_delete(id)?;
         let id = record.id.clone();
         if !record.registered && !record.plugin_id.is_empty() {
             let result = self.plugins.lookup(&record.plugin_id).and_then(|plugin| {
@@ -403,160 +325,34 @@ impl VolumeManager {
             });
             if let Err(e) = result {
                 if !force {
-                    self.registry
-                        .lock()
-                        .volumes
-                        .get_mut(&id)
-                        .expect("busy")
-                        .busy = false;
+                    self.registry.lock().unreserve(&id, false);
                     return Err(e.into());
                 }
                 log::warn!("forced delete of host volume {id}: {e}");
             }
         }
-        {
-            let mut reg = self.registry.lock();
-            let entry = reg.volumes.get_mut(&id).expect("busy");
-            entry.persisted = false;
-            entry.state = VolumeState::Pending;
-        }
+        self.registry.lock().withdraw(&id);
         self.notify();
         if let Err(source) = self.store.save() {
             // The file still holds the volume: keep it, so memory and file agree; a retry of the
             // delete is safe because plugins' deletes are idempotent.
-            let mut reg = self.registry.lock();
-            let entry = reg.volumes.get_mut(&id).expect("busy");
-            entry.persisted = true;
-            entry.busy = false;
-            entry.state = VolumeState::Unavailable;
-            entry.status = format!("deleted, but the state file could not be written: {source}");
+            let status = format!("deleted, but the state file could not be written: {source}");
+            self.registry.lock().withdraw_failed(&id, status);
             return Err(VolumeError::State {
                 what: format!("volume {id:?} was deleted"),
                 source,
             });
         }
-        self.registry.lock().volumes.remove(&id);
+        self.registry.lock().remove(&id);
         log::info!("deleted host volume {:?} ({id})", record.name);
         Ok(id)
     }
 
     fn check_placement(&self, spec: &VolumeSpec) -> Result<(), VolumeError> {
-        if let Some(node) = &spec.node_id {
-            if node != &self.plugins.node_id {
-                return Err(VolumeError::BadRequest(format!(
-                    "node_id {node:?} is not this node ({})",
-                    self.plugins.node_id
-                )));
-            }
-        }
-        if let Some(pool) = &spec.node_pool {
-            if pool != &self.plugins.node_pool {
-                return Err(VolumeError::BadRequest(format!(
-                    "node_pool {pool:?} is not this node's pool ({:?})",
-                    self.plugins.node_pool
-                )));
-            }
-        }
-        Ok(())
+        registry::check_placement(spec, &self.plugins.node_id, &self.plugins.node_pool)
     }
 
-    /// Under the lock: takes the name for a new volume (a pending, busy entry) or marks an existing
-    /// one busy. Returns the record to work on and, for an existing volume, its current record.
-    fn reserve(
-        &self,
-        spec: &VolumeSpec,
-        registered: bool,
-    ) -> Result<(VolumeRecord, Option<VolumeRecord>), VolumeError> {
-        let now = now_nanos();
-        let mut reg = self.registry.lock();
-        if let Some(id) = &spec.id {
-            let entry = reg
-                .volumes
-                .get_mut(id)
-                .ok_or_else(|| VolumeError::NotFound(id.clone()))?;
-            if entry.busy {
-                return Err(VolumeError::Busy(id.clone()));
-            }
-            let old = entry.record.clone();
-            if old.name != spec.name {
-                return Err(VolumeError::BadRequest(format!(
-                    "volume {id:?} is named {:?}: a volume's name cannot be changed",
-                    old.name
-                )));
-            }
-            if old.registered != registered {
-                return Err(VolumeError::BadRequest(format!(
-                    "volume {id:?} was {}; use volume {}",
-                    if old.registered {
-                        "registered"
-                    } else {
-                        "created"
-                    },
-                    if old.registered { "register" } else { "create" }
-                )));
-            }
-            if !registered && spec.plugin_id.as_deref() != Some(old.plugin_id.as_str()) {
-                return Err(VolumeError::BadRequest(format!(
-                    "volume {id:?} was created by plugin {:?}: its plugin cannot be changed",
-                    old.plugin_id
-                )));
-            }
-            entry.busy = true;
-            let record = VolumeRecord {
-                requested_capacity_min_bytes: spec.capacity_min,
-                requested_capacity_max_bytes: spec.capacity_max,
-                requested_capabilities: spec.capabilities.clone(),
-                parameters: spec.parameters.clone(),
-                plugin_id: spec.plugin_id.clone().unwrap_or_default(),
-                modify_time: now,
-                ..old.clone()
-            };
-            return Ok((record, Some(old)));
-        }
-        if reg.name_taken_by(&spec.name).is_some() {
-            return Err(VolumeError::NameExists);
-        }
-        let record = VolumeRecord {
-            id: uuid::Uuid::new_v4().to_string(),
-            name: spec.name.clone(),
-            namespace: spec.namespace.clone(),
-            plugin_id: spec.plugin_id.clone().unwrap_or_default(),
-            node_id: self.plugins.node_id.clone(),
-            node_pool: self.plugins.node_pool.clone(),
-            requested_capacity_min_bytes: spec.capacity_min,
-            requested_capacity_max_bytes: spec.capacity_max,
-            requested_capabilities: spec.capabilities.clone(),
-            parameters: spec.parameters.clone(),
-            host_path: String::new(),
-            capacity_bytes: 0,
-            registered,
-            create_time: now,
-            modify_time: now,
-        };
-        reg.volumes.insert(
-            record.id.clone(),
-            Entry {
-                record: record.clone(),
-                state: VolumeState::Pending,
-                status: String::new(),
-                busy: true,
-                persisted: false,
-            },
-        );
-        Ok((record, None))
-    }
-
-    /// Gives back a reservation after a failure before anything was recorded.
-    fn unreserve(&self, id: &str, new: bool) {
-        let mut reg = self.registry.lock();
-        if new {
-            reg.volumes.remove(id);
-        } else if let Some(e) = reg.volumes.get_mut(id) {
-            e.busy = false;
-        }
-    }
-
-    /// Records a created or registered volume: persistent under the lock, then the state write,
+    /// Records a created or registered volume: persisted under the lock, then the state write,
     /// then ready. Undoes a first create if the write fails (`plugin` cleans up after itself).
     fn commit(
         &self,
@@ -565,21 +361,11 @@ impl VolumeManager {
         plugin: Option<&Plugin>,
     ) -> Result<VolumeRecord, VolumeError> {
         let id = record.id.clone();
-        {
-            let mut reg = self.registry.lock();
-            let entry = reg.volumes.get_mut(&id).expect("reserved");
-            entry.record = record.clone();
-            entry.persisted = true;
-        }
+        self.registry.lock().persist(record.clone());
         if let Err(source) = self.store.save() {
             match old {
                 None => {
-                    self.registry
-                        .lock()
-                        .volumes
-                        .get_mut(&id)
-                        .expect("reserved")
-                        .persisted = false;
+                    self.registry.lock().unpersist(&id);
                     if let Some(plugin) = plugin {
                         let cleanup = self.plugins.delete(
                             plugin,
@@ -593,27 +379,16 @@ impl VolumeManager {
                             );
                         }
                     }
-                    self.registry.lock().volumes.remove(&id);
+                    self.registry.lock().remove(&id);
                 }
-                Some(old) => {
-                    let mut reg = self.registry.lock();
-                    let entry = reg.volumes.get_mut(&id).expect("reserved");
-                    entry.record = old;
-                    entry.busy = false;
-                }
+                Some(old) => self.registry.lock().revert(old),
             }
             return Err(VolumeError::State {
                 what: format!("volume {:?} was created by its plugin", record.name),
                 source,
             });
         }
-        {
-            let mut reg = self.registry.lock();
-            let entry = reg.volumes.get_mut(&id).expect("reserved");
-            entry.state = VolumeState::Ready;
-            entry.status.clear();
-            entry.busy = false;
-        }
+        self.registry.lock().commit(&id);
         self.warn_if_overriding(&record);
         log::info!(
             "host volume {:?} ({id}) ready at {}",
@@ -639,59 +414,32 @@ impl VolumeManager {
     /// Restores the volumes of the state file: each re-created (or its path checked) in parallel
     /// under the overall deadline. Call once at start, before the API answers for volumes.
     pub fn restore(&self, records: Vec<VolumeRecord>) -> RestoreReport {
-        let mut ids = Vec::new();
-        {
-            let mut reg = self.registry.lock();
-            for record in records {
-                if reg.volumes.contains_key(&record.id) {
-                    continue;
-                }
-                if let Some(other) = reg.name_taken_by(&record.name) {
-                    log::error!(
-                        "state file has two host volumes named {:?}: {other} and {}",
-                        record.name,
-                        record.id
-                    );
-                }
-                ids.push(record.id.clone());
-                reg.volumes.insert(
-                    record.id.clone(),
-                    Entry {
-                        record,
-                        state: VolumeState::Pending,
-                        status: String::new(),
-                        busy: true,
-                        persisted: true,
-                    },
-                );
-            }
+        let (ids, duplicates) = self.registry.lock().insert_restored(records);
+        for d in duplicates {
+            log::error!(
+                "state file has two host volumes named {:?}: {} and {}",
+                d.name,
+                d.first,
+                d.second
+            );
         }
         self.restore_entries(ids)
     }
 
     /// Retries every unavailable volume (SIGHUP and every [`RETRY_INTERVAL`]).
     pub fn retry_unavailable(&self) -> RestoreReport {
-        let ids: Vec<String> = {
-            let mut reg = self.registry.lock();
-            reg.volumes
-                .iter_mut()
-                .filter(|(_, e)| e.state == VolumeState::Unavailable && !e.busy)
-                .map(|(id, e)| {
-                    e.busy = true;
-                    id.clone()
-                })
-                .collect()
-        };
+        let ids = self.registry.lock().take_unavailable();
         self.restore_entries(ids)
     }
 
-    /// Calls [`VolumeManager::retry_unavailable`] every `interval` until shutdown. Run it on a
-    /// thread of its own (`crate::thread::spawn`).
-    pub fn run_retry_loop(&self, interval: Duration) {
+    /// Calls [`VolumeManager::retry_unavailable`] every `interval` until shutdown or `stop`
+    /// disconnects: the body of the `volume-retry` thread.
+    fn run_retry_loop(&self, interval: Duration, stop: &Receiver<Never>) {
         let tick = crossbeam_channel::tick(interval);
         loop {
             crossbeam_channel::select! {
                 recv(self.shutdown) -> _ => return,
+                recv(stop) -> _ => return,
                 recv(tick) -> _ => {
                     let report = self.retry_unavailable();
                     if !report.ready.is_empty() {
@@ -707,47 +455,22 @@ impl VolumeManager {
         if ids.is_empty() {
             return RestoreReport::default();
         }
-        let records: Vec<VolumeRecord> = {
-            let reg = self.registry.lock();
-            ids.iter()
-                .filter_map(|id| reg.volumes.get(id).map(|e| e.record.clone()))
-                .collect()
-        };
+        let records = self.registry.lock().records_of(&ids);
         let deadline = Instant::now() + self.restore_deadline;
         let outcomes = plugin::parallel_map(records, self.restore_parallelism, |record| {
             let result = self.restore_one(&record, deadline);
             (record, result)
         });
-        let mut report = RestoreReport::default();
-        let mut changed = false;
-        {
-            let mut reg = self.registry.lock();
-            for (old, result) in outcomes {
-                let Some(entry) = reg.volumes.get_mut(&old.id) else {
-                    continue;
-                };
-                entry.busy = false;
-                match result {
-                    Ok(record) => {
-                        changed |= record != old;
-                        entry.record = record;
-                        entry.state = VolumeState::Ready;
-                        entry.status.clear();
-                        report.ready.push(old.id.clone());
-                    }
-                    Err(reason) => {
-                        log::warn!(
-                            "host volume {:?} ({}) is unavailable: {reason}",
-                            old.name,
-                            old.id
-                        );
-                        entry.state = VolumeState::Unavailable;
-                        entry.status = reason.clone();
-                        report.unavailable.push((old.id.clone(), reason));
-                    }
-                }
+        for (old, result) in &outcomes {
+            if let Err(reason) = result {
+                log::warn!(
+                    "host volume {:?} ({}) is unavailable: {reason}",
+                    old.name,
+                    old.id
+                );
             }
         }
+        let (report, changed) = self.registry.lock().apply_restores(outcomes);
         for id in &report.ready {
             if let Some(record) = self.record(id) {
                 self.warn_if_overriding(&record);
@@ -759,8 +482,6 @@ impl VolumeManager {
             }
         }
         self.notify();
-        report.ready.sort();
-        report.unavailable.sort();
         report
     }
 
@@ -836,36 +557,7 @@ impl VolumeManager {
 
     /// The node's `HostVolumes`: static volumes, overridden by ready dynamic ones, keyed by name.
     pub fn host_volumes(&self) -> BTreeMap<String, HostVolumeConfig> {
-        let mut out: BTreeMap<String, HostVolumeConfig> = self
-            .statics
-            .values()
-            .map(|s| {
-                (
-                    s.name.clone(),
-                    HostVolumeConfig {
-                        name: s.name.clone(),
-                        path: s.path.display().to_string(),
-                        read_only: s.read_only,
-                        id: String::new(),
-                    },
-                )
-            })
-            .collect();
-        let reg = self.registry.lock();
-        for e in reg.volumes.values() {
-            if e.state == VolumeState::Ready {
-                out.insert(
-                    e.record.name.clone(),
-                    HostVolumeConfig {
-                        name: e.record.name.clone(),
-                        path: e.record.host_path.clone(),
-                        read_only: false,
-                        id: e.record.id.clone(),
-                    },
-                );
-            }
-        }
-        out
+        self.registry.lock().host_volumes(&self.statics)
     }
 
     fn notify(&self) {
@@ -874,124 +566,30 @@ impl VolumeManager {
             .retain(|tx| !matches!(tx.try_send(()), Err(TrySendError::Disconnected(_))));
     }
 
-    /// `HostVolumes` as the node's JSON (`GET /v1/node/:id`).
-    pub fn host_volumes_json(&self) -> Value {
-        serde_json::to_value(self.host_volumes()).unwrap_or_default()
-    }
-
     /// A copy of one volume's record (full ID).
     pub fn record(&self, id: &str) -> Option<VolumeRecord> {
-        self.registry
-            .lock()
-            .volumes
-            .get(id)
-            .map(|e| e.record.clone())
+        self.registry.lock().record(id)
+    }
+
+    /// One volume (full ID) with its state and the allocations that use it.
+    pub fn view(&self, id: &str) -> Option<VolumeView> {
+        self.registry.lock().view(id)
+    }
+
+    /// Every dynamic volume's ID, sorted: what an ID prefix is resolved against.
+    pub fn ids(&self) -> Vec<String> {
+        self.registry.lock().ids()
     }
 
     /// Every dynamic volume: (record, state, reason), sorted by name.
     pub fn volumes(&self) -> Vec<(VolumeRecord, VolumeState, String)> {
-        let reg = self.registry.lock();
-        let mut out: Vec<_> = reg
-            .volumes
-            .values()
-            .map(|e| (e.record.clone(), e.state, e.status.clone()))
-            .collect();
-        out.sort_by(|a, b| (&a.0.name, &a.0.id).cmp(&(&b.0.name, &b.0.id)));
-        out
-    }
-
-    // ---- JSON for the API ---------------------------------------------------------------
-
-    /// `PUT /v1/volume/host/create`: body `{"Volume": {...}}`.
-    pub fn create_json(&self, body: &[u8]) -> Result<Value, VolumeError> {
-        let parsed = spec::parse_json(body)?;
-        let record = self.create(&parsed.spec)?;
-        Ok(self.answer(&record.id, &parsed.warnings))
-    }
-
-    /// `PUT /v1/volume/host/register`: body `{"Volume": {...}}`.
-    pub fn register_json(&self, body: &[u8]) -> Result<Value, VolumeError> {
-        let parsed = spec::parse_json(body)?;
-        let record = self.register(&parsed.spec)?;
-        Ok(self.answer(&record.id, &parsed.warnings))
-    }
-
-    fn answer(&self, id: &str, warnings: &[String]) -> Value {
-        let volume = self.volume_json(id).unwrap_or(Value::Null);
-        json!({ "Volume": volume, "Warnings": warnings.join("\n") })
-    }
-
-    /// `GET /v1/volumes?type=host`: the stubs, sorted by name.
-    pub fn list_json(&self) -> Value {
-        Value::Array(
-            self.volumes()
-                .into_iter()
-                .map(|(r, state, _)| {
-                    json!({
-                        "ID": r.id, "Name": r.name, "Namespace": r.namespace,
-                        "PluginID": r.plugin_id, "NodeID": r.node_id, "NodePool": r.node_pool,
-                        "CapacityBytes": r.capacity_bytes, "State": state.as_str(),
-                    })
-                })
-                .collect(),
-        )
-    }
-
-    /// `GET /v1/volume/host/:id` (a unique prefix works).
-    pub fn get_json(&self, id: &str) -> Result<Value, VolumeError> {
-        let id = self.registry.lock().resolve(id)?;
-        self.volume_json(&id)
-            .ok_or_else(|| VolumeError::NotFound(id.clone()))
-    }
-
-    /// `DELETE /v1/volume/host/:id[?force=true]`: answers `{"VolumeID": "<full id>"}`.
-    pub fn delete_json(&self, id: &str, force: bool) -> Result<Value, VolumeError> {
-        let id = self.delete(id, force)?;
-        Ok(json!({ "VolumeID": id }))
-    }
-
-    fn volume_json(&self, id: &str) -> Option<Value> {
-        let reg = self.registry.lock();
-        let e = reg.volumes.get(id)?;
-        let r = &e.record;
-        let allocs: Vec<Value> = reg
-            .users
-            .get(&r.name)
-            .into_iter()
-            .flatten()
-            .map(|a| json!({ "ID": a }))
-            .collect();
-        Some(json!({
-            "ID": r.id,
-            "Name": r.name,
-            "Namespace": r.namespace,
-            "PluginID": r.plugin_id,
-            "NodeID": r.node_id,
-            "NodePool": r.node_pool,
-            "RequestedCapacityMinBytes": r.requested_capacity_min_bytes,
-            "RequestedCapacityMaxBytes": r.requested_capacity_max_bytes,
-            "RequestedCapabilities": r.requested_capabilities,
-            "Parameters": r.parameters,
-            "HostPath": r.host_path,
-            "CapacityBytes": r.capacity_bytes,
-            "State": e.state.as_str(),
-            "StatusDescription": e.status,
-            "CreateTime": r.create_time,
-            "ModifyTime": r.modify_time,
-            "Allocations": allocs,
-        }))
+        self.registry.lock().volumes()
     }
 }
 
 impl Snapshot for VolumeManager {
     fn fill(&self, out: &mut StateFile) {
-        let reg = self.registry.lock();
-        out.host_volumes = reg
-            .volumes
-            .values()
-            .filter(|e| e.persisted)
-            .map(|e| e.record.clone())
-            .collect();
+        out.host_volumes = self.registry.lock().persisted();
     }
 }
 
@@ -999,22 +597,8 @@ impl Snapshot for VolumeManager {
 /// then static ones; a signal after every change; which allocations use which volume.
 impl VolumeLookup for VolumeManager {
     fn lookup(&self, name: &str) -> Option<HostVolume> {
-        {
-            let reg = self.registry.lock();
-            let ready = reg
-                .volumes
-                .values()
-                .find(|e| e.record.name == name && e.state == VolumeState::Ready);
-            if let Some(e) = ready {
-                return Some(HostVolume {
-                    name: name.to_string(),
-                    path: PathBuf::from(&e.record.host_path),
-                    read_only: false,
-                    id: Some(e.record.id.clone()),
-                });
-            }
-        }
-        self.statics.get(name).cloned()
+        let ready = self.registry.lock().ready(name);
+        ready.or_else(|| self.statics.get(name).cloned())
     }
 
     /// Receives `()` after every change to the ready volumes (coalesced: at most one is queued).
@@ -1026,20 +610,11 @@ impl VolumeLookup for VolumeManager {
     }
 
     fn claim(&self, name: &str, alloc_id: &str) {
-        self.registry
-            .lock()
-            .users
-            .entry(name.to_string())
-            .or_default()
-            .insert(alloc_id.to_string());
+        self.registry.lock().claim(name, alloc_id);
     }
 
     fn release(&self, alloc_id: &str) {
-        let mut reg = self.registry.lock();
-        reg.users.retain(|_, allocs| {
-            allocs.remove(alloc_id);
-            !allocs.is_empty()
-        });
+        self.registry.lock().release(alloc_id);
     }
 }
 
@@ -1047,65 +622,20 @@ impl VolumeLookup for VolumeManager {
 mod tests {
     use super::*;
 
-    fn entry(id: &str, name: &str) -> (String, Entry) {
-        let record = VolumeRecord {
-            id: id.to_string(),
-            name: name.to_string(),
-            namespace: "default".to_string(),
-            plugin_id: "mkdir".to_string(),
-            node_id: String::new(),
-            node_pool: String::new(),
-            requested_capacity_min_bytes: 0,
-            requested_capacity_max_bytes: 0,
-            requested_capabilities: Vec::new(),
-            parameters: BTreeMap::new(),
-            host_path: "/x".to_string(),
-            capacity_bytes: 0,
-            registered: false,
-            create_time: 0,
-            modify_time: 0,
-        };
-        let e = Entry {
-            record,
-            state: VolumeState::Ready,
-            status: String::new(),
-            busy: false,
-            persisted: true,
-        };
-        (id.to_string(), e)
-    }
-
+    /// The retry thread is owned: `stop` ends and joins it while the agent's shutdown channel is
+    /// still open, and a second `stop` has nothing left to do.
     #[test]
-    fn ids_resolve_by_unique_prefix() {
-        let reg = Registry {
-            volumes: [entry("abc1", "a"), entry("abc2", "b"), entry("abd", "c")]
-                .into_iter()
-                .collect(),
-            users: BTreeMap::new(),
-        };
-        assert_eq!(reg.resolve("abc1").unwrap(), "abc1");
-        assert_eq!(reg.resolve("abd").unwrap(), "abd");
-        assert_eq!(reg.resolve("abc2").unwrap(), "abc2");
-        let err = reg.resolve("abc").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "prefix \"abc\" matches several volumes: abc1, abc2"
-        );
-        assert_eq!(err.status(), 400);
-        assert_eq!(reg.resolve("x").unwrap_err().status(), 404);
-        assert_eq!(reg.resolve("").unwrap_err().status(), 404);
-        assert_eq!(reg.name_taken_by("b"), Some("abc2"));
-        assert_eq!(reg.name_taken_by("z"), None);
-    }
-
-    #[test]
-    fn records_round_trip_through_the_state_file_shape() {
-        let (_, e) = entry("abc1", "a");
-        let v = serde_json::to_value(&e.record).unwrap();
-        assert_eq!(v["ID"], "abc1");
-        assert_eq!(v["PluginID"], "mkdir");
-        assert_eq!(v["HostPath"], "/x");
-        let back: VolumeRecord = serde_json::from_value(v).unwrap();
-        assert_eq!(back, e.record);
+    fn stop_joins_the_retry_thread() {
+        let data = std::env::temp_dir().join(format!("nodeward-vm-stop-{}", uuid::Uuid::new_v4()));
+        let (store, _) = StateStore::open(&data, false).unwrap();
+        let (_shutdown_tx, shutdown) = bounded::<Never>(0);
+        let config = ManagerConfig::new(&data, store.node_id(), "default");
+        let manager =
+            VolumeManager::start(config, store, &BTreeMap::new(), Vec::new(), shutdown).unwrap();
+        assert!(manager.retry.lock().is_some());
+        assert!(manager.stop(Instant::now() + Duration::from_secs(10)));
+        assert!(manager.retry.lock().is_none());
+        assert!(manager.stop(Instant::now()));
+        let _ = fs::remove_dir_all(&data);
     }
 }

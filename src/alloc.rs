@@ -27,6 +27,7 @@ use crate::task::hooks::{HookFactory, TaskContext};
 use crate::task::mounts::VolumeLookup;
 use crate::task::runner::{self, RunnerDeps, TaskCommand, TaskRunnerHandle};
 use crate::thread::Never;
+use crate::util::{allocdir, short_id};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AllocError {
@@ -532,7 +533,7 @@ impl AllocManager {
     pub fn restore(self: &Arc<Self>, state: &StateFile) {
         let ids: HashSet<String> = state.allocations.iter().map(|a| a.id.clone()).collect();
         stop_leftovers(
-            &driver::find_task_processes(&ids, &self.engine.data_dir.join("alloc")),
+            &driver::find_task_processes(&ids, &allocdir::alloc_root(&self.engine.data_dir)),
             &state.allocations,
             &state.jobs,
         );
@@ -585,7 +586,7 @@ impl AllocManager {
             }
             let me = self.clone();
             let a = alloc.clone();
-            let name = format!("gate-{}", &alloc.id[..8]);
+            let name = format!("gate-{}", short_id(&alloc.id));
             if let Err(e) = crate::thread::spawn(name, move || me.gate(a, gate_rx, restored)) {
                 log::error!("cannot start volume wait of alloc {}: {e}", alloc.id);
             }
@@ -626,7 +627,7 @@ impl AllocManager {
     }
 
     fn start_runners(&self, alloc: &Arc<Allocation>, restored: bool) {
-        let alloc_dir = self.engine.data_dir.join("alloc").join(&alloc.id);
+        let alloc_dir = allocdir::alloc_dir(&self.engine.data_dir, &alloc.id);
         let mut inner = alloc.inner.lock();
         if inner.desired == DesiredStatus::Stop {
             return;
@@ -643,7 +644,7 @@ impl AllocManager {
                 group: alloc.group.clone(),
                 task: task.clone(),
                 alloc_dir: alloc_dir.clone(),
-                task_dir: alloc_dir.join(&task.name),
+                task_dir: allocdir::task_dir(&alloc_dir, &task.name),
                 data_dir: self.engine.data_dir.clone(),
                 node_id: self.engine.node_id.clone(),
                 node_name: self.engine.node_name.clone(),

@@ -13,6 +13,7 @@ use crate::alloc::AllocError;
 use crate::driver::logs::Stream;
 use crate::jobspec::{self, Job};
 use crate::task::events::TaskStatus;
+use crate::util::allocdir;
 
 impl From<AllocError> for ApiError {
     fn from(e: AllocError) -> ApiError {
@@ -319,13 +320,7 @@ fn logs(agent: &Arc<Agent>, req: &Request) -> Result<Response, ApiError> {
         alive: Arc::new(move || state.lock().state != TaskStatus::Dead),
         shutdown: req.shutdown(),
     });
-    let dir = agent
-        .config
-        .data_dir
-        .join("alloc")
-        .join(&id)
-        .join("alloc")
-        .join("logs");
+    let dir = allocdir::log_dir(&allocdir::alloc_dir(&agent.config.data_dir, &id));
     let reader = LogReader::open(dir, &task, stream, origin_end, offset, follow)
         .map_err(|e| ApiError::Internal(format!("cannot read logs: {e}")))?;
     Ok(Response::Stream(Box::new(reader)))

@@ -3,6 +3,9 @@
 //! A [`Router`] maps a method and a path pattern (`/v1/job/:id/allocations`) to a handler. A handler
 //! sees a [`Request`] whose body was already read and size-checked, and answers a [`Response`] or an
 //! [`ApiError`], which becomes a status code with a one-line plain-text reason, as Nomad answers.
+//!
+//! It imports nothing else of the API: the server, the ID resolver and the resource files build
+//! on it.
 
 use crossbeam_channel::Receiver;
 use serde::de::DeserializeOwned;
@@ -129,7 +132,8 @@ impl Request {
             query,
             body,
             token,
-            shutdown: super::server::no_shutdown(),
+            // Outside a server (tests, fuzzing) nothing ever stops a request.
+            shutdown: crossbeam_channel::never(),
         }
     }
 
@@ -259,7 +263,7 @@ struct Route {
     handler: Handler,
 }
 
-/// The route table. Build it once, then hand it to [`super::server::ApiServer::start`].
+/// The route table. Build it once, then hand it to the server (`ApiServer::start`).
 #[derive(Default)]
 pub struct Router {
     routes: Vec<Route>,

@@ -5,8 +5,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
+use super::ids::{self, ID};
 use super::logs::{Follow, LogReader};
-use super::router::{json_body, resolve_prefix, ApiError, Request, Response, Router};
+use super::router::{json_body, ApiError, Request, Response, Router};
 use super::server::{ApiServer, ServerConfig, ServerError};
 use crate::agent::Agent;
 use crate::alloc::AllocError;
@@ -45,11 +46,11 @@ pub fn serve(agent: Arc<Agent>) -> Result<ApiServer, ServerError> {
 }
 
 fn alloc_id(agent: &Agent, req: &Request, name: &str) -> Result<String, ApiError> {
-    resolve_prefix(req.param(name), agent.allocs.alloc_ids())
+    ids::resolve(req.param(name), agent.allocs.alloc_ids(), &ID)
 }
 
 fn job_id(agent: &Agent, req: &Request) -> Result<String, ApiError> {
-    resolve_prefix(req.param("id"), agent.allocs.job_ids())
+    ids::resolve(req.param("id"), agent.allocs.job_ids(), &ID)
 }
 
 /// The body of `POST /v1/jobs/parse`.
@@ -191,7 +192,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
     });
     let a = agent.clone();
     r.get("/v1/node/:id", move |req| {
-        resolve_prefix(req.param("id"), [a.node_id.clone()])?;
+        ids::resolve(req.param("id"), [a.node_id.as_str()], &ID)?;
         Response::json(node_json(&a))
     });
 

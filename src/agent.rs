@@ -180,11 +180,13 @@ impl Agent {
     }
 
     /// `HostVolumes` of the node, keyed by name.
+    // moved to api/ with the volume/CSI API: api/node.rs is its only caller.
     pub fn host_volumes_json(&self) -> serde_json::Value {
         self.host_volumes.host_volumes_json()
     }
 
     /// `{"CSINodePlugins": ..., "CSIControllerPlugins": ...}`.
+    // moved to api/ with the volume/CSI API: api/node.rs is its only caller.
     pub fn csi_json(&self) -> serde_json::Value {
         self.csi.node_json()
     }

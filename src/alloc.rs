@@ -1,27 +1,32 @@
 //! Jobs and allocations: registering a job creates `count` allocations per group on this node;
 //! each allocation runs its tasks, one [`runner`](crate::task::runner) thread per task.
 //!
-//! Protocol: the API calls [`AllocManager`]; it changes the registry under its one lock, records the
-//! change in the state file (outside the lock), then starts or signals task runners. An allocation
-//! whose host volumes are missing stays `pending` with a reason and gets one short-lived gate thread
-//! that waits (select over volume changes, the allocation's stop, and agent shutdown) and starts the
-//! tasks once every volume is ready. On agent shutdown every runner stops its task; the agent then
-//! calls [`AllocManager::join_all`].
+//! The module returns domain values ([`Arc<Allocation>`], [`JobSummary`], [`AllocError`]); the
+//! API (`api::jobs`, `api::allocations`) encodes them as Nomad's JSON and picks the status codes.
+//!
+//! Protocol: the API calls [`AllocManager`]; it changes the registry under its one lock, records
+//! the change in the state file (outside the lock), then starts or signals task runners. An
+//! allocation whose host volumes are missing stays `pending` with a reason and gets one gate
+//! thread that waits (select over volume changes, its stop channel, and agent shutdown) and starts
+//! the tasks once every volume is ready. On agent shutdown every runner stops its task; the agent
+//! then calls [`AllocManager::join_all`].
+//!
+//! Lock order: the registry → an allocation's inner state → its task states, in task name order.
+//! The volume manager's lock may be taken under any of them (lookups, releases); nothing here is
+//! locked while the state file is written, because writing it takes the registry lock
+//! ([`AllocManager`] is a [`Snapshot`](crate::state::Snapshot)).
 
 use crossbeam_channel::{select, Receiver, Sender};
 use parking_lot::{Mutex, MutexGuard};
-use serde::Serialize;
-use serde_json::value::RawValue;
-use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::driver;
 use crate::jobspec::{validate::signal_number, Job, TaskGroup};
 use crate::records::{AllocRecord, DesiredStatus, JobRecord};
-use crate::state::{Snapshot, StateFile, StateStore};
+use crate::state::{Snapshot, StateError, StateFile, StateStore};
 use crate::task::events::{now_nanos, TaskState, TaskStatus};
 use crate::task::hooks::{HookFactory, TaskContext};
 use crate::task::mounts::VolumeLookup;
@@ -29,16 +34,24 @@ use crate::task::runner::{self, RunnerDeps, TaskCommand, TaskRunnerHandle};
 use crate::thread::Never;
 use crate::util::{allocdir, short_id};
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[cfg(test)]
+pub(crate) mod testing;
+
+/// Why an allocation manager request failed. The API maps each to an HTTP status.
+#[derive(Debug, thiserror::Error)]
 pub enum AllocError {
     #[error("job not found")]
     JobNotFound,
     #[error("alloc not found")]
     AllocNotFound,
-    #[error("{0}")]
-    BadRequest(String),
-    #[error("{0}")]
-    Internal(String),
+    /// A restart or signal named a task the allocation does not have.
+    #[error("task {0:?} not found in allocation")]
+    UnknownTask(String),
+    #[error("unknown signal {0:?}")]
+    UnknownSignal(String),
+    /// The state file could not be written.
+    #[error(transparent)]
+    State(#[from] StateError),
 }
 
 /// Mutable parts of an allocation.
@@ -52,24 +65,106 @@ struct AllocInner {
     gate_stop: Option<Sender<Never>>,
 }
 
-/// A job's API JSON, encoded on first request and shared by the allocations of one registration.
-type JobJson = Arc<OnceLock<Box<RawValue>>>;
-
 pub struct Allocation {
     pub id: String,
+    /// One `Arc` for the allocations of one registration, and for restored allocations of the
+    /// job's registered version: whatever is derived from a job (its encoding, in the API) can be
+    /// kept once per `Arc`. An allocation of an older version has a copy of its own.
     pub job: Arc<Job>,
-    job_json: JobJson,
     pub group: String,
     pub index: u32,
     pub name: String,
     pub create_time: i64,
-    /// Task name → state; each state is written by its runner and read by the API.
+    /// Task name → state; each state is written by its runner and read by the API. Locked after
+    /// `inner`, in name order.
     pub tasks: BTreeMap<String, Arc<Mutex<TaskState>>>,
-    /// Guards: desired status, modify time, pending reason, runner handles, the gate.
+    /// Guards: desired status, modify time, pending reason, runner handles, the gate. Locked
+    /// after the registry, before any task state.
     inner: Mutex<AllocInner>,
 }
 
+/// An allocation's own status at one instant, apart from its tasks'.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocStatus {
+    pub desired: DesiredStatus,
+    pub modify_time: i64,
+    /// Why it has not started (`missing host volume "<source>"`).
+    pub pending_reason: Option<String>,
+}
+
+/// Every task state of one allocation, locked in task-name order, so that the states and the
+/// client status computed from them agree. Runners wait while it is held: copy or encode into
+/// memory, never into a socket.
+pub struct LockedTasks<'a>(Vec<(&'a str, MutexGuard<'a, TaskState>)>);
+
+impl LockedTasks<'_> {
+    /// Nomad's allocation status from these states.
+    pub fn client_status(&self) -> &'static str {
+        client_status(self.0.iter().map(|(_, t)| (t.state, t.failed)))
+    }
+
+    /// Task name and state, in name order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &TaskState)> {
+        self.0.iter().map(|(name, state)| (*name, &**state))
+    }
+}
+
 impl Allocation {
+    /// A new allocation of `job` (shared by the allocations of one registration), to run.
+    fn new(job: &Arc<Job>, group: &TaskGroup, index: u32, now: i64) -> Allocation {
+        let tasks = group
+            .tasks
+            .iter()
+            .map(|t| (t.name.clone(), Arc::new(Mutex::new(TaskState::default()))))
+            .collect();
+        Allocation {
+            id: uuid::Uuid::new_v4().to_string(),
+            job: job.clone(),
+            group: group.name.clone(),
+            index,
+            name: format!("{}.{}[{index}]", job.id, group.name),
+            create_time: now,
+            tasks,
+            inner: Mutex::new(AllocInner {
+                desired: DesiredStatus::Run,
+                modify_time: now,
+                pending_reason: None,
+                runners: BTreeMap::new(),
+                gate_stop: None,
+            }),
+        }
+    }
+
+    /// The allocation a state file record describes, running `job`; `None` when the job has no
+    /// group of the record's name. The inverse of [`Allocation::record`].
+    fn from_record(rec: &AllocRecord, job: Arc<Job>) -> Option<Allocation> {
+        let group = job.task_groups.iter().find(|g| g.name == rec.task_group)?;
+        let tasks = group
+            .tasks
+            .iter()
+            .map(|t| {
+                let state = rec.task_states.get(&t.name).cloned().unwrap_or_default();
+                (t.name.clone(), Arc::new(Mutex::new(state)))
+            })
+            .collect();
+        Some(Allocation {
+            id: rec.id.clone(),
+            job,
+            group: rec.task_group.clone(),
+            index: rec.index,
+            name: rec.name.clone(),
+            create_time: rec.create_time,
+            tasks,
+            inner: Mutex::new(AllocInner {
+                desired: rec.desired_status,
+                modify_time: rec.modify_time,
+                pending_reason: None,
+                runners: BTreeMap::new(),
+                gate_stop: None,
+            }),
+        })
+    }
+
     fn group_spec(&self) -> &TaskGroup {
         self.job
             .task_groups
@@ -80,6 +175,26 @@ impl Allocation {
 
     pub fn desired(&self) -> DesiredStatus {
         self.inner.lock().desired
+    }
+
+    /// The allocation's own status now (one short lock).
+    pub fn status(&self) -> AllocStatus {
+        let i = self.inner.lock();
+        AllocStatus {
+            desired: i.desired,
+            modify_time: i.modify_time,
+            pending_reason: i.pending_reason.clone(),
+        }
+    }
+
+    /// Locks every task state, in name order; see [`LockedTasks`].
+    pub fn lock_tasks(&self) -> LockedTasks<'_> {
+        LockedTasks(
+            self.tasks
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.lock()))
+                .collect(),
+        )
     }
 
     fn task_states(&self) -> BTreeMap<String, TaskState> {
@@ -113,90 +228,6 @@ impl Allocation {
             task_states: self.task_states(),
         }
     }
-
-    /// The allocation in Nomad's API shape, encoded straight from the live state. `with_job` adds
-    /// the job, as `GET /v1/allocation/:id` does; the job's JSON is encoded once and shared by the
-    /// allocations of one registration.
-    pub fn api_view<'a>(
-        &'a self,
-        node_id: &'a str,
-        node_name: &'a str,
-        with_job: bool,
-    ) -> AllocView<'a> {
-        AllocView {
-            alloc: self,
-            node_id,
-            node_name,
-            with_job,
-        }
-    }
-
-    fn job_json(&self) -> &RawValue {
-        self.job_json.get_or_init(|| {
-            serde_json::value::to_raw_value(&*self.job).unwrap_or_else(|e| {
-                log::error!("cannot encode job {} as JSON: {e}", self.job.id);
-                RawValue::from_string("null".into()).expect("null is JSON")
-            })
-        })
-    }
-}
-
-/// [`Allocation::api_view`]: serialises without building a `serde_json::Value` first, which
-/// made `GET /v1/allocation/:id` cost most of its time in the allocator. While it serialises it
-/// holds the allocation's task-state locks (every one, in name order, so the states and the
-/// client status agree); encode it into memory, never straight into a socket.
-pub struct AllocView<'a> {
-    alloc: &'a Allocation,
-    node_id: &'a str,
-    node_name: &'a str,
-    with_job: bool,
-}
-
-impl Serialize for AllocView<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{SerializeMap, SerializeStruct};
-        let a = self.alloc;
-        let (desired, modify, reason) = {
-            let i = a.inner.lock();
-            (i.desired, i.modify_time, i.pending_reason.clone())
-        };
-        let states: Vec<(&String, MutexGuard<'_, TaskState>)> =
-            a.tasks.iter().map(|(k, v)| (k, v.lock())).collect();
-        let status = client_status(states.iter().map(|(_, t)| (t.state, t.failed)));
-        struct States<'s, 'g>(&'s [(&'g String, MutexGuard<'g, TaskState>)]);
-        impl Serialize for States<'_, '_> {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let mut m = s.serialize_map(Some(self.0.len()))?;
-                for (name, state) in self.0 {
-                    m.serialize_entry(name, &**state)?;
-                }
-                m.end()
-            }
-        }
-        let mut m = s.serialize_struct("Allocation", 14)?;
-        m.serialize_field("ClientDescription", reason.as_deref().unwrap_or(""))?;
-        m.serialize_field("ClientStatus", status)?;
-        m.serialize_field("CreateTime", &a.create_time)?;
-        m.serialize_field("DesiredStatus", &desired)?;
-        m.serialize_field("ID", &a.id)?;
-        if self.with_job {
-            m.serialize_field("Job", a.job_json())?;
-        }
-        m.serialize_field("JobID", &a.job.id)?;
-        m.serialize_field("ModifyTime", &modify)?;
-        m.serialize_field("Name", &a.name)?;
-        m.serialize_field("Namespace", "default")?;
-        m.serialize_field("NodeID", self.node_id)?;
-        m.serialize_field("NodeName", self.node_name)?;
-        m.serialize_field("TaskGroup", &a.group)?;
-        m.serialize_field("TaskStates", &States(&states))?;
-        m.end()
-    }
-}
-
-fn encode(value: &impl Serialize) -> Result<String, AllocError> {
-    serde_json::to_string(value)
-        .map_err(|e| AllocError::Internal(format!("cannot encode the answer as JSON: {e}")))
 }
 
 /// Nomad's allocation status from its tasks' `(State, Failed)`.
@@ -247,10 +278,23 @@ pub struct Registered {
     pub changed: bool,
 }
 
+/// A job as the API shows it: its record, its status by Nomad's rule, and how many of its
+/// allocations are in each client status, per group.
+#[derive(Debug, Clone)]
+pub struct JobSummary {
+    pub record: JobRecord,
+    /// `pending`, `running` or `dead`.
+    pub status: &'static str,
+    /// Group → client status (`pending`, `running`, `failed`, `complete`) → allocations.
+    pub groups: BTreeMap<String, BTreeMap<&'static str, u32>>,
+}
+
 pub struct AllocManager {
     engine: Engine,
     store: Arc<StateStore>,
-    /// Guards: jobs and allocations together, so a job and its allocations change as one.
+    /// Guards: jobs and allocations together, so a job and its allocations change as one. The
+    /// first lock of the order (registry → allocation → task states); never held while the state
+    /// file is written.
     registry: Mutex<Registry>,
 }
 
@@ -279,9 +323,7 @@ impl AllocManager {
     }
 
     fn save(&self) -> Result<(), AllocError> {
-        self.store
-            .save()
-            .map_err(|e| AllocError::Internal(e.to_string()))
+        Ok(self.store.save()?)
     }
 
     /// Registers or updates a job. An unchanged spec is a no-op; a changed one stops the old
@@ -304,12 +346,11 @@ impl AllocManager {
                 self.engine.volumes.release(&alloc.id);
             }
             let job_arc = Arc::new(job.clone());
-            let job_json = JobJson::default();
             let now = now_nanos();
             let mut created = Vec::new();
             for group in &job.task_groups {
                 for index in 0..group.count {
-                    let alloc = Arc::new(new_alloc(&job_arc, &job_json, group, index, now));
+                    let alloc = Arc::new(Allocation::new(&job_arc, group, index, now));
                     reg.allocs.insert(alloc.id.clone(), alloc.clone());
                     created.push(alloc);
                 }
@@ -335,7 +376,7 @@ impl AllocManager {
         })
     }
 
-    /// Stops a job's allocations; `purge` also forgets the job and them.
+    /// Stops a job's allocations; `purge` also forgets the job and them. Returns the eval ID.
     pub fn stop_job(&self, id: &str, purge: bool) -> Result<String, AllocError> {
         {
             let mut reg = self.registry.lock();
@@ -371,48 +412,28 @@ impl AllocManager {
             .collect()
     }
 
-    fn job_status(record: &JobRecord, allocs: &[Arc<Allocation>]) -> &'static str {
-        let live = allocs.iter().any(|a| {
-            matches!(a.client_status(), "pending" | "running") && a.desired() == DesiredStatus::Run
-        });
-        if record.stop || !live {
-            "dead"
-        } else if allocs.iter().any(|a| a.client_status() == "running") {
-            "running"
-        } else {
-            "pending"
+    fn summary(&self, record: JobRecord) -> JobSummary {
+        let allocs = self.allocs_of(&record.job.id);
+        let mut groups = BTreeMap::<String, BTreeMap<&'static str, u32>>::new();
+        for a in &allocs {
+            let e = groups.entry(a.group.clone()).or_default();
+            *e.entry(a.client_status()).or_default() += 1;
+        }
+        JobSummary {
+            status: job_status(&record, &allocs),
+            record,
+            groups,
         }
     }
 
-    /// `GET /v1/jobs`: job stubs.
-    pub fn jobs(&self) -> Vec<Value> {
+    /// Every registered job (`GET /v1/jobs`), in ID order.
+    pub fn jobs(&self) -> Vec<JobSummary> {
         let records: Vec<JobRecord> = self.registry.lock().jobs.values().cloned().collect();
-        records
-            .iter()
-            .map(|r| {
-                let allocs = self.allocs_of(&r.job.id);
-                let mut summary = BTreeMap::<String, BTreeMap<&str, u32>>::new();
-                for a in &allocs {
-                    let e = summary.entry(a.group.clone()).or_default();
-                    *e.entry(status_key(a.client_status())).or_default() += 1;
-                }
-                json!({
-                    "ID": r.job.id,
-                    "Name": r.job.name,
-                    "Namespace": "default",
-                    "Type": r.job.job_type,
-                    "Status": Self::job_status(r, &allocs),
-                    "Stop": r.stop,
-                    "Version": r.version,
-                    "SubmitTime": r.submit_time,
-                    "JobSummary": {"JobID": r.job.id, "Summary": summary},
-                })
-            })
-            .collect()
+        records.into_iter().map(|r| self.summary(r)).collect()
     }
 
-    /// `GET /v1/job/:id`: the job in Nomad's shape with its status.
-    pub fn job(&self, id: &str) -> Result<Value, AllocError> {
+    /// One job by full ID (`GET /v1/job/:id`).
+    pub fn job(&self, id: &str) -> Result<JobSummary, AllocError> {
         let record = self
             .registry
             .lock()
@@ -420,40 +441,23 @@ impl AllocManager {
             .get(id)
             .cloned()
             .ok_or(AllocError::JobNotFound)?;
-        let allocs = self.allocs_of(id);
-        let mut v =
-            serde_json::to_value(&record.job).map_err(|e| AllocError::Internal(e.to_string()))?;
-        v["Namespace"] = json!("default");
-        v["Status"] = json!(Self::job_status(&record, &allocs));
-        v["Stop"] = json!(record.stop);
-        v["Version"] = json!(record.version);
-        v["SubmitTime"] = json!(record.submit_time);
-        Ok(v)
+        Ok(self.summary(record))
     }
 
-    /// `GET /v1/job/:id/allocations`, encoded.
-    pub fn job_allocations_json(&self, id: &str) -> Result<String, AllocError> {
+    /// A job's allocations, in ID order (`GET /v1/job/:id/allocations`).
+    pub fn job_allocations(&self, id: &str) -> Result<Vec<Arc<Allocation>>, AllocError> {
         if !self.registry.lock().jobs.contains_key(id) {
             return Err(AllocError::JobNotFound);
         }
-        self.encode_list(&self.allocs_of(id))
+        Ok(self.allocs_of(id))
     }
 
-    /// `GET /v1/allocations`, encoded.
-    pub fn allocations_json(&self) -> Result<String, AllocError> {
-        let allocs: Vec<Arc<Allocation>> = self.registry.lock().allocs.values().cloned().collect();
-        self.encode_list(&allocs)
+    /// Every allocation, in ID order (`GET /v1/allocations`).
+    pub fn allocations(&self) -> Vec<Arc<Allocation>> {
+        self.registry.lock().allocs.values().cloned().collect()
     }
 
-    fn encode_list(&self, allocs: &[Arc<Allocation>]) -> Result<String, AllocError> {
-        let (node_id, node_name) = (&self.engine.node_id, &self.engine.node_name);
-        let views: Vec<AllocView<'_>> = allocs
-            .iter()
-            .map(|a| a.api_view(node_id, node_name, false))
-            .collect();
-        encode(&views)
-    }
-
+    /// One allocation by full ID.
     pub fn get(&self, id: &str) -> Result<Arc<Allocation>, AllocError> {
         self.registry
             .lock()
@@ -463,17 +467,11 @@ impl AllocManager {
             .ok_or(AllocError::AllocNotFound)
     }
 
-    /// `GET /v1/allocation/:id`, encoded.
-    pub fn allocation_json(&self, id: &str) -> Result<String, AllocError> {
-        let alloc = self.get(id)?;
-        encode(&alloc.api_view(&self.engine.node_id, &self.engine.node_name, true))
-    }
-
     fn check_task(alloc: &Allocation, task: Option<&str>) -> Result<(), AllocError> {
         match task {
-            Some(t) if !t.is_empty() && !alloc.tasks.contains_key(t) => Err(
-                AllocError::BadRequest(format!("task {t:?} not found in allocation")),
-            ),
+            Some(t) if !t.is_empty() && !alloc.tasks.contains_key(t) => {
+                Err(AllocError::UnknownTask(t.to_string()))
+            }
             _ => Ok(()),
         }
     }
@@ -495,12 +493,13 @@ impl AllocManager {
         Ok(())
     }
 
+    /// Sends `signal` (a name, with or without `SIG`; SIGKILL when empty) to one task or all.
     pub fn signal(&self, id: &str, signal: &str, task: Option<&str>) -> Result<(), AllocError> {
         let alloc = self.get(id)?;
         Self::check_task(&alloc, task)?;
         let name = if signal.is_empty() { "SIGKILL" } else { signal };
-        let number = signal_number(name)
-            .ok_or_else(|| AllocError::BadRequest(format!("unknown signal {name:?}")))?;
+        let number =
+            signal_number(name).ok_or_else(|| AllocError::UnknownSignal(name.to_string()))?;
         let name = if name.starts_with("SIG") {
             name.to_string()
         } else {
@@ -517,7 +516,7 @@ impl AllocManager {
         Ok(())
     }
 
-    /// Stops one allocation for good.
+    /// Stops one allocation for good. Returns the eval ID.
     pub fn stop(&self, id: &str) -> Result<String, AllocError> {
         let alloc = self.get(id)?;
         stop_alloc(&alloc);
@@ -526,73 +525,100 @@ impl AllocManager {
         Ok(uuid::Uuid::new_v4().to_string())
     }
 
-    /// Picks up the jobs and allocations of the state file: processes left by an agent that crashed
-    /// are stopped first (those of allocations the file no longer holds too: a purge forgets an
-    /// allocation while its task may still be stopping), then allocations that should run are
-    /// started again.
-    pub fn restore(self: &Arc<Self>, state: &StateFile) {
-        let ids: HashSet<String> = state.allocations.iter().map(|a| a.id.clone()).collect();
-        stop_leftovers(
-            &driver::find_task_processes(&ids, &allocdir::alloc_root(&self.engine.data_dir)),
-            &state.allocations,
-            &state.jobs,
-        );
-        let mut to_start = Vec::new();
-        {
-            let mut reg = self.registry.lock();
-            let mut shared = BTreeMap::new();
-            for j in &state.jobs {
-                reg.jobs.insert(j.job.id.clone(), j.clone());
-                shared.insert(
-                    j.job.id.as_str(),
-                    (Arc::new(j.job.clone()), JobJson::default()),
-                );
-            }
-            for rec in &state.allocations {
-                let Some(alloc) = restored_alloc(rec, shared.get(rec.job_id.as_str())) else {
-                    log::error!("allocation {} names a group its job lacks; skipped", rec.id);
-                    continue;
-                };
-                let alloc = Arc::new(alloc);
-                reg.allocs.insert(alloc.id.clone(), alloc.clone());
-                if rec.desired_status == DesiredStatus::Run {
-                    to_start.push(alloc);
-                }
-            }
-        }
-        if matches!(
-            self.engine.deps.shutdown.try_recv(),
-            Err(crossbeam_channel::TryRecvError::Disconnected)
-        ) {
-            log::info!("the agent is stopping: restored allocations are not started");
-            return;
-        }
-        for alloc in to_start {
-            self.start_alloc(&alloc, true);
-        }
+    /// The longest `kill_timeout` of the tasks of allocations that should run.
+    pub fn max_kill_timeout(&self) -> Duration {
+        let reg = self.registry.lock();
+        reg.allocs
+            .values()
+            .flat_map(|a| a.group_spec().tasks.iter().map(|t| t.kill_timeout))
+            .max()
+            .unwrap_or(Duration::ZERO)
     }
 
+    /// Waits for every task runner to end (after a shutdown), at most `timeout`.
+    pub fn join_all(&self, timeout: Duration) {
+        let allocs = self.allocations();
+        let deadline = Instant::now() + timeout;
+        for alloc in allocs {
+            let mut runners: Vec<TaskRunnerHandle> =
+                std::mem::take(&mut alloc.inner.lock().runners)
+                    .into_values()
+                    .collect();
+            for r in &mut runners {
+                while !r.is_finished() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                if r.is_finished() {
+                    r.join();
+                }
+            }
+        }
+    }
+}
+
+/// Nomad's job status: `dead` when stopped or nothing of it should still run, else `running`
+/// when an allocation runs, else `pending`.
+fn job_status(record: &JobRecord, allocs: &[Arc<Allocation>]) -> &'static str {
+    let live = allocs.iter().any(|a| {
+        matches!(a.client_status(), "pending" | "running") && a.desired() == DesiredStatus::Run
+    });
+    if record.stop || !live {
+        "dead"
+    } else if allocs.iter().any(|a| a.client_status() == "running") {
+        "running"
+    } else {
+        "pending"
+    }
+}
+
+/// Marks an allocation stopped and kills its tasks (or its volume wait).
+fn stop_alloc(alloc: &Allocation) {
+    let mut inner = alloc.inner.lock();
+    if inner.desired == DesiredStatus::Stop {
+        return;
+    }
+    inner.desired = DesiredStatus::Stop;
+    inner.modify_time = now_nanos();
+    inner.gate_stop = None;
+    inner.pending_reason = None;
+    for r in inner.runners.values() {
+        r.send(TaskCommand::Kill);
+    }
+    drop(inner);
+    // Tasks that never got a runner (waiting for a volume) are dead without having run.
+    for state in alloc.tasks.values() {
+        let mut s = state.lock();
+        if s.state == TaskStatus::Pending && s.started_at.is_none() && s.events.is_empty() {
+            s.state = TaskStatus::Dead;
+        }
+    }
+}
+
+fn missing_reason(source: &str) -> String {
+    format!("missing host volume {source:?}")
+}
+
+impl AllocManager {
     /// Starts the tasks of `alloc` now, or once its host volumes are ready.
     fn start_alloc(self: &Arc<Self>, alloc: &Arc<Allocation>, restored: bool) {
-        if let Some(missing) = self.missing_volume(alloc) {
-            let (gate_stop, gate_rx) = crossbeam_channel::bounded::<Never>(0);
-            {
-                let mut inner = alloc.inner.lock();
-                if inner.desired == DesiredStatus::Stop {
-                    return;
-                }
-                inner.pending_reason = Some(format!("missing host volume {missing:?}"));
-                inner.gate_stop = Some(gate_stop);
+        let Some(missing) = self.missing_volume(alloc) else {
+            return self.start_runners(alloc, restored);
+        };
+        let (gate_stop, gate_rx) = crossbeam_channel::bounded::<Never>(0);
+        {
+            let mut inner = alloc.inner.lock();
+            if inner.desired == DesiredStatus::Stop {
+                return;
             }
-            let me = self.clone();
-            let a = alloc.clone();
-            let name = format!("gate-{}", short_id(&alloc.id));
-            if let Err(e) = crate::thread::spawn(name, move || me.gate(a, gate_rx, restored)) {
-                log::error!("cannot start volume wait of alloc {}: {e}", alloc.id);
-            }
-            return;
+            inner.pending_reason = Some(missing_reason(&missing));
+            inner.gate_stop = Some(gate_stop);
         }
-        self.start_runners(alloc, restored);
+        let me = self.clone();
+        let a = alloc.clone();
+        let name = format!("gate-{}", short_id(&alloc.id));
+        if let Err(e) = crate::thread::spawn(name, move || me.gate(a, gate_rx, restored)) {
+            log::error!("cannot start volume wait of alloc {}: {e}", alloc.id);
+        }
     }
 
     fn missing_volume(&self, alloc: &Allocation) -> Option<String> {
@@ -614,8 +640,7 @@ impl AllocManager {
                     return self.start_runners(&alloc, restored);
                 }
                 Some(missing) => {
-                    alloc.inner.lock().pending_reason =
-                        Some(format!("missing host volume {missing:?}"));
+                    alloc.inner.lock().pending_reason = Some(missing_reason(&missing));
                 }
             }
             select! {
@@ -626,6 +651,7 @@ impl AllocManager {
         }
     }
 
+    /// Starts one runner per task that is not dead, unless the allocation was stopped.
     fn start_runners(&self, alloc: &Arc<Allocation>, restored: bool) {
         let alloc_dir = allocdir::alloc_dir(&self.engine.data_dir, &alloc.id);
         let mut inner = alloc.inner.lock();
@@ -658,136 +684,62 @@ impl AllocManager {
             }
         }
     }
+}
 
-    /// The longest `kill_timeout` of the tasks of allocations that should run.
-    pub fn max_kill_timeout(&self) -> Duration {
-        let reg = self.registry.lock();
-        reg.allocs
-            .values()
-            .flat_map(|a| a.group_spec().tasks.iter().map(|t| t.kill_timeout))
-            .max()
-            .unwrap_or(Duration::ZERO)
-    }
-
-    /// Waits for every task runner to end (after a shutdown), at most `timeout`.
-    pub fn join_all(&self, timeout: Duration) {
-        let allocs: Vec<Arc<Allocation>> = self.registry.lock().allocs.values().cloned().collect();
-        let deadline = Instant::now() + timeout;
-        for alloc in allocs {
-            let mut runners: Vec<TaskRunnerHandle> =
-                std::mem::take(&mut alloc.inner.lock().runners)
-                    .into_values()
-                    .collect();
-            for r in &mut runners {
-                while !r.is_finished() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                if r.is_finished() {
-                    r.join();
+impl AllocManager {
+    /// Picks up the jobs and allocations of the state file: processes left by an agent that crashed
+    /// are stopped first (those of allocations the file no longer holds too: a purge forgets an
+    /// allocation while its task may still be stopping), then allocations that should run are
+    /// started again.
+    pub fn restore(self: &Arc<Self>, state: &StateFile) {
+        let ids: HashSet<String> = state.allocations.iter().map(|a| a.id.clone()).collect();
+        stop_leftovers(
+            &driver::find_task_processes(&ids, &allocdir::alloc_root(&self.engine.data_dir)),
+            &state.allocations,
+            &state.jobs,
+        );
+        let mut to_start = Vec::new();
+        {
+            let mut reg = self.registry.lock();
+            let mut shared = BTreeMap::new();
+            for j in &state.jobs {
+                reg.jobs.insert(j.job.id.clone(), j.clone());
+                shared.insert(j.job.id.as_str(), Arc::new(j.job.clone()));
+            }
+            for rec in &state.allocations {
+                let Some(alloc) = restored_alloc(rec, shared.get(rec.job_id.as_str())) else {
+                    log::error!("allocation {} names a group its job lacks; skipped", rec.id);
+                    continue;
+                };
+                let alloc = Arc::new(alloc);
+                reg.allocs.insert(alloc.id.clone(), alloc.clone());
+                if rec.desired_status == DesiredStatus::Run {
+                    to_start.push(alloc);
                 }
             }
         }
-    }
-}
-
-fn status_key(s: &str) -> &'static str {
-    match s {
-        "pending" => "Starting",
-        "running" => "Running",
-        "failed" => "Failed",
-        "complete" => "Complete",
-        _ => "Lost",
-    }
-}
-
-/// Marks an allocation stopped and kills its tasks (or its volume wait).
-fn stop_alloc(alloc: &Allocation) {
-    let mut inner = alloc.inner.lock();
-    if inner.desired == DesiredStatus::Stop {
-        return;
-    }
-    inner.desired = DesiredStatus::Stop;
-    inner.modify_time = now_nanos();
-    inner.gate_stop = None;
-    inner.pending_reason = None;
-    for r in inner.runners.values() {
-        r.send(TaskCommand::Kill);
-    }
-    drop(inner);
-    // Tasks that never got a runner (waiting for a volume) are dead without having run.
-    for state in alloc.tasks.values() {
-        let mut s = state.lock();
-        if s.state == TaskStatus::Pending && s.started_at.is_none() && s.events.is_empty() {
-            s.state = TaskStatus::Dead;
+        if matches!(
+            self.engine.deps.shutdown.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        ) {
+            log::info!("the agent is stopping: restored allocations are not started");
+            return;
         }
-    }
-}
-
-fn new_alloc(
-    job: &Arc<Job>,
-    job_json: &JobJson,
-    group: &TaskGroup,
-    index: u32,
-    now: i64,
-) -> Allocation {
-    let tasks = group
-        .tasks
-        .iter()
-        .map(|t| (t.name.clone(), Arc::new(Mutex::new(TaskState::default()))))
-        .collect();
-    Allocation {
-        id: uuid::Uuid::new_v4().to_string(),
-        job: job.clone(),
-        job_json: job_json.clone(),
-        group: group.name.clone(),
-        index,
-        name: format!("{}.{}[{index}]", job.id, group.name),
-        create_time: now,
-        tasks,
-        inner: Mutex::new(AllocInner {
-            desired: DesiredStatus::Run,
-            modify_time: now,
-            pending_reason: None,
-            runners: BTreeMap::new(),
-            gate_stop: None,
-        }),
+        for alloc in to_start {
+            self.start_alloc(&alloc, true);
+        }
     }
 }
 
 /// `current` is the registered version of the allocation's job, shared by the allocations that
 /// run it; an allocation of an older version gets its own copy.
-fn restored_alloc(rec: &AllocRecord, current: Option<&(Arc<Job>, JobJson)>) -> Option<Allocation> {
-    let (job, job_json) = match (&rec.job, current) {
-        (Some(old), _) => (Arc::new(old.clone()), JobJson::default()),
-        (None, Some((job, json))) => (job.clone(), json.clone()),
+fn restored_alloc(rec: &AllocRecord, current: Option<&Arc<Job>>) -> Option<Allocation> {
+    let job = match (&rec.job, current) {
+        (Some(old), _) => Arc::new(old.clone()),
+        (None, Some(job)) => job.clone(),
         (None, None) => return None,
     };
-    let group = job.task_groups.iter().find(|g| g.name == rec.task_group)?;
-    let tasks = group
-        .tasks
-        .iter()
-        .map(|t| {
-            let state = rec.task_states.get(&t.name).cloned().unwrap_or_default();
-            (t.name.clone(), Arc::new(Mutex::new(state)))
-        })
-        .collect();
-    Some(Allocation {
-        id: rec.id.clone(),
-        job: job.clone(),
-        job_json,
-        group: rec.task_group.clone(),
-        index: rec.index,
-        name: rec.name.clone(),
-        create_time: rec.create_time,
-        tasks,
-        inner: Mutex::new(AllocInner {
-            desired: rec.desired_status,
-            modify_time: rec.modify_time,
-            pending_reason: None,
-            runners: BTreeMap::new(),
-            gate_stop: None,
-        }),
-    })
+    Allocation::from_record(rec, job)
 }
 
 /// Stops task processes that an agent which crashed left running: every group gets its task's
@@ -848,134 +800,8 @@ fn stop_leftovers(found: &[driver::Leftover], allocs: &[AllocRecord], jobs: &[Jo
 
 #[cfg(test)]
 mod tests {
+    use super::testing::manager;
     use super::*;
-    use crate::task::events::TaskEvent;
-    use crate::task::hooks::TaskHook;
-    use crate::task::mounts::HostVolume;
-
-    /// No host volume is ever ready: allocations wait at their gate and start no process.
-    struct NoVolumes;
-
-    impl VolumeLookup for NoVolumes {
-        fn lookup(&self, _name: &str) -> Option<HostVolume> {
-            None
-        }
-        fn changes(&self) -> Receiver<()> {
-            crossbeam_channel::never()
-        }
-    }
-
-    struct NoHooks;
-
-    impl HookFactory for NoHooks {
-        fn hooks_for(&self, _task: &TaskContext) -> Vec<Arc<dyn TaskHook>> {
-            Vec::new()
-        }
-    }
-
-    /// A state write is a snapshot of one instant: a job and its allocations change as one, so a
-    /// save that runs while a job is stopped must not record the allocations stopped and the job
-    /// still running. After a crash such a file would restore a job that says it runs and runs
-    /// nothing (found by the crash storm).
-    /// A manager on a fresh data dir whose allocations never find their host volumes.
-    fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) {
-        let dir = std::env::temp_dir().join(format!("nw-alloc-{tag}-{}", uuid::Uuid::new_v4()));
-        let (store, _) = StateStore::open(&dir, false).unwrap();
-        let (shutdown_tx, shutdown) = crossbeam_channel::bounded::<Never>(0);
-        let engine = Engine {
-            data_dir: dir.clone(),
-            node_id: "node".to_string(),
-            node_name: "node".to_string(),
-            deps: RunnerDeps {
-                driver: Arc::new(driver::RawExec),
-                store: store.clone(),
-                shutdown,
-            },
-            hooks: Arc::new(NoHooks),
-            volumes: Arc::new(NoVolumes),
-        };
-        (AllocManager::new(engine, store), dir, shutdown_tx)
-    }
-
-    fn gated_job(id: &str, count: u32) -> Job {
-        let hcl = format!(
-            "job \"{id}\" {{\n group \"g\" {{\n  count = {count}\n  volume \"v\" {{\n   \
-             type = \"host\"\n   source = \"missing\"\n  }}\n  task \"a\" {{\n   \
-             driver = \"raw_exec\"\n   config {{\n    command = \"true\"\n   }}\n  }}\n  \
-             task \"b\" {{\n   driver = \"raw_exec\"\n   config {{\n    command = \"true\"\n   \
-             }}\n  }}\n }}\n}}\n"
-        );
-        crate::jobspec::hcl::parse_job(&hcl).unwrap().job
-    }
-
-    /// The allocation answer is encoded straight from the live state: every field Nomad's shape
-    /// has, the job as the job itself encodes, and the task states as they are now.
-    #[test]
-    fn allocation_answer_carries_the_live_state_and_the_job() {
-        let (allocs, dir, _shutdown) = manager("view");
-        let job = gated_job("view", 2);
-        allocs.register_job(job.clone()).unwrap();
-        let list: Vec<Value> = serde_json::from_str(&allocs.allocations_json().unwrap()).unwrap();
-        assert_eq!(list.len(), 2);
-        assert!(
-            list.iter().all(|a| a.get("Job").is_none()),
-            "lists carry no job"
-        );
-        let id = list[0]["ID"].as_str().unwrap().to_string();
-        let alloc = allocs.get(&id).unwrap();
-        {
-            let mut a = alloc.tasks["a"].lock();
-            a.state = TaskStatus::Dead;
-            a.push(TaskEvent::not_restarting(
-                now_nanos(),
-                "Exceeded allowed attempts 2 in interval 30m0s",
-            ));
-        }
-        let got: Value = serde_json::from_str(&allocs.allocation_json(&id).unwrap()).unwrap();
-        let want = json!({
-            "ID": id,
-            "Name": alloc.name,
-            "Namespace": "default",
-            "NodeID": "node",
-            "NodeName": "node",
-            "JobID": "view",
-            "TaskGroup": "g",
-            "DesiredStatus": "run",
-            "ClientStatus": "failed",
-            "ClientDescription": "missing host volume \"missing\"",
-            "CreateTime": alloc.create_time,
-            "ModifyTime": got["ModifyTime"],
-            "TaskStates": {
-                "a": serde_json::to_value(&*alloc.tasks["a"].lock()).unwrap(),
-                "b": serde_json::to_value(&*alloc.tasks["b"].lock()).unwrap(),
-            },
-            "Job": serde_json::to_value(&job).unwrap(),
-        });
-        assert_eq!(got, want);
-        assert_eq!(
-            got["TaskStates"]["a"]["Events"][0]["Type"],
-            "Not Restarting"
-        );
-        let other = allocs.get(list[1]["ID"].as_str().unwrap()).unwrap();
-        assert!(
-            Arc::ptr_eq(&alloc.job_json, &other.job_json),
-            "the allocations of one registration share the job's encoding"
-        );
-        let mut state = StateFile::default();
-        allocs.fill(&mut state);
-        let (restored, dir2, _shutdown2) = manager("view-restored");
-        restored.restore(&state);
-        let (a, b) = (
-            restored.get(&alloc.id).unwrap(),
-            restored.get(&other.id).unwrap(),
-        );
-        assert!(
-            Arc::ptr_eq(&a.job, &b.job) && Arc::ptr_eq(&a.job_json, &b.job_json),
-            "restored allocations of one job version share it"
-        );
-        let _ = std::fs::remove_dir_all(&dir2);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 
     /// A state write is a snapshot of one instant: a job and its allocations change as one, so a
     /// save that runs while a job is stopped must not record the allocations stopped and the job

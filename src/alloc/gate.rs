@@ -1,11 +1,13 @@
 //! Starting an allocation's tasks: at once when its host volumes are ready, otherwise from a gate
 //! thread that waits for them.
 //!
-//! Protocol: [`AllocManager::start_alloc`] sets the pending reason, keeps the sender of the gate's
-//! stop channel in the allocation and spawns the gate (`gate-<short alloc id>`). The gate selects
-//! over volume changes, its stop channel and the agent's shutdown; once every volume is ready it
-//! starts the runners and returns. It also returns when its stop channel disconnects (the
-//! allocation was stopped), on shutdown, or when the volume manager goes away. The runners are started under the allocation's inner lock, after checking that it should still
+//! Protocol: [`AllocManager::start_alloc`] sets the pending reason and spawns the gate
+//! (`gate-<short alloc id>`, through [`crate::thread::spawn_stoppable`]); the allocation keeps its
+//! [`Worker`](crate::thread::Worker). The gate selects over volume changes, its stop channel and
+//! the agent's shutdown; once every volume is ready it starts the runners and returns. It also
+//! returns when its stop channel disconnects (the allocation was stopped: the stopper joins it),
+//! on shutdown ([`AllocManager::join_all`] joins it), or when the volume manager goes away. The
+//! runners are started under the allocation's inner lock, after checking that it should still
 //! run, so a stop either finds them and kills them or keeps them from starting.
 
 use crossbeam_channel::{select, Receiver};
@@ -30,21 +32,34 @@ impl AllocManager {
         let Some(missing) = self.missing_volume(alloc) else {
             return self.start_runners(alloc, restored);
         };
-        let (gate_stop, gate_rx) = crossbeam_channel::bounded::<Never>(0);
         {
             let mut inner = alloc.inner.lock();
             if inner.desired == DesiredStatus::Stop {
                 return;
             }
             inner.pending_reason = Some(missing_reason(&missing));
-            inner.gate_stop = Some(gate_stop);
         }
         let me = self.clone();
         let a = alloc.clone();
         let name = format!("gate-{}", short_id(&alloc.id));
-        if let Err(e) = crate::thread::spawn(name, move || me.gate(a, gate_rx, restored)) {
-            log::error!("cannot start volume wait of alloc {}: {e}", alloc.id);
+        // A panic is logged and counted by the thread helper; the allocation stays pending.
+        let spawned =
+            crate::thread::spawn_stoppable(name, move |stop| me.gate(a, stop, restored), |_| {});
+        let gate = match spawned {
+            Ok(gate) => gate,
+            Err(e) => {
+                log::error!("cannot start volume wait of alloc {}: {e}", alloc.id);
+                return;
+            }
+        };
+        let mut inner = alloc.inner.lock();
+        if inner.desired == DesiredStatus::Stop {
+            // Stopped while the gate started: the stop found no gate to join, so join it here.
+            drop(inner);
+            gate.join();
+            return;
         }
+        inner.gate = Some(gate);
     }
 
     fn missing_volume(&self, alloc: &Allocation) -> Option<String> {
@@ -84,7 +99,6 @@ impl AllocManager {
         if inner.desired == DesiredStatus::Stop {
             return;
         }
-        inner.gate_stop = None;
         for task in &alloc.group_spec().tasks {
             let state = alloc.tasks[&task.name].clone();
             if state.lock().state == TaskStatus::Dead {

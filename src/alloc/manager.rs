@@ -4,7 +4,8 @@
 //! Protocol: every change is made under the one registry lock, so a job and its allocations
 //! change as one; the state file is written after the lock is released (a write takes it again
 //! through [`Snapshot::fill`]); task runners are started ([`super::gate`]) or sent commands
-//! afterwards. Reads copy what they need under short locks and return domain values; the API encodes them.
+//! afterwards. A stopped allocation's gate thread is joined once the registry lock is released.
+//! Reads copy what they need under short locks and return domain values; the API encodes them.
 
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -21,6 +22,7 @@ use crate::task::events::{now_nanos, TaskStatus};
 use crate::task::hooks::HookFactory;
 use crate::task::mounts::VolumeLookup;
 use crate::task::runner::{RunnerDeps, TaskCommand, TaskRunnerHandle};
+use crate::thread::Worker;
 
 /// What starting a task needs besides the allocation.
 pub struct Engine {
@@ -62,7 +64,7 @@ pub struct AllocManager {
     pub(super) store: Arc<StateStore>,
     /// Guards: jobs and allocations together, so a job and its allocations change as one. The
     /// first lock of the order (registry → allocation → task states); never held while the state
-    /// file is written.
+    /// file is written or a gate is joined.
     pub(super) registry: Mutex<Registry>,
 }
 
@@ -98,6 +100,7 @@ impl AllocManager {
     /// allocations and starts new ones.
     pub fn register_job(self: &Arc<Self>, job: Job) -> Result<Registered, AllocError> {
         let eval_id = uuid::Uuid::new_v4().to_string();
+        let mut gates = Vec::new();
         let new_allocs = {
             let mut reg = self.registry.lock();
             if let Some(existing) = reg.jobs.get(&job.id) {
@@ -110,7 +113,7 @@ impl AllocManager {
             }
             let version = reg.jobs.get(&job.id).map(|j| j.version + 1).unwrap_or(0);
             for alloc in reg.allocs.values().filter(|a| a.job.id == job.id) {
-                stop_alloc(alloc);
+                gates.extend(stop_alloc(alloc));
                 self.engine.volumes.release(&alloc.id);
             }
             let job_arc = Arc::new(job.clone());
@@ -134,6 +137,7 @@ impl AllocManager {
             );
             created
         };
+        join_gates(gates);
         self.save()?;
         for alloc in new_allocs {
             self.start_alloc(&alloc, false);
@@ -146,12 +150,13 @@ impl AllocManager {
 
     /// Stops a job's allocations; `purge` also forgets the job and them. Returns the eval ID.
     pub fn stop_job(&self, id: &str, purge: bool) -> Result<String, AllocError> {
+        let mut gates = Vec::new();
         {
             let mut reg = self.registry.lock();
             let record = reg.jobs.get_mut(id).ok_or(AllocError::JobNotFound)?;
             record.stop = true;
             for alloc in reg.allocs.values().filter(|a| a.job.id == id) {
-                stop_alloc(alloc);
+                gates.extend(stop_alloc(alloc));
                 self.engine.volumes.release(&alloc.id);
             }
             if purge {
@@ -159,6 +164,7 @@ impl AllocManager {
                 reg.allocs.retain(|_, a| a.job.id != id);
             }
         }
+        join_gates(gates);
         self.save()?;
         Ok(uuid::Uuid::new_v4().to_string())
     }
@@ -287,7 +293,7 @@ impl AllocManager {
     /// Stops one allocation for good. Returns the eval ID.
     pub fn stop(&self, id: &str) -> Result<String, AllocError> {
         let alloc = self.get(id)?;
-        stop_alloc(&alloc);
+        join_gates(stop_alloc(&alloc));
         self.engine.volumes.release(&alloc.id);
         self.save()?;
         Ok(uuid::Uuid::new_v4().to_string())
@@ -303,15 +309,21 @@ impl AllocManager {
             .unwrap_or(Duration::ZERO)
     }
 
-    /// Waits for every task runner to end (after a shutdown), at most `timeout`.
+    /// Waits for every task runner and gate thread to end (after a shutdown), at most `timeout`.
     pub fn join_all(&self, timeout: Duration) {
         let allocs = self.allocations();
         let deadline = Instant::now() + timeout;
         for alloc in allocs {
-            let mut runners: Vec<TaskRunnerHandle> =
-                std::mem::take(&mut alloc.inner.lock().runners)
-                    .into_values()
-                    .collect();
+            let (runners, gate) = {
+                let mut inner = alloc.inner.lock();
+                (std::mem::take(&mut inner.runners), inner.gate.take())
+            };
+            if let Some(gate) = gate {
+                if gate.join_until(deadline).is_err() {
+                    log::warn!("the volume wait of alloc {} did not end in time", alloc.id);
+                }
+            }
+            let mut runners: Vec<TaskRunnerHandle> = runners.into_values().collect();
             for r in &mut runners {
                 while !r.is_finished() && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(5));
@@ -339,15 +351,20 @@ fn job_status(record: &JobRecord, allocs: &[Arc<Allocation>]) -> &'static str {
     }
 }
 
-/// Marks an allocation stopped and kills its tasks (or its volume wait).
-fn stop_alloc(alloc: &Allocation) {
+/// Marks an allocation stopped and kills its tasks. Returns its volume gate, stopped, for the
+/// caller to join once it holds no lock (the gate may be taking the allocation's).
+#[must_use = "the gate thread must be joined"]
+fn stop_alloc(alloc: &Allocation) -> Option<Worker<()>> {
     let mut inner = alloc.inner.lock();
     if inner.desired == DesiredStatus::Stop {
-        return;
+        return None;
     }
     inner.desired = DesiredStatus::Stop;
     inner.modify_time = now_nanos();
-    inner.gate_stop = None;
+    let mut gate = inner.gate.take();
+    if let Some(g) = &mut gate {
+        g.stop();
+    }
     inner.pending_reason = None;
     for r in inner.runners.values() {
         r.send(TaskCommand::Kill);
@@ -360,12 +377,63 @@ fn stop_alloc(alloc: &Allocation) {
             s.state = TaskStatus::Dead;
         }
     }
+    gate
+}
+
+/// Joins stopped gate threads: each returns as soon as it sees its stop channel disconnect.
+fn join_gates(gates: impl IntoIterator<Item = Worker<()>>) {
+    for gate in gates {
+        gate.join();
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::manager;
+    use super::super::testing::{gated_job, manager};
     use super::*;
+    use crate::util::short_id;
+
+    /// Whether a thread of this process has that name now. A thread names itself once it runs,
+    /// and its entry goes a moment after it ends: poll with [`eventually`].
+    fn thread_alive(name: &str) -> bool {
+        std::fs::read_dir("/proc/self/task").unwrap().any(|t| {
+            std::fs::read_to_string(t.unwrap().path().join("comm"))
+                .is_ok_and(|comm| comm.trim_end() == name)
+        })
+    }
+
+    fn eventually(check: impl Fn() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !check() {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
+    /// A gate thread belongs to its allocation: a stop joins it before it returns, and
+    /// `join_all` joins those that saw the agent shut down.
+    #[test]
+    fn gates_are_joined_by_a_stop_and_at_shutdown() {
+        let (allocs, dir, shutdown) = manager("gates");
+        allocs.register_job(gated_job("stopped", 1)).unwrap();
+        allocs.register_job(gated_job("waiting", 1)).unwrap();
+        let [stopped, waiting] = ["stopped", "waiting"].map(|job| {
+            let alloc = allocs.job_allocations(job).unwrap().remove(0);
+            let gate = format!("gate-{}", short_id(&alloc.id));
+            assert!(alloc.inner.lock().gate.is_some() && eventually(|| thread_alive(&gate)));
+            (alloc, gate)
+        });
+        allocs.stop_job("stopped", false).unwrap();
+        assert!(stopped.0.inner.lock().gate.is_none() && eventually(|| !thread_alive(&stopped.1)));
+        assert!(thread_alive(&waiting.1), "the other allocation still waits");
+        drop(shutdown);
+        allocs.join_all(Duration::from_secs(10));
+        assert!(waiting.0.inner.lock().gate.is_none() && eventually(|| !thread_alive(&waiting.1)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// A state write is a snapshot of one instant: a job and its allocations change as one, so a
     /// save that runs while a job is stopped must not record the allocations stopped and the job

@@ -15,13 +15,16 @@
 //! the change in the state file (outside the lock), then starts or signals task runners. An
 //! allocation whose host volumes are missing stays `pending` with a reason and gets one gate
 //! thread that waits (select over volume changes, its stop channel, and agent shutdown) and starts
-//! the tasks once every volume is ready. On agent shutdown every runner stops its task; the agent
-//! then calls [`AllocManager::join_all`].
+//! the tasks once every volume is ready. The allocation owns the gate's [`Worker`]: stopping the
+//! allocation stops and joins it. On agent shutdown every runner stops its task and every gate
+//! returns; the agent then calls [`AllocManager::join_all`], which joins them all.
 //!
 //! Lock order: the registry ([`manager`]) → an allocation's inner state → its task states, in task
 //! name order ([`model`]). The volume manager's lock may be taken under any of them (lookups,
 //! releases); nothing here is locked while the state file is written, because writing it takes
 //! the registry lock ([`AllocManager`] is a [`Snapshot`](crate::state::Snapshot)).
+//!
+//! [`Worker`]: crate::thread::Worker
 
 mod gate;
 mod manager;

@@ -10,7 +10,6 @@
 //! (both come after the registry lock, see [`super::manager`]). A runner holding its task state
 //! takes no other lock of the allocation.
 
-use crossbeam_channel::Sender;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,7 +18,7 @@ use crate::jobspec::{Job, TaskGroup};
 use crate::records::{AllocRecord, DesiredStatus};
 use crate::task::events::{TaskState, TaskStatus};
 use crate::task::runner::TaskRunnerHandle;
-use crate::thread::Never;
+use crate::thread::Worker;
 
 /// Mutable parts of an allocation.
 pub(super) struct AllocInner {
@@ -28,8 +27,9 @@ pub(super) struct AllocInner {
     /// Why the allocation has not started (a missing host volume).
     pub(super) pending_reason: Option<String>,
     pub(super) runners: BTreeMap<String, TaskRunnerHandle>,
-    /// Dropping this stops the volume gate thread.
-    pub(super) gate_stop: Option<Sender<Never>>,
+    /// The volume gate thread, while the allocation waits for its volumes (and after it started
+    /// them, until joined). Stopping the allocation takes it out and joins it.
+    pub(super) gate: Option<Worker<()>>,
 }
 
 pub struct Allocation {
@@ -97,7 +97,7 @@ impl Allocation {
                 modify_time: now,
                 pending_reason: None,
                 runners: BTreeMap::new(),
-                gate_stop: None,
+                gate: None,
             }),
         }
     }
@@ -127,7 +127,7 @@ impl Allocation {
                 modify_time: rec.modify_time,
                 pending_reason: None,
                 runners: BTreeMap::new(),
-                gate_stop: None,
+                gate: None,
             }),
         })
     }

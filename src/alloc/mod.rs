@@ -1,15 +1,16 @@
 //! Jobs and allocations: registering a job creates `count` allocations per group on this node;
 //! each allocation runs its tasks, one [`runner`](crate::task::runner) thread per task.
 //!
-//! - [`model`]: an [`Allocation`] and its live state (desired status, task states, runners);
-//! - [`manager`]: the registry of jobs and allocations, and what the API asks of it (register and
+//! - `model`: an [`Allocation`] and its live state (desired status, task states, runners);
+//! - `manager`: the registry of jobs and allocations, and what the API asks of it (register and
 //!   stop jobs; stop, restart and signal allocations; read jobs and allocations);
-//! - [`gate`]: starting an allocation's tasks, at once or from its volume gate thread;
-//! - [`restore`]: picking up the state file at start, after stopping processes a crashed agent
+//! - `gate`: starting an allocation's tasks, at once or from its volume gate thread;
+//! - `restore`: picking up the state file at start, after stopping processes a crashed agent
 //!   left behind.
 //!
-//! The module returns domain values ([`Arc<Allocation>`], [`JobSummary`], [`AllocError`]); the
-//! API (`api::jobs`, `api::allocations`) encodes them as Nomad's JSON and picks the status codes.
+//! The module returns domain values (shared [`Allocation`]s, [`JobSummary`], [`AllocError`]);
+//! the API (`api::jobs`, `api::allocations`) encodes them as Nomad's JSON and picks the status
+//! codes.
 //!
 //! Protocol: the API calls [`AllocManager`]; it changes the registry under its one lock, records
 //! the change in the state file (outside the lock), then starts or signals task runners. An
@@ -19,8 +20,8 @@
 //! allocation stops and joins it. On agent shutdown every runner stops its task and every gate
 //! returns; the agent then calls [`AllocManager::join_all`], which joins them all.
 //!
-//! Lock order: the registry ([`manager`]) → an allocation's inner state → its task states, in task
-//! name order ([`model`]). The volume manager's lock may be taken under any of them (lookups,
+//! Lock order: the registry (`manager`) → an allocation's inner state → its task states, in task
+//! name order (`model`). The volume manager's lock may be taken under any of them (lookups,
 //! releases); nothing here is locked while the state file is written, because writing it takes
 //! the registry lock ([`AllocManager`] is a [`Snapshot`](crate::state::Snapshot)).
 //!

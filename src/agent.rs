@@ -26,7 +26,7 @@ use crate::config::AgentConfig;
 use crate::csi::registry::PluginRegistry;
 use crate::csi::supervisor::{CsiPluginHook, CsiSettings};
 use crate::driver::RawExec;
-use crate::state::{StateError, StateStore};
+use crate::state::{DataDirLock, StateError, StateStore};
 use crate::task::hooks::{HookFactory, TaskContext, TaskHook};
 use crate::task::mounts::{VolumeLookup, VolumeMountHook};
 use crate::task::runner::RunnerDeps;
@@ -85,6 +85,8 @@ pub struct Agent {
     /// Guards: the agent's own background workers (state flusher, SIGHUP reloads), joined at
     /// shutdown. Finished reload workers are joined as new ones start.
     workers: Mutex<Vec<Worker<()>>>,
+    /// The exclusive lock on the data directory, held for the agent's life.
+    _lock: DataDirLock,
 }
 
 impl Agent {
@@ -96,6 +98,8 @@ impl Agent {
         fresh_state: bool,
         stop: StopSwitch,
     ) -> Result<Arc<Agent>, AgentError> {
+        // First of all: a second agent on this data directory must touch nothing.
+        let lock = DataDirLock::acquire(&config.data_dir)?;
         let (store, state) = StateStore::open(&config.data_dir, fresh_state)?;
         let shutdown = stop.receiver();
         // Volumes are restored before allocations, which wait for the ones they mount.
@@ -155,6 +159,7 @@ impl Agent {
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown,
             workers: Mutex::new(vec![flusher]),
+            _lock: lock,
         }))
     }
 
@@ -177,16 +182,6 @@ impl Agent {
         a.insert("driver.raw_exec".to_string(), "1".to_string());
         a.extend(self.host_volumes.attributes());
         a
-    }
-
-    /// `HostVolumes` of the node, keyed by name.
-    pub fn host_volumes_json(&self) -> serde_json::Value {
-        self.host_volumes.host_volumes_json()
-    }
-
-    /// `{"CSINodePlugins": ..., "CSIControllerPlugins": ...}`.
-    pub fn csi_json(&self) -> serde_json::Value {
-        self.csi.node_json()
     }
 
     /// Reloads what can be reloaded (SIGHUP): the log level from the configuration files (unless
@@ -247,6 +242,9 @@ impl Agent {
             if worker.join_until(deadline).is_err() {
                 log::warn!("shutdown: a background worker did not end in time");
             }
+        }
+        if !self.host_volumes.stop(deadline) {
+            log::warn!("shutdown: the volume retry thread did not end in time");
         }
         if let Err(e) = self.store.save() {
             log::error!("{e}");

@@ -1,4 +1,5 @@
-//! Reading a task's rotated log files as one stream, for `GET /v1/client/fs/logs/:alloc_id`.
+//! The log route, `GET /v1/client/fs/logs/:alloc_id`, and reading a task's rotated log files as
+//! one stream for it.
 //!
 //! [`LogReader`] walks `<task>.<type>.N` from the oldest kept file to the newest. With `follow`, at
 //! the end of the newest file it waits for more (checking every [`FOLLOW_POLL`], or at once when the
@@ -12,8 +13,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::allocations::alloc_id;
+use super::router::{ApiError, Request, Response, Router};
+use crate::agent::Agent;
 use crate::driver::logs::{log_files, Stream};
+use crate::task::events::TaskStatus;
 use crate::thread::Never;
+use crate::util::allocdir;
 
 pub const FOLLOW_POLL: Duration = Duration::from_millis(100);
 
@@ -128,4 +134,57 @@ impl Read for LogReader {
             }
         }
     }
+}
+
+pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
+    let a = agent.clone();
+    r.get("/v1/client/fs/logs/:id", move |req| logs(&a, req));
+}
+
+/// `GET /v1/client/fs/logs/:alloc_id?task=T&type=stdout|stderr&origin=start|end&offset=N&follow=bool`:
+/// the task's log as plain text; with `follow`, a stream that ends when the task is dead.
+fn logs(agent: &Agent, req: &Request) -> Result<Response, ApiError> {
+    let id = alloc_id(agent, req)?;
+    let alloc = agent.allocs.get(&id)?;
+    let task = match req.query("task") {
+        Some(t) if !t.is_empty() => t.to_string(),
+        _ if alloc.tasks.len() == 1 => alloc.tasks.keys().next().cloned().unwrap_or_default(),
+        _ => return Err(ApiError::BadRequest("missing task name".to_string())),
+    };
+    let state =
+        alloc.tasks.get(&task).cloned().ok_or_else(|| {
+            ApiError::BadRequest(format!("task {task:?} not found in allocation"))
+        })?;
+    let stream = match req.query("type").unwrap_or("stdout") {
+        "stdout" => Stream::Stdout,
+        "stderr" => Stream::Stderr,
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "type must be stdout or stderr, got {other:?}"
+            )))
+        }
+    };
+    let origin_end = match req.query("origin").unwrap_or("start") {
+        "start" => false,
+        "end" => true,
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "origin must be start or end, got {other:?}"
+            )))
+        }
+    };
+    let offset = match req.query("offset") {
+        None | Some("") => 0,
+        Some(o) => o
+            .parse::<u64>()
+            .map_err(|_| ApiError::BadRequest(format!("offset must be a number, got {o:?}")))?,
+    };
+    let follow = req.query_bool("follow")?.then(|| Follow {
+        alive: Arc::new(move || state.lock().state != TaskStatus::Dead),
+        shutdown: req.shutdown(),
+    });
+    let dir = allocdir::log_dir(&allocdir::alloc_dir(&agent.config.data_dir, &id));
+    let reader = LogReader::open(dir, &task, stream, origin_end, offset, follow)
+        .map_err(|e| ApiError::Internal(format!("cannot read logs: {e}")))?;
+    Ok(Response::Stream(Box::new(reader)))
 }

@@ -1,16 +1,31 @@
 //! The HTTP API (agent.md "HTTP API"): JSON in Nomad's shape over HTTP/1.1 on loopback by default.
 //!
-//! [`router`] holds the pure part (requests, responses, errors, the route table, ID prefixes) and
-//! [`server`] the threads that serve a [`Router`]. The agent's endpoints register themselves on a
-//! [`Router`] before the server starts.
+//! HTTP lives here and only here: the files below parse request bodies, resolve ID prefixes, pick
+//! status codes and encode Nomad's JSON from the domain's values and typed errors.
+//!
+//! - [`router`]: the pure part (requests, responses, errors, the route table);
+//! - [`ids`]: ID prefix resolution, with each kind of ID's wording;
+//! - one file per resource, each registering its routes: [`agent`] (self, health), [`node`],
+//!   [`jobs`], [`allocations`], [`logs`], [`volumes`], [`plugins`];
+//! - [`routes`]: the agent's route table, assembled from those files;
+//! - [`server`]: the threads that serve a [`Router`].
+//!
+//! Imports run one way: `router` ← `ids` ← the resource files ← `routes`, and `router` ← `server`
+//! ← `routes`; no file imports one that imports it.
 
+pub mod agent;
+pub mod allocations;
+pub mod ids;
+pub mod jobs;
 pub mod logs;
+pub mod node;
 pub mod plugins;
 pub mod router;
 pub mod routes;
 pub mod server;
 pub mod volumes;
 
-pub use router::{resolve_prefix, ApiError, Handler, Method, Request, Response, Router};
+pub use ids::{resolve, IdKind};
+pub use router::{ApiError, Handler, Method, Request, Response, Router};
 pub use routes::serve;
 pub use server::{ApiServer, ServerConfig, ServerError, DEFAULT_PORT, MAX_BODY};

@@ -37,14 +37,6 @@ pub fn node_plugins_json(plugins: &PluginRegistry) -> Value {
     })
 }
 
-impl PluginRegistry {
-    /// `{"CSINodePlugins": ..., "CSIControllerPlugins": ...}` of the node.
-    // merge: call api::plugins::node_plugins_json from the node route, then drop this shim.
-    pub fn node_json(&self) -> Value {
-        node_plugins_json(self)
-    }
-}
-
 /// `GET /v1/plugins?type=csi`: Nomad's `CSIPluginListStub`s, ordered by ID.
 pub fn plugins_json(plugins: &PluginRegistry) -> Value {
     Value::Array(

@@ -3,6 +3,9 @@
 //! A [`Router`] maps a method and a path pattern (`/v1/job/:id/allocations`) to a handler. A handler
 //! sees a [`Request`] whose body was already read and size-checked, and answers a [`Response`] or an
 //! [`ApiError`], which becomes a status code with a one-line plain-text reason, as Nomad answers.
+//!
+//! It imports nothing else of the API: the server, the ID resolver and the resource files build
+//! on it.
 
 use crossbeam_channel::Receiver;
 use serde::de::DeserializeOwned;
@@ -129,7 +132,8 @@ impl Request {
             query,
             body,
             token,
-            shutdown: super::server::no_shutdown(),
+            // Outside a server (tests, fuzzing) nothing ever stops a request.
+            shutdown: crossbeam_channel::never(),
         }
     }
 
@@ -259,7 +263,7 @@ struct Route {
     handler: Handler,
 }
 
-/// The route table. Build it once, then hand it to [`super::server::ApiServer::start`].
+/// The route table. Build it once, then hand it to the server (`ApiServer::start`).
 #[derive(Default)]
 pub struct Router {
     routes: Vec<Route>,
@@ -434,41 +438,6 @@ fn hex(b: u8) -> Option<u8> {
     (b as char).to_digit(16).map(|d| d as u8)
 }
 
-/// Resolves a unique ID prefix against `ids`: an exact match wins; a prefix of exactly one ID is
-/// that ID; a prefix of several is a 400 listing them; no match is a 404.
-pub fn resolve_prefix<I, S>(prefix: &str, ids: I) -> Result<String, ApiError>
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<str>,
-{
-    if prefix.is_empty() {
-        return Err(ApiError::BadRequest("missing ID".into()));
-    }
-    let mut found: Vec<String> = Vec::new();
-    for id in ids {
-        let id = id.as_ref();
-        if id == prefix {
-            return Ok(id.to_string());
-        }
-        if id.starts_with(prefix) {
-            found.push(id.to_string());
-        }
-    }
-    match found.len() {
-        0 => Err(ApiError::NotFound(format!(
-            "no ID matches prefix {prefix:?}"
-        ))),
-        1 => Ok(found.remove(0)),
-        _ => {
-            found.sort();
-            Err(ApiError::BadRequest(format!(
-                "prefix {prefix:?} matches more than one ID: {}",
-                found.join(", ")
-            )))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -543,27 +512,6 @@ mod tests {
         let req = Request::new(Method::Get, "/x", vec![], Some("hunter2".into()));
         assert_eq!(req.token(), Some("hunter2"));
         assert!(!format!("{req:?}").contains("hunter2"));
-    }
-
-    #[test]
-    fn prefix_resolution() {
-        let ids = ["1e1d4540-aaaa", "1e1d9999-bbbb", "7f00-cccc", "1e1d"];
-        assert_eq!(resolve_prefix("7f", ids).unwrap(), "7f00-cccc");
-        // An exact match wins even though it is also a prefix of others.
-        assert_eq!(resolve_prefix("1e1d", ids).unwrap(), "1e1d");
-        assert_eq!(resolve_prefix("1e1d4", ids).unwrap(), "1e1d4540-aaaa");
-        let e = resolve_prefix("1e", ids).unwrap_err();
-        assert_eq!(e.status(), 400);
-        assert_eq!(
-            e.to_string(),
-            r#"prefix "1e" matches more than one ID: 1e1d, 1e1d4540-aaaa, 1e1d9999-bbbb"#
-        );
-        let e = resolve_prefix("ff", ids).unwrap_err();
-        assert_eq!(
-            (e.status(), e.to_string()),
-            (404, r#"no ID matches prefix "ff""#.into())
-        );
-        assert_eq!(resolve_prefix("", ids).unwrap_err().status(), 400);
     }
 
     #[test]

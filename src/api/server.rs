@@ -26,7 +26,7 @@
 //! - a response is written under the write timeout per write call; a client reading very slowly
 //!   can still hold a worker while a large answer is written.
 
-use crossbeam_channel::{bounded, never, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -472,9 +472,4 @@ fn stream(mut out: Box<dyn Write + Send>, mut body: Box<dyn Read + Send>) -> io:
     }
     out.write_all(b"0\r\n\r\n")?;
     out.flush()
-}
-
-/// A shutdown receiver that never fires, for requests built outside a server (tests).
-pub(super) fn no_shutdown() -> Receiver<Never> {
-    never()
 }

@@ -6,7 +6,8 @@
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-use super::router::{resolve_prefix, ApiError, Response, Router};
+use super::ids;
+use super::router::{ApiError, Response, Router};
 use crate::agent::Agent;
 use crate::records::{VolumeRecord, VolumeState};
 use crate::volume::spec::{self, ParsedVolume};
@@ -116,37 +117,10 @@ pub fn host_volumes_json(volumes: &VolumeManager) -> Value {
     serde_json::to_value(volumes.host_volumes()).unwrap_or_default()
 }
 
-impl VolumeManager {
-    /// `HostVolumes` of the node.
-    // merge: call api::volumes::host_volumes_json from the node route, then drop this shim.
-    pub fn host_volumes_json(&self) -> Value {
-        host_volumes_json(self)
-    }
-}
-
-/// Resolves a volume ID or a unique prefix of one against `ids` by [`resolve_prefix`]'s rule (an
-/// exact match wins; a prefix of one ID is that ID), in the volume API's words: no match (an
-/// empty prefix included) is `host volume "<prefix>" not found`, a 404; a prefix of several is
-/// `prefix "<prefix>" matches several volumes: <ids>`, a 400.
+/// Resolves a volume ID or a unique prefix of one against `ids`, in the volume API's words
+/// ([`ids::HOST_VOLUME`]).
 pub fn volume_id(prefix: &str, ids: &[String]) -> Result<String, ApiError> {
-    if prefix.is_empty() {
-        return Err(VolumeError::NotFound(String::new()).into());
-    }
-    resolve_prefix(prefix, ids).map_err(|e| match e {
-        ApiError::BadRequest(_) => {
-            let mut several: Vec<&str> = ids
-                .iter()
-                .map(String::as_str)
-                .filter(|id| id.starts_with(prefix))
-                .collect();
-            several.sort_unstable();
-            ApiError::BadRequest(format!(
-                "prefix {prefix:?} matches several volumes: {}",
-                several.join(", ")
-            ))
-        }
-        _ => VolumeError::NotFound(prefix.to_string()).into(),
-    })
+    ids::resolve(prefix, ids, &ids::HOST_VOLUME)
 }
 
 /// A volume of `GET /v1/volumes`: Nomad's `HostVolumeStub`.

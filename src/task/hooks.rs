@@ -26,6 +26,7 @@ use std::sync::Arc;
 use crate::jobspec::{Job, Task};
 use crate::task::events::TaskEvent;
 use crate::thread::Never;
+use crate::util::allocdir;
 
 /// What a hook knows about its task. Fixed for the task's lifetime.
 #[derive(Debug, Clone)]
@@ -34,13 +35,35 @@ pub struct TaskContext {
     pub job: Arc<Job>,
     pub group: String,
     pub task: Task,
-    /// `<data_dir>/alloc/<alloc_id>`.
+    /// `<data_dir>/alloc/<alloc_id>` ([`allocdir::alloc_dir`]).
     pub alloc_dir: PathBuf,
-    /// `<alloc_dir>/<task>`.
+    /// `<alloc_dir>/<task>` ([`allocdir::task_dir`]).
     pub task_dir: PathBuf,
     pub data_dir: PathBuf,
     pub node_id: String,
     pub node_name: String,
+}
+
+impl TaskContext {
+    /// `<alloc_dir>/alloc`, shared by the allocation's tasks (`NOMAD_ALLOC_DIR`).
+    pub fn shared_dir(&self) -> PathBuf {
+        allocdir::shared_dir(&self.alloc_dir)
+    }
+
+    /// `<alloc_dir>/alloc/logs`, where the task's stdout and stderr files rotate.
+    pub fn log_dir(&self) -> PathBuf {
+        allocdir::log_dir(&self.alloc_dir)
+    }
+
+    /// `<task_dir>/local` (`NOMAD_TASK_DIR`).
+    pub fn local_dir(&self) -> PathBuf {
+        allocdir::local_dir(&self.task_dir)
+    }
+
+    /// `<task_dir>/secrets` (`NOMAD_SECRETS_DIR`).
+    pub fn secrets_dir(&self) -> PathBuf {
+        allocdir::secrets_dir(&self.task_dir)
+    }
 }
 
 /// Why a hook failed; shown as the `Setup Failure` message.

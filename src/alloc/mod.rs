@@ -1,0 +1,57 @@
+//! Jobs and allocations: registering a job creates `count` allocations per group on this node;
+//! each allocation runs its tasks, one [`runner`](crate::task::runner) thread per task.
+//!
+//! - `model`: an [`Allocation`] and its live state (desired status, task states, runners);
+//! - `manager`: the registry of jobs and allocations, and what the API asks of it (register and
+//!   stop jobs; stop, restart and signal allocations; read jobs and allocations);
+//! - `gate`: starting an allocation's tasks, at once or from its volume gate thread;
+//! - `restore`: picking up the state file at start, after stopping processes a crashed agent
+//!   left behind.
+//!
+//! The module returns domain values (shared [`Allocation`]s, [`JobSummary`], [`AllocError`]);
+//! the API (`api::jobs`, `api::allocations`) encodes them as Nomad's JSON and picks the status
+//! codes.
+//!
+//! Protocol: the API calls [`AllocManager`]; it changes the registry under its one lock, records
+//! the change in the state file (outside the lock), then starts or signals task runners. An
+//! allocation whose host volumes are missing stays `pending` with a reason and gets one gate
+//! thread that waits (select over volume changes, its stop channel, and agent shutdown) and starts
+//! the tasks once every volume is ready. The allocation owns the gate's [`Worker`]: stopping the
+//! allocation stops and joins it. On agent shutdown every runner stops its task and every gate
+//! returns; the agent then calls [`AllocManager::join_all`], which joins them all.
+//!
+//! Lock order: the registry (`manager`) → an allocation's inner state → its task states, in task
+//! name order (`model`). The volume manager's lock may be taken under any of them (lookups,
+//! releases); nothing here is locked while the state file is written, because writing it takes
+//! the registry lock ([`AllocManager`] is a [`Snapshot`](crate::state::Snapshot)).
+//!
+//! [`Worker`]: crate::thread::Worker
+
+mod gate;
+mod manager;
+mod model;
+mod restore;
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use manager::{AllocManager, Engine, JobSummary, Registered};
+pub use model::{client_status, AllocStatus, Allocation, LockedTasks};
+
+use crate::state::StateError;
+
+/// Why an allocation manager request failed. The API maps each to an HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub enum AllocError {
+    #[error("job not found")]
+    JobNotFound,
+    #[error("alloc not found")]
+    AllocNotFound,
+    /// A restart or signal named a task the allocation does not have.
+    #[error("task {0:?} not found in allocation")]
+    UnknownTask(String),
+    #[error("unknown signal {0:?}")]
+    UnknownSignal(String),
+    /// The state file could not be written.
+    #[error(transparent)]
+    State(#[from] StateError),
+}

@@ -1,0 +1,249 @@
+//! The live model of an allocation: what it runs (its job, group and tasks), what it should do
+//! (its desired status) and what its tasks do (the task states their runners write).
+//!
+//! Threads: an [`Allocation`] is shared (`Arc`) by the registry, the API workers that answer for
+//! it, its gate thread and its task runners. Each runner writes its own task's state; the manager
+//! and the gate write the inner state; readers take short locks and copy, or encode into memory
+//! ([`Allocation::lock_tasks`]).
+//!
+//! Lock order: an allocation's inner state before its task states, task states in task-name order
+//! (both come after the registry lock, see [`super::manager`]). A runner holding its task state
+//! takes no other lock of the allocation.
+
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::jobspec::{Job, TaskGroup};
+use crate::records::{AllocRecord, DesiredStatus};
+use crate::task::events::{TaskState, TaskStatus};
+use crate::task::runner::TaskRunnerHandle;
+use crate::thread::Worker;
+
+/// Mutable parts of an allocation.
+pub(super) struct AllocInner {
+    pub(super) desired: DesiredStatus,
+    pub(super) modify_time: i64,
+    /// Why the allocation has not started (a missing host volume).
+    pub(super) pending_reason: Option<String>,
+    pub(super) runners: BTreeMap<String, TaskRunnerHandle>,
+    /// The volume gate thread, while the allocation waits for its volumes (and after it started
+    /// them, until joined). Stopping the allocation takes it out and joins it.
+    pub(super) gate: Option<Worker<()>>,
+}
+
+pub struct Allocation {
+    pub id: String,
+    /// One `Arc` for the allocations of one registration, and for restored allocations of the
+    /// job's registered version: whatever is derived from a job (its encoding, in the API) can be
+    /// kept once per `Arc`. An allocation of an older version has a copy of its own.
+    pub job: Arc<Job>,
+    pub group: String,
+    pub index: u32,
+    pub name: String,
+    pub create_time: i64,
+    /// Task name → state; each state is written by its runner and read by the API. Locked after
+    /// `inner`, in name order.
+    pub tasks: BTreeMap<String, Arc<Mutex<TaskState>>>,
+    /// Guards: desired status, modify time, pending reason, runner handles, the gate. Locked
+    /// after the registry, before any task state.
+    pub(super) inner: Mutex<AllocInner>,
+}
+
+/// An allocation's own status at one instant, apart from its tasks'.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocStatus {
+    pub desired: DesiredStatus,
+    pub modify_time: i64,
+    /// Why it has not started (`missing host volume "<source>"`).
+    pub pending_reason: Option<String>,
+}
+
+/// Every task state of one allocation, locked in task-name order, so that the states and the
+/// client status computed from them agree. Runners wait while it is held: copy or encode into
+/// memory, never into a socket.
+pub struct LockedTasks<'a>(Vec<(&'a str, MutexGuard<'a, TaskState>)>);
+
+impl LockedTasks<'_> {
+    /// Nomad's allocation status from these states.
+    pub fn client_status(&self) -> &'static str {
+        client_status(self.0.iter().map(|(_, t)| (t.state, t.failed)))
+    }
+
+    /// Task name and state, in name order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &TaskState)> {
+        self.0.iter().map(|(name, state)| (*name, &**state))
+    }
+}
+
+impl Allocation {
+    /// A new allocation of `job` (shared by the allocations of one registration), to run.
+    pub(super) fn new(job: &Arc<Job>, group: &TaskGroup, index: u32, now: i64) -> Allocation {
+        let tasks = group
+            .tasks
+            .iter()
+            .map(|t| (t.name.clone(), Arc::new(Mutex::new(TaskState::default()))))
+            .collect();
+        Allocation {
+            id: uuid::Uuid::new_v4().to_string(),
+            job: job.clone(),
+            group: group.name.clone(),
+            index,
+            name: format!("{}.{}[{index}]", job.id, group.name),
+            create_time: now,
+            tasks,
+            inner: Mutex::new(AllocInner {
+                desired: DesiredStatus::Run,
+                modify_time: now,
+                pending_reason: None,
+                runners: BTreeMap::new(),
+                gate: None,
+            }),
+        }
+    }
+
+    /// The allocation a state file record describes, running `job`; `None` when the job has no
+    /// group of the record's name. The inverse of [`Allocation::record`].
+    pub(super) fn from_record(rec: &AllocRecord, job: Arc<Job>) -> Option<Allocation> {
+        let group = job.task_groups.iter().find(|g| g.name == rec.task_group)?;
+        let tasks = group
+            .tasks
+            .iter()
+            .map(|t| {
+                let state = rec.task_states.get(&t.name).cloned().unwrap_or_default();
+                (t.name.clone(), Arc::new(Mutex::new(state)))
+            })
+            .collect();
+        Some(Allocation {
+            id: rec.id.clone(),
+            job,
+            group: rec.task_group.clone(),
+            index: rec.index,
+            name: rec.name.clone(),
+            create_time: rec.create_time,
+            tasks,
+            inner: Mutex::new(AllocInner {
+                desired: rec.desired_status,
+                modify_time: rec.modify_time,
+                pending_reason: None,
+                runners: BTreeMap::new(),
+                gate: None,
+            }),
+        })
+    }
+
+    pub(super) fn group_spec(&self) -> &TaskGroup {
+        self.job
+            .task_groups
+            .iter()
+            .find(|g| g.name == self.group)
+            .expect("allocation's group exists in its job")
+    }
+
+    pub fn desired(&self) -> DesiredStatus {
+        self.inner.lock().desired
+    }
+
+    /// The allocation's own status now (one short lock).
+    pub fn status(&self) -> AllocStatus {
+        let i = self.inner.lock();
+        AllocStatus {
+            desired: i.desired,
+            modify_time: i.modify_time,
+            pending_reason: i.pending_reason.clone(),
+        }
+    }
+
+    /// Locks every task state, in name order; see [`LockedTasks`].
+    pub fn lock_tasks(&self) -> LockedTasks<'_> {
+        LockedTasks(
+            self.tasks
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.lock()))
+                .collect(),
+        )
+    }
+
+    fn task_states(&self) -> BTreeMap<String, TaskState> {
+        self.tasks
+            .iter()
+            .map(|(k, v)| (k.clone(), v.lock().clone()))
+            .collect()
+    }
+
+    /// Nomad's rule: failed, else pending, else running, else complete.
+    pub fn client_status(&self) -> &'static str {
+        client_status(self.tasks.values().map(|s| {
+            let s = s.lock();
+            (s.state, s.failed)
+        }))
+    }
+
+    /// The allocation as the state file keeps it; `current` is the registered version of its job.
+    pub fn record(&self, current: Option<&Job>) -> AllocRecord {
+        let inner = self.inner.lock();
+        AllocRecord {
+            id: self.id.clone(),
+            job_id: self.job.id.clone(),
+            task_group: self.group.clone(),
+            name: self.name.clone(),
+            index: self.index,
+            desired_status: inner.desired,
+            create_time: self.create_time,
+            modify_time: inner.modify_time,
+            job: (current != Some(&*self.job)).then(|| (*self.job).clone()),
+            task_states: self.task_states(),
+        }
+    }
+}
+
+/// Nomad's allocation status from its tasks' `(State, Failed)`.
+pub fn client_status(tasks: impl Iterator<Item = (TaskStatus, bool)>) -> &'static str {
+    let (mut failed, mut pending, mut running, mut dead) = (false, false, false, false);
+    for (state, f) in tasks {
+        match state {
+            TaskStatus::Running => running = true,
+            TaskStatus::Pending => pending = true,
+            TaskStatus::Dead if f => failed = true,
+            TaskStatus::Dead => dead = true,
+        }
+    }
+    if failed {
+        "failed"
+    } else if pending {
+        "pending"
+    } else if running {
+        "running"
+    } else if dead {
+        "complete"
+    } else {
+        "pending"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_status_follows_nomad() {
+        use TaskStatus::*;
+        assert_eq!(client_status([(Pending, false)].into_iter()), "pending");
+        assert_eq!(
+            client_status([(Running, false), (Pending, false)].into_iter()),
+            "pending"
+        );
+        assert_eq!(
+            client_status([(Running, false), (Dead, false)].into_iter()),
+            "running"
+        );
+        assert_eq!(
+            client_status([(Dead, false), (Dead, false)].into_iter()),
+            "complete"
+        );
+        assert_eq!(
+            client_status([(Running, false), (Dead, true)].into_iter()),
+            "failed"
+        );
+    }
+}

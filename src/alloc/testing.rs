@@ -1,0 +1,69 @@
+//! Test helpers: an allocation manager on a fresh data dir whose allocations never find their host
+//! volumes, so they wait at their gates and start no process. Used by this module's tests and by
+//! the API's.
+
+use crossbeam_channel::{Receiver, Sender};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{AllocManager, Engine};
+use crate::driver;
+use crate::jobspec::Job;
+use crate::state::StateStore;
+use crate::task::hooks::{HookFactory, TaskContext, TaskHook};
+use crate::task::mounts::{HostVolume, VolumeLookup};
+use crate::task::runner::RunnerDeps;
+use crate::thread::Never;
+
+/// No host volume is ever ready: allocations wait at their gate and start no process.
+struct NoVolumes;
+
+impl VolumeLookup for NoVolumes {
+    fn lookup(&self, _name: &str) -> Option<HostVolume> {
+        None
+    }
+    fn changes(&self) -> Receiver<()> {
+        crossbeam_channel::never()
+    }
+}
+
+struct NoHooks;
+
+impl HookFactory for NoHooks {
+    fn hooks_for(&self, _task: &TaskContext) -> Vec<Arc<dyn TaskHook>> {
+        Vec::new()
+    }
+}
+
+/// A manager on a fresh data dir whose allocations never find their host volumes; node ID and
+/// name are `node`. Dropping the sender is the agent's shutdown.
+pub(crate) fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) {
+    let dir = std::env::temp_dir().join(format!("nw-alloc-{tag}-{}", uuid::Uuid::new_v4()));
+    let (store, _) = StateStore::open(&dir, false).unwrap();
+    let (shutdown_tx, shutdown) = crossbeam_channel::bounded::<Never>(0);
+    let engine = Engine {
+        data_dir: dir.clone(),
+        node_id: "node".to_string(),
+        node_name: "node".to_string(),
+        deps: RunnerDeps {
+            driver: Arc::new(driver::RawExec),
+            store: store.clone(),
+            shutdown,
+        },
+        hooks: Arc::new(NoHooks),
+        volumes: Arc::new(NoVolumes),
+    };
+    (AllocManager::new(engine, store), dir, shutdown_tx)
+}
+
+/// A job `id` of `count` allocations of tasks `a` and `b`, which mount the missing volume.
+pub(crate) fn gated_job(id: &str, count: u32) -> Job {
+    let hcl = format!(
+        "job \"{id}\" {{\n group \"g\" {{\n  count = {count}\n  volume \"v\" {{\n   \
+         type = \"host\"\n   source = \"missing\"\n  }}\n  task \"a\" {{\n   \
+         driver = \"raw_exec\"\n   config {{\n    command = \"true\"\n   }}\n  }}\n  \
+         task \"b\" {{\n   driver = \"raw_exec\"\n   config {{\n    command = \"true\"\n   \
+         }}\n  }}\n }}\n}}\n"
+    );
+    crate::jobspec::hcl::parse_job(&hcl).unwrap().job
+}

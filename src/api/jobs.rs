@@ -1,0 +1,184 @@
+//! Job routes (agent.md "HTTP API"): `PUT|POST /v1/jobs` (register), `POST /v1/jobs/parse`,
+//! `GET /v1/jobs`, `GET /v1/job/:id`, `GET /v1/job/:id/allocations`, `DELETE /v1/job/:id`; and
+//! jobs in Nomad's JSON shape, from the allocation manager's [`JobSummary`].
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::allocations;
+use super::ids::{self, ID};
+use super::router::{json_body, ApiError, Request, Response, Router};
+use crate::agent::Agent;
+use crate::alloc::JobSummary;
+use crate::jobspec::{self, Job, JobType};
+
+impl From<jobspec::JobspecError> for ApiError {
+    fn from(e: jobspec::JobspecError) -> ApiError {
+        ApiError::BadRequest(e.to_string())
+    }
+}
+
+fn job_id(agent: &Agent, req: &Request) -> Result<String, ApiError> {
+    ids::resolve(req.param("id"), agent.allocs.job_ids(), &ID)
+}
+
+/// The body of `POST /v1/jobs/parse`.
+#[derive(Debug, Deserialize)]
+pub struct ParseRequest {
+    #[serde(rename = "JobHCL")]
+    job_hcl: String,
+}
+
+impl ParseRequest {
+    /// Parses the request body and the jobspec in it: the endpoint's parsing entry point.
+    pub fn parse_job(body: &[u8]) -> Result<Job, ApiError> {
+        let body: ParseRequest = json_body(body)?;
+        Ok(jobspec::hcl::parse_job(&body.job_hcl)?.job)
+    }
+}
+
+/// Refuses a job that the node cannot run as written: a read-write mount of a read-only static
+/// volume (dynamic volumes are read-write; missing ones are waited for).
+fn check_volumes(agent: &Agent, job: &Job) -> Result<(), ApiError> {
+    for group in &job.task_groups {
+        for task in &group.tasks {
+            for mount in &task.volume_mounts {
+                let Some(request) = group.volumes.get(&mount.volume) else {
+                    continue;
+                };
+                let wants_write = !mount.read_only && !request.read_only;
+                if let Some(v) = agent.volumes.lookup(&request.source) {
+                    if v.read_only && wants_write {
+                        return Err(ApiError::BadRequest(format!(
+                            "task {:?} mounts volume {:?} read-write, but host volume {:?} is read-only",
+                            task.name, mount.volume, request.source
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Nomad's name for the allocations of a client status in a job summary.
+fn summary_key(client_status: &str) -> &'static str {
+    match client_status {
+        "pending" => "Starting",
+        "running" => "Running",
+        "failed" => "Failed",
+        "complete" => "Complete",
+        _ => "Lost",
+    }
+}
+
+/// A job in `GET /v1/jobs`. Fields in name order, as the answer has always had them.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct JobStub<'a> {
+    #[serde(rename = "ID")]
+    id: &'a str,
+    job_summary: Summary<'a>,
+    name: &'a str,
+    namespace: &'static str,
+    status: &'static str,
+    stop: bool,
+    submit_time: i64,
+    #[serde(rename = "Type")]
+    job_type: &'a JobType,
+    version: u64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Summary<'a> {
+    #[serde(rename = "JobID")]
+    job_id: &'a str,
+    /// Group → summary key → allocations.
+    summary: BTreeMap<&'a str, BTreeMap<&'static str, u32>>,
+}
+
+impl<'a> JobStub<'a> {
+    fn new(s: &'a JobSummary) -> JobStub<'a> {
+        let job = &s.record.job;
+        let summary = s
+            .groups
+            .iter()
+            .map(|(group, counts)| {
+                let mut keyed = BTreeMap::<&'static str, u32>::new();
+                for (status, n) in counts {
+                    *keyed.entry(summary_key(status)).or_default() += n;
+                }
+                (group.as_str(), keyed)
+            })
+            .collect();
+        JobStub {
+            id: &job.id,
+            job_summary: Summary {
+                job_id: &job.id,
+                summary,
+            },
+            name: &job.name,
+            namespace: "default",
+            status: s.status,
+            stop: s.record.stop,
+            submit_time: s.record.submit_time,
+            job_type: &job.job_type,
+            version: s.record.version,
+        }
+    }
+}
+
+/// `GET /v1/job/:id`: the job as submitted with its status, every object's keys in name order.
+fn job_detail(s: &JobSummary) -> Result<Response, ApiError> {
+    let mut v =
+        serde_json::to_value(&s.record.job).map_err(|e| ApiError::Internal(e.to_string()))?;
+    v["Namespace"] = json!("default");
+    v["Status"] = json!(s.status);
+    v["Stop"] = json!(s.record.stop);
+    v["Version"] = json!(s.record.version);
+    v["SubmitTime"] = json!(s.record.submit_time);
+    Response::json(v)
+}
+
+pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
+    let a = agent.clone();
+    let register = Arc::new(move |req: &Request| {
+        let parsed = jobspec::json::parse_job(req.body())?;
+        check_volumes(&a, &parsed.job)?;
+        let registered = a.allocs.register_job(parsed.job)?;
+        Response::json(json!({
+            "EvalID": registered.eval_id,
+            "Warnings": parsed.warnings.join("\n"),
+            "Changed": registered.changed,
+        }))
+    });
+    let post = register.clone();
+    r.put("/v1/jobs", move |req| register(req));
+    r.post("/v1/jobs", move |req| post(req));
+    r.post("/v1/jobs/parse", |req| {
+        Response::json(ParseRequest::parse_job(req.body())?)
+    });
+    let a = agent.clone();
+    r.get("/v1/jobs", move |_| {
+        let jobs = a.allocs.jobs();
+        Response::json(jobs.iter().map(JobStub::new).collect::<Vec<_>>())
+    });
+    let a = agent.clone();
+    r.get("/v1/job/:id", move |req| {
+        job_detail(&a.allocs.job(&job_id(&a, req)?)?)
+    });
+    let a = agent.clone();
+    r.get("/v1/job/:id/allocations", move |req| {
+        let allocs = a.allocs.job_allocations(&job_id(&a, req)?)?;
+        allocations::list(&allocs, &a.node_id, &a.config.name)
+    });
+    let a = agent.clone();
+    r.delete("/v1/job/:id", move |req| {
+        let purge = req.query_bool("purge")?;
+        let eval = a.allocs.stop_job(&job_id(&a, req)?, purge)?;
+        Response::json(json!({"EvalID": eval}))
+    });
+}

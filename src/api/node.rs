@@ -1,0 +1,71 @@
+//! Node routes (agent.md "HTTP API"): `GET /v1/nodes` (the one node, as a list stub) and
+//! `GET /v1/node/:id` (with its attributes, host volumes and CSI plugins).
+
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::ids::{self, ID};
+use super::router::{Response, Router};
+use crate::agent::Agent;
+
+/// The node in Nomad's shape, written once for both routes: the list stub leaves out the
+/// details. Fields in name order, as the answer has always had them.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Node<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attributes: Option<BTreeMap<String, String>>,
+    #[serde(
+        rename = "CSIControllerPlugins",
+        skip_serializing_if = "Option::is_none"
+    )]
+    csi_controller_plugins: Option<&'a Value>,
+    #[serde(rename = "CSINodePlugins", skip_serializing_if = "Option::is_none")]
+    csi_node_plugins: Option<&'a Value>,
+    datacenter: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host_volumes: Option<Value>,
+    #[serde(rename = "ID")]
+    id: &'a str,
+    name: &'a str,
+    node_pool: &'a str,
+    scheduling_eligibility: &'static str,
+    status: &'static str,
+}
+
+impl<'a> Node<'a> {
+    fn stub(agent: &'a Agent) -> Node<'a> {
+        Node {
+            attributes: None,
+            csi_controller_plugins: None,
+            csi_node_plugins: None,
+            datacenter: "dc1",
+            host_volumes: None,
+            id: &agent.node_id,
+            name: &agent.config.name,
+            node_pool: &agent.config.node_pool,
+            scheduling_eligibility: "eligible",
+            status: "ready",
+        }
+    }
+}
+
+pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
+    let a = agent.clone();
+    r.get("/v1/nodes", move |_| Response::json([Node::stub(&a)]));
+    let a = agent.clone();
+    r.get("/v1/node/:id", move |req| {
+        ids::resolve(req.param("id"), [a.node_id.as_str()], &ID)?;
+        // `{"CSINodePlugins": ..., "CSIControllerPlugins": ...}`
+        let csi = super::plugins::node_plugins_json(&a.csi);
+        Response::json(Node {
+            attributes: Some(a.node_attributes()),
+            csi_controller_plugins: Some(&csi["CSIControllerPlugins"]),
+            csi_node_plugins: Some(&csi["CSINodePlugins"]),
+            host_volumes: Some(super::volumes::host_volumes_json(&a.host_volumes)),
+            ..Node::stub(&a)
+        })
+    });
+}

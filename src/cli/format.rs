@@ -58,13 +58,7 @@ where
         .to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-/// The first 8 characters of an ID, as Nomad shows IDs in lists.
-pub fn short_id(id: &str) -> &str {
-    match id.char_indices().nth(8) {
-        Some((i, _)) => &id[..i],
-        None => id,
-    }
-}
+pub use crate::util::short_id;
 
 /// A string field of a JSON object ("" when absent or not a string).
 pub fn s<'a>(v: &'a Value, key: &str) -> &'a str {

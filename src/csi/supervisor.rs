@@ -216,8 +216,8 @@ impl CsiPluginHook {
         };
         let live = self.live.clone();
         live.fetch_add(1, Ordering::SeqCst);
-        let short_alloc: String = self.alloc_id.chars().take(8).collect();
-        let spawned = crate::thread::spawn(format!("csi-{short_alloc}"), move || {
+        let name = format!("csi-{}", crate::util::short_id(&self.alloc_id));
+        let spawned = crate::thread::spawn(name, move || {
             let _alive = LiveGuard(live);
             supervision.run();
         });

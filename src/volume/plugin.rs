@@ -260,8 +260,12 @@ impl Plugins {
             Plugin::Mkdir => {
                 let params =
                     mkdir::Params::parse(&req.parameters).map_err(PluginError::MkdirParameters)?;
-                mkdir::create(&self.volumes_dir, &req.volume_id, &params)
-                    .map_err(|e| err(Failure::Builtin(e.to_string())))
+                let path = mkdir::create(&self.volumes_dir, &req.volume_id, &params)
+                    .map_err(|e| err(Failure::Builtin(e.to_string())))?;
+                Ok(Created {
+                    path: path.display().to_string(),
+                    bytes: 0,
+                })
             }
             Plugin::External { id, path } => {
                 let mut env = self.volume_env("create", req);
@@ -681,77 +685,17 @@ fn excerpt(bytes: &[u8]) -> String {
     text.trim().to_string()
 }
 
-/// A plugin directory for tests; kept in the crate so unit tests of other files can use it.
 #[cfg(test)]
-pub(crate) mod testing {
-    use std::os::unix::fs::PermissionsExt;
-    use std::path::{Path, PathBuf};
+mod tests {
+    use super::*;
+    use crate::volume::mkdir::testing::{tempdir, Cleanup};
 
-    /// Removes a test's directory when the test passes; a failing test leaves it for a look.
-    pub struct Cleanup(pub PathBuf);
-
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            if !std::thread::panicking() {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
-    }
-
-    pub fn tempdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("nodeward-{tag}-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
-    /// Drops CAP_CHOWN from the calling thread only (capset(2) is per thread), so chown to
-    /// another user fails even for root. No-op when not root.
-    pub fn drop_chown_capability() {
-        #[repr(C)]
-        struct Header {
-            version: u32,
-            pid: i32,
-        }
-        #[repr(C)]
-        #[derive(Clone, Copy, Default)]
-        struct Data {
-            effective: u32,
-            permitted: u32,
-            inheritable: u32,
-        }
-        const VERSION_3: u32 = 0x2008_0522;
-        const CAP_CHOWN: u32 = 0;
-        let mut header = Header {
-            version: VERSION_3,
-            pid: 0,
-        };
-        let mut data = [Data::default(); 2];
-        // SAFETY: capget/capset with a v3 header read and write exactly two Data structs.
-        unsafe {
-            assert_eq!(
-                libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()),
-                0
-            );
-            data[0].effective &= !(1 << CAP_CHOWN);
-            assert_eq!(
-                libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()),
-                0
-            );
-        }
-    }
-
-    pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
         let path = dir.join(name);
         std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         path
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::testing::{script, tempdir, Cleanup};
-    use super::*;
 
     fn plugins(timeout: Duration) -> Plugins {
         let root = tempdir("plugin");

@@ -1,14 +1,26 @@
-//! Task drivers. nodeward has one, [`RawExec`]: a local process with no isolation.
+//! Task drivers: the interface every driver implements, in the shape of Nomad's driver plugins
+//! (`plugins/drivers/driver.go`), and the drivers. nodeward has one today, [`RawExec`]: a local
+//! process with no isolation.
 //!
+//! - [`Driver`]: start, wait (the exit channel of [`RunningTask`]), stop, destroy, recover,
+//!   inspect, signal, stats.
+//! - [`RunningTask`]: the agent's side of a task a driver started or re-attached to: its
+//!   [`TaskHandle`] and whatever the driver keeps to watch it.
+//! - [`handle`]: [`TaskHandle`], the serialisable value that finds a task again.
 //! - [`process`]: the one way to run a child process (process groups, kill with timeout, bounded
 //!   waits, the pidfd waiter, PID identity, leftovers), which drivers and volume plugins share.
 //! - [`raw_exec`]: the `raw_exec` driver; [`logs`]: task log files.
 //!
-//! Protocol: [`Driver::start`] spawns the task's process in a process group of its own with one
-//! waiter thread (see [`process`]), which pumps its output into rotated log files and sends one
-//! [`ExitStatus`] on [`TaskProcess::exited`] when it has exited. The task runner owns the
-//! [`TaskProcess`] and signals the group through it.
+//! Protocol: the task runner owns the [`RunningTask`]. It selects on
+//! [`RunningTask::exited`] (one [`ExitStatus`] per run, then the channel disconnects) together
+//! with its commands and the agent's shutdown, and calls back into the driver to signal or stop
+//! the task. When the run is over the runner hands the task to [`Driver::destroy`], which releases
+//! the driver's threads for it; a task is never dropped while a driver thread still serves it.
+//! After an agent restart the runner offers the recorded handle to [`Driver::recover`]; a driver
+//! that cannot re-attach answers `None`, and the runner stops the orphan with
+//! [`Driver::stop_orphan`] before it starts the task again.
 
+pub mod handle;
 pub mod logs;
 pub mod process;
 pub mod raw_exec;
@@ -17,8 +29,10 @@ use crossbeam_channel::Receiver;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::jobspec::LogConfig;
+pub use handle::{HandleState, TaskHandle};
 pub use process::{
     find_task_processes, live_groups, lookup_user, process_start_ticks, same_process_alive,
     signal_group, stop_foreign_group, stop_groups, ExitStatus, Leftover, ProcessError, ProcessId,
@@ -35,6 +49,23 @@ pub enum DriverError {
     /// The user to run as, or the watch on a started process (the messages of [`ProcessError`]).
     #[error(transparent)]
     Process(ProcessError),
+    #[error("the {driver} driver does not support {operation}")]
+    NotSupported {
+        driver: &'static str,
+        operation: &'static str,
+    },
+    #[error(
+        "the {driver} driver cannot use a handle of the {handle_driver} driver (version {version})"
+    )]
+    ForeignHandle {
+        driver: &'static str,
+        handle_driver: String,
+        version: u32,
+    },
+    #[error("{0}")]
+    Signal(io::Error),
+    #[error("process {pid} did not die after SIGKILL")]
+    Unkillable { pid: i32 },
 }
 
 /// What to start.
@@ -50,28 +81,101 @@ pub struct StartSpec {
     pub log_dir: PathBuf,
     pub task_name: String,
     pub logs: LogConfig,
-    /// Names the waiter thread.
+    /// Names the driver's thread for the task (the waiter).
     pub thread_name: String,
 }
 
-/// A running task process.
-pub struct TaskProcess {
-    pub pid: i32,
-    /// Start time in clock ticks since boot, to tell a reused PID apart.
-    pub start_ticks: u64,
-    /// Receives one status when the process has exited and been reaped.
-    pub exited: Receiver<ExitStatus>,
-    /// The process and its waiter.
-    pub child: process::Child,
+/// Whether a task runs, as [`Driver::inspect`] sees it (Nomad's `drivers.TaskState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskRunState {
+    Running,
+    Exited,
+    /// The driver cannot tell (its engine is unreachable, say).
+    Unknown,
 }
 
-impl TaskProcess {
-    /// Sends `signal` to the task's whole process group.
-    pub fn signal_group(&self, signal: i32) -> io::Result<()> {
-        self.child.signal_group(signal)
+/// Resource usage of a task (Nomad's `TaskResourceUsage`); what `/v1/client/allocation/:id/stats`
+/// will show (resources.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TaskStats {
+    pub memory_rss_bytes: u64,
+    pub memory_cache_bytes: u64,
+    pub memory_swap_bytes: u64,
+    pub memory_usage_bytes: u64,
+    pub memory_max_usage_bytes: u64,
+    pub cpu_percent: f64,
+    pub cpu_total_ticks: f64,
+    pub cpu_throttled_time: u64,
+}
+
+/// A task a driver started or re-attached to. The task runner owns it; the driver reads it.
+pub struct RunningTask {
+    handle: TaskHandle,
+    attached: Attached,
+}
+
+/// What a driver keeps to watch one task; each driver uses its own variant.
+enum Attached {
+    /// A child of this agent leading its own process group (`raw_exec`).
+    Process(process::Child),
+}
+
+impl RunningTask {
+    pub fn handle(&self) -> &TaskHandle {
+        &self.handle
+    }
+
+    /// Receives the task's exit status once, then disconnects (Nomad's `WaitTask`): select on it.
+    pub fn exited(&self) -> &Receiver<ExitStatus> {
+        match &self.attached {
+            Attached::Process(child) => child.exited(),
+        }
     }
 }
 
+/// A task driver. Every call that waits is bounded: by the timeout it is given, or by the driver's
+/// own limit on how long a killed task may take to go.
 pub trait Driver: Send + Sync {
-    fn start(&self, spec: &StartSpec) -> Result<TaskProcess, DriverError>;
+    /// The name jobs give in `driver = "..."`; fingerprinted as the node attribute `driver.<name>`.
+    fn name(&self) -> &'static str;
+
+    /// Starts the task. When this returns it runs, and its exit will arrive on
+    /// [`RunningTask::exited`].
+    fn start(&self, spec: &StartSpec) -> Result<RunningTask, DriverError>;
+
+    /// Re-attaches to a task that an earlier agent started, from its handle. `Ok(None)`: this
+    /// driver cannot re-attach; the caller stops the task with [`Driver::stop_orphan`].
+    fn recover(&self, handle: &TaskHandle) -> Result<Option<RunningTask>, DriverError>;
+
+    /// Sends `signal`, waits up to `timeout` for the task to exit, then kills it for good and waits
+    /// a bounded time more. Answers how it ended.
+    fn stop(
+        &self,
+        task: &RunningTask,
+        signal: i32,
+        timeout: Duration,
+    ) -> Result<ExitStatus, DriverError>;
+
+    /// Stops, the way [`Driver::stop`] does, a task that no [`RunningTask`] of this agent is
+    /// attached to: one that [`Driver::recover`] could not re-attach. A task that is gone already
+    /// is no error; nothing that merely reuses its identity is ever touched.
+    fn stop_orphan(
+        &self,
+        handle: &TaskHandle,
+        signal: i32,
+        timeout: Duration,
+    ) -> Result<(), DriverError>;
+
+    /// Releases what the driver holds for a task whose run is over (its threads; a container
+    /// would be removed). A task that still runs is killed first.
+    fn destroy(&self, task: RunningTask);
+
+    /// Whether the task a handle names still runs. Works for a handle that nothing is attached to.
+    fn inspect(&self, handle: &TaskHandle) -> TaskRunState;
+
+    /// Sends `signal` to the task (for `raw_exec`, its whole process group).
+    fn signal(&self, task: &RunningTask, signal: i32) -> Result<(), DriverError>;
+
+    /// The task's resource usage now.
+    fn stats(&self, task: &RunningTask) -> Result<TaskStats, DriverError>;
 }

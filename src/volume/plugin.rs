@@ -174,14 +174,14 @@ impl Plugins {
             }
             Plugin::External { id, path } => {
                 let mut env = self.volume_env("create", req);
-                env.push((
+                env.insert(
                     "DHV_CAPACITY_MIN_BYTES".into(),
                     req.capacity_min.to_string(),
-                ));
-                env.push((
+                );
+                env.insert(
                     "DHV_CAPACITY_MAX_BYTES".into(),
                     req.capacity_max.to_string(),
-                ));
+                );
                 let out = run(path, id, "create", &env, timeout, shutdown).map_err(err)?;
                 parse_created(&out).map_err(err)
             }
@@ -220,7 +220,7 @@ impl Plugins {
                 .map_err(|e| err(Failure::Builtin(e.to_string()))),
             Plugin::External { id, path } => {
                 let mut env = self.volume_env("delete", req);
-                env.push(("DHV_CREATED_PATH".into(), created_path.to_string()));
+                env.insert("DHV_CREATED_PATH".into(), created_path.to_string());
                 let out = run(path, id, "delete", &env, self.timeouts.delete, shutdown);
                 out.map(|_| ()).map_err(err)
             }
@@ -241,7 +241,7 @@ impl Plugins {
             plugin: id.clone(),
             failure,
         };
-        let env = [("DHV_OPERATION".to_string(), "fingerprint".to_string())];
+        let env = BTreeMap::from([("DHV_OPERATION".to_string(), "fingerprint".to_string())]);
         let out = run(
             path,
             id,
@@ -291,7 +291,7 @@ impl Plugins {
         attrs
     }
 
-    fn volume_env(&self, operation: &str, req: &VolumeRequest) -> Vec<(String, String)> {
+    fn volume_env(&self, operation: &str, req: &VolumeRequest) -> BTreeMap<String, String> {
         let params = if req.parameters.is_empty() {
             "null".to_string()
         } else {

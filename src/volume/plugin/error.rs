@@ -5,9 +5,7 @@ use std::fmt;
 use std::io;
 use std::time::Duration;
 
-use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
-
+use crate::driver::ExitStatus;
 use crate::volume::mkdir;
 
 #[derive(Debug, thiserror::Error)]
@@ -69,10 +67,10 @@ impl fmt::Display for Failure {
         match self {
             Failure::Exit { status, error } => {
                 // Go's spelling, which Nomad's messages carry.
-                match (status.code(), status.signal()) {
-                    (Some(code), _) => write!(f, "exit status {code}")?,
-                    (None, Some(sig)) => write!(f, "signal: {}", signal_name(sig))?,
-                    (None, None) => write!(f, "{status}")?,
+                if status.signal != 0 {
+                    write!(f, "signal: {}", signal_name(status.signal))?;
+                } else {
+                    write!(f, "exit status {}", status.exit_code)?;
                 }
                 if let Some(e) = error {
                     write!(f, ": {e}")?;

@@ -14,9 +14,12 @@
 //! Protocol: the task runner owns the [`RunningTask`]. It selects on
 //! [`RunningTask::exited`] (one [`ExitStatus`] per run, then the channel disconnects) together
 //! with its commands and the agent's shutdown, and calls back into the driver to signal or stop
-//! the task. When the run is over the runner hands the task to [`Driver::destroy`], which releases
-//! the driver's threads for it; a task is never dropped while a driver thread still serves it.
-//! After an agent restart the runner offers the recorded handle to [`Driver::recover`]; a driver
+//! the task. Once a run is over the runner hands the task back to [`Driver::destroy`] (when its
+//! next run ends, or when the runner does), which kills what is left of it and joins the driver's
+//! threads for it: a driver thread is never left serving a task nobody owns. (A runner that
+//! panics drops its task instead; its panic handler kills the task's group, and the waiter ends
+//! by itself.) A driver keeps no table of tasks: everything it needs is in the [`RunningTask`] or
+//! the [`TaskHandle`] it is given, so every call is safe from any thread. After an agent restart the runner offers the recorded handle to [`Driver::recover`]; a driver
 //! that cannot re-attach answers `None`, and the runner stops the orphan with
 //! [`Driver::stop_orphan`] before it starts the task again.
 

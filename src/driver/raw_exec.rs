@@ -244,6 +244,12 @@ mod tests {
             .start(&spec(&dir, &["-c", "echo started; exec sleep 30"]))
             .unwrap();
         let handle = task.handle().clone();
+        let log = dir.join("t.stdout.0");
+        // Stopped before it has written, the shell would die before its echo.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::fs::read(&log).map_or(true, |l| l.is_empty()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert_eq!(driver.inspect(&handle), TaskRunState::Running);
         assert!(driver.recover(&handle).unwrap().is_none());
         assert!(matches!(
@@ -259,8 +265,7 @@ mod tests {
         );
         assert_eq!(driver.inspect(&handle), TaskRunState::Exited);
         driver.destroy(task);
-        let log = std::fs::read_to_string(dir.join("t.stdout.0")).unwrap();
-        assert_eq!(log, "started\n");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "started\n");
 
         // A task no RunningTask is attached to is stopped by its handle; one that is gone is not
         // an error, and a handle of another driver is refused.

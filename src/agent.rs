@@ -1,21 +1,16 @@
-//! The agent: wires the subsystems together, restores state, serves the API, handles signals.
+//! The agent: wires the subsystems together (state, host volumes, CSI registry, allocations and
+//! their task hooks), restores what the state file holds, reloads on SIGHUP and shuts down in
+//! order. The process around it (signals, logging, the API server) is [`crate::daemon`].
 //!
-//! Threads and how they stop:
-//! - the main thread runs [`run`]: it starts everything, then waits on the signal channel;
-//! - one signal thread (signal-hook) forwards SIGINT/SIGTERM/SIGHUP to the main thread; a second
-//!   SIGINT/SIGTERM during shutdown exits the process at once. A first SIGINT/SIGTERM that arrives
-//!   while the agent is still starting (stopping leftovers, restoring volumes through slow
-//!   plugins) trips the [`StopSwitch`] itself, so the start-up is cancelled at once: restores in
-//!   flight end, restored allocations are not started, the API never opens;
-//! - the state flusher, the API workers, the task runners (and their waiters and hooks' threads)
-//!   all watch the shutdown channel, a `Receiver<Never>` that disconnects when the agent drops its
-//!   sender.
+//! Threads it owns: the state flusher and the SIGHUP reload workers (joined at shutdown); the task
+//! runners (and their waiters and hooks' threads), the API workers, the volume retry thread all
+//! watch the shutdown channel, a `Receiver<Never>` that disconnects when the [`StopSwitch`] trips.
 //!
-//! Shutdown order: stop taking API writes, tell systemd `STOPPING=1`, disconnect the shutdown
-//! channel (runners stop their tasks with kill signal and timeout, plugin calls and probes are
-//! cancelled), wait for the runners, write the state, stop the API, exit 0.
+//! Shutdown order ([`Agent::shutdown`]): tell systemd `STOPPING=1`, trip the switch (runners stop
+//! their tasks with kill signal and timeout, plugin calls and probes are cancelled), wait for the
+//! runners, join the agent's workers and the volume retry thread, write the state.
 
-use crossbeam_channel::{bounded, Receiver};
+use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -215,7 +210,7 @@ impl Agent {
         }
         if !self.config.sources.is_empty() {
             match crate::config::load(&self.config.sources, self.config.dev) {
-                Ok(fresh) => set_log_level(&fresh.log_level),
+                Ok(fresh) => crate::util::logging::set_log_level(&fresh.log_level),
                 Err(e) => log::error!("reload: {e}; keeping the running configuration"),
             }
         }
@@ -251,138 +246,4 @@ impl Agent {
         }
         log::info!("shutdown complete");
     }
-}
-
-/// Marks the agent process started again by [`tune_allocator`]; holds the caller's own
-/// `GLIBC_TUNABLES` (empty when it had none), restored before any task inherits the environment.
-const REEXEC_MARK: &str = "NODEWARD_ORIGINAL_GLIBC_TUNABLES";
-
-/// glibc's malloc suits a few busy threads; the agent runs two mostly idle threads per task. Each
-/// thread's cache of freed blocks (tcache) and a spread over up to eight arenas per core kept
-/// about 14 KB per task of freed memory out of reach (measured: 1000 tasks, heap 34 MB -> 19 MB).
-/// glibc reads these tunables only when a process starts, so the agent starts itself once more
-/// with them set (same PID, arguments and environment), then puts the environment back as it
-/// was, so tasks never see the tunables.
-pub fn tune_allocator() {
-    #[cfg(target_env = "gnu")]
-    {
-        use std::os::unix::process::CommandExt;
-        const TUNABLES: &str = "glibc.malloc.tcache_count=0:glibc.malloc.arena_max=2";
-        if let Some(original) = std::env::var_os(REEXEC_MARK) {
-            // Second start: the tunables are in force; restore what the caller had.
-            std::env::remove_var(REEXEC_MARK);
-            if original.is_empty() {
-                std::env::remove_var("GLIBC_TUNABLES");
-            } else {
-                std::env::set_var("GLIBC_TUNABLES", original);
-            }
-            return;
-        }
-        let original = std::env::var_os("GLIBC_TUNABLES").unwrap_or_default();
-        let mut tunables = original.clone();
-        if !tunables.is_empty() {
-            tunables.push(":");
-        }
-        tunables.push(TUNABLES);
-        let mut args = std::env::args_os();
-        let argv0 = args.next().unwrap_or_default();
-        // exec only returns on failure; the agent then runs with glibc's defaults.
-        let err = std::process::Command::new("/proc/self/exe")
-            .arg0(argv0)
-            .args(args)
-            .env("GLIBC_TUNABLES", tunables)
-            .env(REEXEC_MARK, original)
-            .exec();
-        eprintln!("note: running with default malloc settings ({err})");
-    }
-}
-
-/// Sets up logging: the configured level, unless `RUST_LOG` says otherwise. Logs go to stderr
-/// (the journal, under systemd).
-pub fn init_logging(level: &str) {
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = env_logger::Builder::from_default_env()
-            .format_timestamp_millis()
-            .try_init();
-        return;
-    }
-    // nodeward's own records pass the filter at every level; the level in force is the global
-    // maximum, which SIGHUP can change.
-    let _ = env_logger::Builder::new()
-        .filter_level(log::LevelFilter::Warn)
-        .filter_module("nodeward", log::LevelFilter::Trace)
-        .format_timestamp_millis()
-        .try_init();
-    set_log_level(level);
-}
-
-fn set_log_level(level: &str) {
-    if std::env::var_os("RUST_LOG").is_some() {
-        return;
-    }
-    let filter = level.parse().unwrap_or(log::LevelFilter::Info);
-    log::set_max_level(filter);
-}
-
-/// Runs the agent until SIGINT or SIGTERM. Returns once the shutdown is complete.
-pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    init_logging(&config.log_level);
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
-        .map_err(|e| AgentError::Start(format!("cannot install signal handlers: {e}")))?;
-    let (sig_tx, sig_rx) = bounded::<i32>(16);
-    let signal_handle = signals.handle();
-    let stop = StopSwitch::default();
-    let signal_stop = stop.clone();
-    let signal_thread = crate::thread::spawn("signals", move || {
-        let mut stopping = false;
-        for sig in signals.forever() {
-            if sig != SIGHUP {
-                if stopping {
-                    eprintln!("second signal received: exiting at once");
-                    std::process::exit(1);
-                }
-                stopping = true;
-                if signal_stop.trip_if_starting() {
-                    log::warn!("signal {sig} received while starting: cancelling the start-up");
-                }
-            }
-            let _ = sig_tx.send(sig);
-        }
-    })
-    .map_err(|e| AgentError::Start(format!("cannot start the signal thread: {e}")))?;
-
-    if config.dev {
-        log::info!("dev mode: data in {}", config.data_dir.display());
-    }
-    let agent = Agent::start(config, fresh_state, stop.clone())?;
-    if !stop.mark_started() {
-        log::info!("start-up cancelled by a stop signal");
-        agent.shutdown();
-        signal_handle.close();
-        signal_thread.join();
-        return Ok(());
-    }
-    let api = crate::api::serve(agent.clone()).map_err(|e| AgentError::Start(e.to_string()))?;
-    log::info!(
-        "nodeward agent started: node {} ({}), API on http://{}",
-        agent.node_id,
-        agent.config.name,
-        api.local_addr()
-    );
-    systemd::notify("READY=1");
-    for sig in sig_rx.iter() {
-        if sig == SIGHUP {
-            agent.reload();
-            continue;
-        }
-        log::info!("received signal {sig}");
-        break;
-    }
-    api.stop_writes();
-    agent.shutdown();
-    api.stop();
-    signal_handle.close();
-    signal_thread.join();
-    Ok(())
 }

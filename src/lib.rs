@@ -9,6 +9,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod csi;
+pub mod daemon;
 pub mod driver;
 pub mod hcl;
 pub mod jobspec;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use nodeward::cli::agent::{self, AgentArgsError};
 
 fn agent(args: &[String]) -> ExitCode {
-    nodeward::agent::tune_allocator();
+    nodeward::daemon::tune_allocator();
     let args = match agent::parse(args) {
         Ok(a) => a,
         Err(AgentArgsError::Help) => {
@@ -25,7 +25,7 @@ fn agent(args: &[String]) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match nodeward::agent::run(config, args.fresh_state) {
+    match nodeward::daemon::run(config, args.fresh_state) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("Error: {e}");

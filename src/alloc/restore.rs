@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::manager::AllocManager;
 use super::model::Allocation;
@@ -107,20 +107,6 @@ fn stop_leftovers(found: &[driver::Leftover], allocs: &[AllocRecord], jobs: &[Jo
             l.alloc_id
         );
     }
-    for (&pgid, &signal) in &groups {
-        let _ = driver::signal_group(pgid, signal);
-    }
-    let pgids: std::collections::BTreeSet<i32> = groups.keys().copied().collect();
-    let deadline = Instant::now() + wait;
-    while Instant::now() < deadline && !driver::live_groups(&pgids).is_empty() {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    for &pgid in groups.keys() {
-        let _ = driver::signal_group(pgid, libc::SIGKILL);
-    }
-    // Only once they are gone may the tasks start again: never two processes of one task.
-    let deadline = Instant::now() + driver::SIGKILL_WAIT;
-    while Instant::now() < deadline && !driver::live_groups(&pgids).is_empty() {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    // Returns once they are gone: only then may the tasks start again (never two runs of a task).
+    driver::stop_groups(&groups, wait);
 }

@@ -5,7 +5,8 @@
 //!   the API. Dropping every sender of that channel counts as a kill.
 //! - Hooks' background work (the CSI supervisor) sends [`HookRequest`]s tagged with the run they
 //!   belong to; a request for a run that is over, or that arrives once a kill began, is dropped.
-//! - The process waiter (see [`crate::driver`]) sends one exit status per run.
+//! - The driver (see [`crate::driver`]) sends one exit status per run on the [`RunningTask`]'s exit
+//!   channel; the runner hands each finished run back to [`Driver::destroy`].
 //! - The agent's shutdown channel disconnects when the agent stops: the runner stops the process
 //!   with its kill signal and timeout, leaves the task `pending` (it starts again when the agent
 //!   restarts), runs the stop hooks and returns.
@@ -20,16 +21,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::driver::{self, Driver, ExitStatus, StartSpec, TaskProcess};
+use crate::driver::{self, Driver, ExitStatus, RunningTask, StartSpec, TaskHandle, TaskRunState};
 use crate::jobspec::{interpolate::interpolate, JobType};
 use crate::state::StateStore;
 use crate::task::events::{now_nanos, now_rfc3339, TaskEvent, TaskState, TaskStatus};
 use crate::task::hooks::{HookRequest, RunHandle, TaskContext, TaskHook};
 use crate::task::restart::{Decision, RestartTracker, RunEnd};
 use crate::thread::{Never, Worker};
-
-/// How long the runner waits for a process to be reaped after SIGKILL before it gives up on it.
-const REAP_AFTER_SIGKILL: Duration = Duration::from_secs(30);
+use crate::util::short_id;
 
 /// A command from the API to a task.
 #[derive(Debug, Clone)]
@@ -97,10 +96,11 @@ pub fn spawn(
         hook_rx,
         origin: Instant::now(),
         run_id: 0,
+        finished: None,
     };
     let name = format!(
         "task-{}-{}",
-        short(&runner.ctx.alloc_id),
+        short_id(&runner.ctx.alloc_id),
         runner.ctx.task.name
     );
     let (state, store) = (runner.state.clone(), runner.deps.store.clone());
@@ -139,10 +139,6 @@ fn runner_failed(state: &Mutex<TaskState>, store: &StateStore, msg: &str) {
     store.save_soon();
 }
 
-fn short(id: &str) -> &str {
-    &id[..id.len().min(8)]
-}
-
 struct TaskRunner {
     ctx: TaskContext,
     hooks: Vec<Arc<dyn TaskHook>>,
@@ -155,6 +151,10 @@ struct TaskRunner {
     tracker: RestartTracker,
     origin: Instant,
     run_id: u64,
+    /// The last run that ended, until the next one ends or the runner does: then it goes back to
+    /// the driver. Not at once, so the driver's waiter may finish copying output that a process
+    /// which escaped the task's group still writes, as long as it did before the driver interface.
+    finished: Option<RunningTask>,
 }
 
 /// How the wait for a running process ended.
@@ -214,7 +214,7 @@ impl TaskRunner {
                     self.emit(TaskEvent::driver_failure(now_nanos(), &e.to_string()));
                     (RunEnd::StartFailed, None)
                 }
-                Ok(process) => match self.supervise(process) {
+                Ok(task) => match self.supervise(task) {
                     Waited::Ended(end, status) => (end, Some(status)),
                     Waited::Shutdown(status) => {
                         self.emit(TaskEvent::terminated(
@@ -286,16 +286,25 @@ impl TaskRunner {
         }
     }
 
-    /// Runs one started process until it exits, is killed or restarted, or the agent shuts down.
-    fn supervise(&mut self, process: TaskProcess) -> Waited {
+    /// Runs one started task until it exits, is killed or restarted, or the agent shuts down.
+    fn supervise(&mut self, task: RunningTask) -> Waited {
+        let waited = self.watch(&task);
+        if let Some(previous) = self.finished.replace(task) {
+            self.deps.driver.destroy(previous);
+        }
+        waited
+    }
+
+    fn watch(&mut self, process: &RunningTask) -> Waited {
         self.run_id += 1;
         let run_id = self.run_id;
+        let pid = process.handle().pid();
         self.update(|s| {
             s.state = TaskStatus::Running;
             s.started_at = Some(now_rfc3339());
             s.finished_at = None;
-            s.pid = Some(process.pid);
-            s.pid_start_ticks = Some(process.start_ticks);
+            s.pid = pid.map(|(pid, _)| pid);
+            s.pid_start_ticks = pid.map(|(_, ticks)| ticks);
         });
         self.emit(TaskEvent::started(now_nanos()));
         // Hooks' background work watches `done`: dropping `done_tx` tells it the run is over.
@@ -315,27 +324,27 @@ impl TaskRunner {
         let kill_signal = task.kill_signal.number();
         let waited = loop {
             select! {
-                recv(process.exited) -> status => {
-                    let status = status.unwrap_or(ExitStatus { exit_code: -1, signal: 0 });
+                recv(process.exited()) -> status => {
+                    let status = status.unwrap_or(ExitStatus::lost());
                     break Waited::Ended(RunEnd::Exited { success: status.success() }, status);
                 }
                 recv(self.commands) -> cmd => match cmd {
                     Ok(TaskCommand::Signal { signal, name }) => {
                         self.emit(TaskEvent::signaling(now_nanos(), &name, ""));
-                        if let Err(e) = process.signal_group(signal) {
+                        if let Err(e) = self.deps.driver.signal(process, signal) {
                             log::warn!("cannot signal task {}: {e}", task.name);
                         }
                     }
                     Ok(TaskCommand::Restart) => {
                         done_tx = None;
                         self.emit(TaskEvent::restart_signaled(now_nanos(), ""));
-                        let status = self.stop_process(&process, kill_signal);
+                        let status = self.stop_process(process, kill_signal);
                         break Waited::Ended(RunEnd::UserRestart, status);
                     }
                     Ok(TaskCommand::Kill) | Err(_) => {
                         done_tx = None;
                         self.emit(TaskEvent::killing(now_nanos(), task.kill_timeout));
-                        let status = self.stop_process(&process, kill_signal);
+                        let status = self.stop_process(process, kill_signal);
                         break Waited::Ended(RunEnd::Killed, status);
                     }
                 },
@@ -346,7 +355,7 @@ impl TaskRunner {
                         for e in events {
                             self.emit(e);
                         }
-                        let status = self.stop_process(&process, kill_signal);
+                        let status = self.stop_process(process, kill_signal);
                         let end = if failure { RunEnd::FailureRestart } else { RunEnd::UserRestart };
                         break Waited::Ended(end, status);
                     }
@@ -354,7 +363,7 @@ impl TaskRunner {
                 },
                 recv(self.deps.shutdown) -> _ => {
                     done_tx = None;
-                    let status = self.stop_process(&process, kill_signal);
+                    let status = self.stop_process(process, kill_signal);
                     break Waited::Shutdown(status);
                 }
             }
@@ -371,25 +380,17 @@ impl TaskRunner {
         waited
     }
 
-    /// Sends the kill signal to the process group, waits `kill_timeout`, then SIGKILLs the group.
-    fn stop_process(&self, process: &TaskProcess, signal: i32) -> ExitStatus {
-        let lost = ExitStatus {
-            exit_code: -1,
-            signal: 0,
-        };
-        if let Err(e) = process.signal_group(signal) {
-            log::warn!("cannot signal task {}: {e}", self.ctx.task.name);
-        }
-        select! {
-            recv(process.exited) -> st => return st.unwrap_or(lost),
-            recv(after(self.ctx.task.kill_timeout)) -> _ => {}
-        }
-        let _ = process.signal_group(libc::SIGKILL);
-        select! {
-            recv(process.exited) -> st => st.unwrap_or(lost),
-            recv(after(REAP_AFTER_SIGKILL)) -> _ => {
-                log::error!("task {} (pid {}) did not die after SIGKILL", self.ctx.task.name, process.pid);
-                lost
+    /// Sends the kill signal to the task, waits `kill_timeout`, then kills it for good.
+    fn stop_process(&self, task: &RunningTask, signal: i32) -> ExitStatus {
+        match self
+            .deps
+            .driver
+            .stop(task, signal, self.ctx.task.kill_timeout)
+        {
+            Ok(status) => status,
+            Err(e) => {
+                log::error!("task {}: {e}", self.ctx.task.name);
+                ExitStatus::lost()
             }
         }
     }
@@ -415,12 +416,12 @@ impl TaskRunner {
         }
     }
 
-    fn finish_killed(&self) {
+    fn finish_killed(&mut self) {
         self.emit(TaskEvent::killed(now_nanos()));
         self.finish_dead(false)
     }
 
-    fn finish_dead(&self, failed: bool) {
+    fn finish_dead(&mut self, failed: bool) {
         self.update(|s| {
             s.state = TaskStatus::Dead;
             if failed {
@@ -435,7 +436,10 @@ impl TaskRunner {
         self.run_stop_hooks();
     }
 
-    fn run_stop_hooks(&self) {
+    fn run_stop_hooks(&mut self) {
+        if let Some(task) = self.finished.take() {
+            self.deps.driver.destroy(task);
+        }
         for hook in &self.hooks {
             hook.stop(&self.ctx);
         }
@@ -443,21 +447,40 @@ impl TaskRunner {
     }
 
     /// A process recorded by an agent that crashed may still run: stop it before starting again, so
-    /// the task never runs twice.
+    /// the task never runs twice. The driver is asked to re-attach first; until drivers can (live
+    /// restore), a task it re-attaches to is stopped all the same.
     fn stop_leftover(&self) {
         let (pid, ticks) = {
             let s = self.state.lock();
             (s.pid, s.pid_start_ticks)
         };
         if let (Some(pid), Some(ticks)) = (pid, ticks) {
-            if driver::same_process_alive(pid, ticks) {
+            let driver = &self.deps.driver;
+            // The state file keeps the PID and its start time, which is the handle of a process.
+            let handle = TaskHandle::process(driver.name(), pid, ticks);
+            if driver.inspect(&handle) == TaskRunState::Running {
                 log::info!(
                     "stopping leftover process {pid} of task {} (alloc {})",
                     self.ctx.task.name,
                     self.ctx.alloc_id
                 );
                 let signal = self.ctx.task.kill_signal.number();
-                driver::stop_foreign_group(pid, ticks, signal, self.ctx.task.kill_timeout);
+                let timeout = self.ctx.task.kill_timeout;
+                let stopped = match driver.recover(&handle) {
+                    Ok(Some(task)) => {
+                        let stopped = driver.stop(&task, signal, timeout).map(|_| ());
+                        driver.destroy(task);
+                        stopped
+                    }
+                    Ok(None) => driver.stop_orphan(&handle, signal, timeout),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = stopped {
+                    log::error!(
+                        "cannot stop leftover process {pid} of task {}: {e}",
+                        self.ctx.task.name
+                    );
+                }
             }
         }
         self.update(|s| {
@@ -470,15 +493,11 @@ impl TaskRunner {
     fn base_env(&self, agent_env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
         let ctx = &self.ctx;
         let mut env = agent_env.clone();
-        let task_dir = ctx.task_dir.display().to_string();
         let nomad = [
             ("NOMAD_ALLOC_ID", ctx.alloc_id.clone()),
-            (
-                "NOMAD_ALLOC_DIR",
-                ctx.alloc_dir.join("alloc").display().to_string(),
-            ),
-            ("NOMAD_TASK_DIR", format!("{task_dir}/local")),
-            ("NOMAD_SECRETS_DIR", format!("{task_dir}/secrets")),
+            ("NOMAD_ALLOC_DIR", ctx.shared_dir().display().to_string()),
+            ("NOMAD_TASK_DIR", ctx.local_dir().display().to_string()),
+            ("NOMAD_SECRETS_DIR", ctx.secrets_dir().display().to_string()),
             ("NOMAD_TASK_NAME", ctx.task.name.clone()),
             ("NOMAD_GROUP_NAME", ctx.group.clone()),
             ("NOMAD_JOB_NAME", ctx.job.name.clone()),
@@ -531,10 +550,10 @@ impl TaskRunner {
             args,
             cwd: self.ctx.task_dir.clone(),
             user: task.user.clone(),
-            log_dir: self.ctx.alloc_dir.join("alloc").join("logs"),
+            log_dir: self.ctx.log_dir(),
             task_name: task.name.clone(),
             logs: task.log_config,
-            thread_name: format!("wait-{}-{}", short(&self.ctx.alloc_id), task.name),
+            thread_name: format!("wait-{}-{}", short_id(&self.ctx.alloc_id), task.name),
             env,
         }
     }

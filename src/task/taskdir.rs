@@ -10,6 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use crate::task::hooks::{HookError, TaskContext, TaskHook};
+use crate::util::allocdir;
 
 pub struct TaskDirHook;
 
@@ -27,8 +28,8 @@ fn make(dir: &Path, mode: u32) -> Result<(), HookError> {
 /// Creates the allocation's shared directories (also used before any task starts).
 pub fn build_alloc_dir(alloc_dir: &Path) -> Result<(), HookError> {
     make(alloc_dir, 0o755)?;
-    make(&alloc_dir.join("alloc"), 0o755)?;
-    make(&alloc_dir.join("alloc").join("logs"), 0o755)
+    make(&allocdir::shared_dir(alloc_dir), 0o755)?;
+    make(&allocdir::log_dir(alloc_dir), 0o755)
 }
 
 impl TaskHook for TaskDirHook {
@@ -42,18 +43,14 @@ impl TaskHook for TaskDirHook {
         _env: &mut BTreeMap<String, String>,
     ) -> Result<(), HookError> {
         // Restarts find the directories in place: one stat instead of eight system calls.
-        let built = [
-            task.alloc_dir.join("alloc").join("logs"),
-            task.task_dir.join("local"),
-            task.task_dir.join("secrets"),
-        ];
+        let built = [task.log_dir(), task.local_dir(), task.secrets_dir()];
         if built.iter().all(|d| d.is_dir()) {
             return Ok(());
         }
         build_alloc_dir(&task.alloc_dir)?;
         make(&task.task_dir, 0o755)?;
-        make(&task.task_dir.join("local"), 0o755)?;
-        make(&task.task_dir.join("secrets"), 0o700)?;
+        make(&task.local_dir(), 0o755)?;
+        make(&task.secrets_dir(), 0o700)?;
         if let Some(user) = &task.task.user {
             chown_to(user, &task.task_dir)?;
         }
@@ -68,7 +65,11 @@ fn chown_to(user: &str, dir: &Path) -> Result<(), HookError> {
         return Ok(());
     }
     let (uid, gid) = crate::driver::lookup_user(user).map_err(|e| HookError(e.to_string()))?;
-    for d in [dir.to_path_buf(), dir.join("local"), dir.join("secrets")] {
+    for d in [
+        dir.to_path_buf(),
+        allocdir::local_dir(dir),
+        allocdir::secrets_dir(dir),
+    ] {
         std::os::unix::fs::chown(&d, Some(uid), Some(gid))
             .map_err(|e| HookError(format!("failed to chown {} to {user}: {e}", d.display())))?;
     }

@@ -4,14 +4,15 @@
 //! The mode is applied with chmod after mkdir so the agent's umask does not matter. Create and
 //! delete are idempotent: an existing directory is success (its mode and owner are applied again),
 //! a missing one is a successful delete.
+//!
+//! This module imports nothing of the plugin machinery ([`super::plugin`] calls it and turns its
+//! answers into the protocol's), so the two never depend on each other in a cycle.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-
-use super::plugin::Created;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MkdirError {
@@ -93,8 +94,8 @@ fn volume_path(volumes_dir: &Path, volume_id: &str) -> Result<PathBuf, MkdirErro
     Ok(volumes_dir.join(volume_id))
 }
 
-/// Creates (or re-applies) the volume's directory.
-pub fn create(volumes_dir: &Path, volume_id: &str, params: &Params) -> Result<Created, MkdirError> {
+/// Creates (or re-applies) the volume's directory; answers its path.
+pub fn create(volumes_dir: &Path, volume_id: &str, params: &Params) -> Result<PathBuf, MkdirError> {
     let path = volume_path(volumes_dir, volume_id)?;
     // The volumes directory itself may be traversed but not listed: tasks running as other users
     // must reach their volume, but need not learn the others' IDs.
@@ -145,10 +146,7 @@ pub fn create(volumes_dir: &Path, volume_id: &str, params: &Params) -> Result<Cr
             });
         }
     }
-    Ok(Created {
-        path: path.display().to_string(),
-        bytes: 0,
-    })
+    Ok(path)
 }
 
 /// Removes the volume's directory and everything in it; a missing directory is success.
@@ -161,10 +159,70 @@ pub fn delete(volumes_dir: &Path, volume_id: &str) -> Result<(), MkdirError> {
     }
 }
 
+/// Helpers for the tests of volume code. Here because this module is the leaf that the plugin
+/// code's tests can import without a cycle.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::PathBuf;
+
+    /// Removes a test's directory when the test passes; a failing test leaves it for a look.
+    pub struct Cleanup(pub PathBuf);
+
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    pub fn tempdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("nodeward-{tag}-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// Drops CAP_CHOWN from the calling thread only (capset(2) is per thread), so chown to
+    /// another user fails even for root. No-op when not root.
+    pub fn drop_chown_capability() {
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: i32,
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy, Default)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        const VERSION_3: u32 = 0x2008_0522;
+        const CAP_CHOWN: u32 = 0;
+        let mut header = Header {
+            version: VERSION_3,
+            pid: 0,
+        };
+        let mut data = [Data::default(); 2];
+        // SAFETY: capget/capset with a v3 header read and write exactly two Data structs.
+        unsafe {
+            assert_eq!(
+                libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()),
+                0
+            );
+            data[0].effective &= !(1 << CAP_CHOWN);
+            assert_eq!(
+                libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()),
+                0
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::testing::{drop_chown_capability, tempdir, Cleanup};
     use super::*;
-    use crate::volume::plugin::testing::{tempdir, Cleanup};
 
     fn params(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -206,8 +264,7 @@ mod tests {
         let _clean = Cleanup(dir.parent().unwrap().to_path_buf());
         let p = Params::parse(&params(&[("mode", "0777")])).unwrap();
         let created = create(&dir, "v1", &p).unwrap();
-        assert_eq!(created.path, dir.join("v1").display().to_string());
-        assert_eq!(created.bytes, 0);
+        assert_eq!(created, dir.join("v1"));
         let mode = fs::metadata(dir.join("v1")).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode, 0o777);
         fs::write(dir.join("v1/data"), "keep").unwrap();
@@ -230,7 +287,7 @@ mod tests {
         // user fails even when the tests run as root.
         let d = dir.clone();
         let result = std::thread::spawn(move || {
-            crate::volume::plugin::testing::drop_chown_capability();
+            drop_chown_capability();
             let p = Params::parse(&params(&[("uid", "12345"), ("mode", "0755")])).unwrap();
             create(&d, "v2", &p).map(|_| ())
         })
@@ -244,7 +301,7 @@ mod tests {
         create(&dir, "v3", &p).unwrap();
         let d = dir.clone();
         std::thread::spawn(move || {
-            crate::volume::plugin::testing::drop_chown_capability();
+            drop_chown_capability();
             let p = Params::parse(&params(&[("gid", "12345")])).unwrap();
             assert!(create(&d, "v3", &p).is_err());
         })

@@ -9,35 +9,34 @@
 //! resolves (through symlinks) outside the directory is `no such plugin`, so a `plugin_id` can never
 //! run an arbitrary file on the node (CVE-2026-7474).
 //!
-//! Protocol of one run ([`run`]): the plugin is spawned in a process group of its own. Three
-//! helper threads serve it: a waiter (`wait()` → its exit status on a channel), a stdout reader
-//! (keeps the first [`OUTPUT_LIMIT`] bytes, reads and discards the rest, sends the bytes at EOF) and
-//! a stderr reader (logs lines, capped). The caller selects over the waiter, the shutdown channel and
-//! the deadline; on shutdown or deadline it SIGKILLs the whole group and reaps the plugin. After a
-//! exit 0 it waits for stdout's EOF under the same deadline (a background child still holding the
-//! pipe is killed with the group at the deadline); after any other exit it kills the rest of the
-//! group first, so what the plugin printed is read at once. The reader threads end by themselves when the
-//! last holder of the pipe dies.
+//! - this file: lookup and the operations (`create`, `delete`, `fingerprint`) on a [`Plugin`];
+//! - [`exec`]: one run of an external plugin, with its protocol (process group, output caps,
+//!   timeout, cancellation);
+//! - [`answer`]: reading the JSON a plugin prints;
+//! - [`error`]: [`PluginError`] and [`Failure`], in the spec's words;
+//! - [`parallel`]: `parallel_map`, the bounded fan-out of fingerprints and restores.
 
-use crossbeam_channel::{after, bounded, select, Receiver};
-use serde::Deserialize;
+mod answer;
+mod error;
+mod exec;
+mod parallel;
+
+use crossbeam_channel::Receiver;
 use std::collections::BTreeMap;
-use std::fmt;
 use std::fs;
-use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use super::mkdir;
 use crate::thread::Never;
+use answer::{parse_created, parse_version};
+pub use error::{Failure, PluginError};
+pub use exec::{run, Output};
+pub(crate) use parallel::parallel_map;
 
 /// stdout beyond this is read and discarded.
 pub const OUTPUT_LIMIT: usize = 1 << 20;
-/// stderr logged per run at most.
-const STDERR_LIMIT: usize = 64 << 10;
 /// The built-in plugin's id; it shadows a file of the same name in the plugin directory.
 pub const MKDIR: &str = "mkdir";
 /// The built-in plugin's version attribute.
@@ -60,100 +59,6 @@ impl Default for Timeouts {
             create: Duration::from_secs(60),
             delete: Duration::from_secs(60),
         }
-    }
-}
-
-/// Why a plugin lookup or run failed. Messages follow host-volumes.md exactly.
-#[derive(Debug, thiserror::Error)]
-pub enum PluginError {
-    #[error("no such plugin: {0:?}")]
-    NoSuchPlugin(String),
-    #[error("plugin not executable: {0:?}")]
-    NotExecutable(String),
-    /// The built-in plugin refused its parameters (the user's mistake).
-    #[error(transparent)]
-    MkdirParameters(mkdir::MkdirError),
-    #[error("error creating volume {volume_id:?} with plugin {plugin:?}: {failure}")]
-    Create {
-        volume_id: String,
-        plugin: String,
-        failure: Failure,
-    },
-    #[error("error deleting volume {volume_id:?} with plugin {plugin:?}: {failure}")]
-    Delete {
-        volume_id: String,
-        plugin: String,
-        failure: Failure,
-    },
-    #[error("error fingerprinting plugin {plugin:?}: {failure}")]
-    Fingerprint { plugin: String, failure: Failure },
-}
-
-impl PluginError {
-    /// True when the request was at fault (unknown plugin, bad parameters), not the plugin or node.
-    pub fn is_user_error(&self) -> bool {
-        matches!(
-            self,
-            PluginError::NoSuchPlugin(_)
-                | PluginError::NotExecutable(_)
-                | PluginError::MkdirParameters(_)
-        )
-    }
-}
-
-/// What went wrong in one plugin run.
-#[derive(Debug)]
-pub enum Failure {
-    /// Non-zero exit or death by a signal; `error` is the plugin's `{"error": ...}`, if it said so.
-    Exit {
-        status: ExitStatus,
-        error: Option<String>,
-    },
-    TimedOut(Duration),
-    Cancelled,
-    Spawn(io::Error),
-    /// Exit 0, but the answer is unusable.
-    BadOutput(String),
-    /// The built-in plugin failed on the node.
-    Builtin(String),
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Failure::Exit { status, error } => {
-                // Go's spelling, which Nomad's messages carry.
-                match (status.code(), status.signal()) {
-                    (Some(code), _) => write!(f, "exit status {code}")?,
-                    (None, Some(sig)) => write!(f, "signal: {}", signal_name(sig))?,
-                    (None, None) => write!(f, "{status}")?,
-                }
-                if let Some(e) = error {
-                    write!(f, ": {e}")?;
-                }
-                Ok(())
-            }
-            Failure::TimedOut(d) => write!(
-                f,
-                "timed out after {}; the plugin was killed",
-                crate::util::duration::format(*d)
-            ),
-            Failure::Cancelled => write!(f, "cancelled: the agent is shutting down"),
-            Failure::Spawn(e) => write!(f, "cannot start plugin: {e}"),
-            Failure::BadOutput(why) => write!(f, "invalid plugin output: {why}"),
-            Failure::Builtin(why) => write!(f, "{why}"),
-        }
-    }
-}
-
-fn signal_name(sig: i32) -> String {
-    match sig {
-        libc::SIGKILL => "killed".to_string(),
-        libc::SIGTERM => "terminated".to_string(),
-        libc::SIGINT => "interrupt".to_string(),
-        libc::SIGSEGV => "segmentation fault".to_string(),
-        libc::SIGABRT => "aborted".to_string(),
-        other => format!("signal {other}"),
     }
 }
 
@@ -260,19 +165,23 @@ impl Plugins {
             Plugin::Mkdir => {
                 let params =
                     mkdir::Params::parse(&req.parameters).map_err(PluginError::MkdirParameters)?;
-                mkdir::create(&self.volumes_dir, &req.volume_id, &params)
-                    .map_err(|e| err(Failure::Builtin(e.to_string())))
+                let path = mkdir::create(&self.volumes_dir, &req.volume_id, &params)
+                    .map_err(|e| err(Failure::Builtin(e.to_string())))?;
+                Ok(Created {
+                    path: path.display().to_string(),
+                    bytes: 0,
+                })
             }
             Plugin::External { id, path } => {
                 let mut env = self.volume_env("create", req);
-                env.push((
+                env.insert(
                     "DHV_CAPACITY_MIN_BYTES".into(),
                     req.capacity_min.to_string(),
-                ));
-                env.push((
+                );
+                env.insert(
                     "DHV_CAPACITY_MAX_BYTES".into(),
                     req.capacity_max.to_string(),
-                ));
+                );
                 let out = run(path, id, "create", &env, timeout, shutdown).map_err(err)?;
                 parse_created(&out).map_err(err)
             }
@@ -311,7 +220,7 @@ impl Plugins {
                 .map_err(|e| err(Failure::Builtin(e.to_string()))),
             Plugin::External { id, path } => {
                 let mut env = self.volume_env("delete", req);
-                env.push(("DHV_CREATED_PATH".into(), created_path.to_string()));
+                env.insert("DHV_CREATED_PATH".into(), created_path.to_string());
                 let out = run(path, id, "delete", &env, self.timeouts.delete, shutdown);
                 out.map(|_| ()).map_err(err)
             }
@@ -332,7 +241,7 @@ impl Plugins {
             plugin: id.clone(),
             failure,
         };
-        let env = [("DHV_OPERATION".to_string(), "fingerprint".to_string())];
+        let env = BTreeMap::from([("DHV_OPERATION".to_string(), "fingerprint".to_string())]);
         let out = run(
             path,
             id,
@@ -382,7 +291,7 @@ impl Plugins {
         attrs
     }
 
-    fn volume_env(&self, operation: &str, req: &VolumeRequest) -> Vec<(String, String)> {
+    fn volume_env(&self, operation: &str, req: &VolumeRequest) -> BTreeMap<String, String> {
         let params = if req.parameters.is_empty() {
             "null".to_string()
         } else {
@@ -410,348 +319,19 @@ pub fn version_attribute(id: &str) -> String {
     format!("plugins.host_volume.{id}.version")
 }
 
-/// Runs `f` over `items` on at most `bound` scoped threads; answers in no particular order.
-pub(crate) fn parallel_map<T, R, F>(items: Vec<T>, bound: usize, f: F) -> Vec<R>
-where
-    T: Send,
-    R: Send,
-    F: Fn(T) -> R + Sync,
-{
-    let workers = bound.max(1).min(items.len());
-    let (tx, rx) = crossbeam_channel::unbounded();
-    for item in items {
-        let _ = tx.send(item);
-    }
-    drop(tx);
-    let (out_tx, out_rx) = crossbeam_channel::unbounded();
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            let (rx, out_tx, f) = (rx.clone(), out_tx.clone(), &f);
-            s.spawn(move || {
-                for item in rx.iter() {
-                    let _ = out_tx.send(f(item));
-                }
-            });
-        }
-    });
-    drop(out_tx);
-    out_rx.into_iter().collect()
-}
-
-/// What a plugin printed, and how it ended (exit 0 only; other endings are a [`Failure`]).
-#[derive(Debug)]
-pub struct Output {
-    pub stdout: Vec<u8>,
-    /// stdout was longer than [`OUTPUT_LIMIT`]; `stdout` holds the first part.
-    pub truncated: bool,
-}
-
-/// Runs `<path> <operation>` with exactly `env`, in its own process group, for at most `timeout`;
-/// a disconnect of `shutdown` kills it at once. See the module docs for the protocol.
-pub fn run(
-    path: &Path,
-    id: &str,
-    operation: &str,
-    env: &[(String, String)],
-    timeout: Duration,
-    shutdown: &Receiver<Never>,
-) -> Result<Output, Failure> {
-    if matches!(
-        shutdown.try_recv(),
-        Err(crossbeam_channel::TryRecvError::Disconnected)
-    ) {
-        return Err(Failure::Cancelled);
-    }
-    let deadline = after(timeout);
-    let started = Instant::now();
-    let mut command = Command::new(path);
-    command
-        .arg(operation)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .current_dir(path.parent().unwrap_or(Path::new("/")))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let mut attempts = 0;
-    let mut child = loop {
-        match command.spawn() {
-            Ok(child) => break child,
-            // ETXTBSY: the file is still open for writing somewhere (a plugin being copied in, or
-            // a descriptor briefly inherited by another fork); it clears within moments.
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 5 => {
-                attempts += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => return Err(Failure::Spawn(e)),
-        }
-    };
-    let pgid = child.id() as libc::pid_t;
-    let kill_group = || {
-        // SAFETY: kill(2) with a negative pid signals the plugin's own process group, which we
-        // created with process_group(0); no memory is involved.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
-    };
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
-
-    let (out_tx, out_rx) = bounded(1);
-    let (exit_tx, exit_rx) = bounded(1);
-    let spawned = (|| -> io::Result<()> {
-        crate::thread::spawn(format!("dhv-{id}-out"), move || {
-            let _ = out_tx.send(read_capped(stdout, OUTPUT_LIMIT));
-        })?;
-        let log_name = format!("host volume plugin {id:?} {operation}");
-        crate::thread::spawn(format!("dhv-{id}-err"), move || {
-            log_stderr(stderr, &log_name)
-        })?;
-        crate::thread::spawn(format!("dhv-{id}-wait"), move || {
-            let _ = exit_tx.send(child.wait());
-        })?;
-        Ok(())
-    })();
-    if let Err(e) = spawned {
-        kill_group();
-        return Err(Failure::Spawn(e));
-    }
-    // Kill, then reap: the waiter ends once the plugin is dead. Bounded so a process stuck in the
-    // kernel cannot wedge the caller.
-    let kill_and_reap = |failure: Failure| {
-        kill_group();
-        let _ = exit_rx.recv_timeout(Duration::from_secs(10));
-        Err(failure)
-    };
-    let status = select! {
-        recv(exit_rx) -> r => match r {
-            Ok(Ok(status)) => status,
-            Ok(Err(e)) => return kill_and_reap(Failure::Spawn(e)),
-            Err(_) => return kill_and_reap(Failure::Spawn(io::Error::other("waiter thread died"))),
-        },
-        recv(shutdown) -> _ => return kill_and_reap(Failure::Cancelled),
-        recv(deadline) -> _ => return kill_and_reap(Failure::TimedOut(timeout)),
-    };
-    if !status.success() {
-        // The run failed: nothing it started is wanted, and a child holding stdout must not keep
-        // the caller waiting until the deadline for an answer that is already decided.
-        kill_group();
-    }
-    let (stdout, truncated) = select! {
-        recv(out_rx) -> r => r.unwrap_or_default(),
-        recv(shutdown) -> _ => {
-            kill_group();
-            return Err(Failure::Cancelled);
-        }
-        recv(deadline) -> _ => {
-            // The plugin exited but something it started still holds stdout.
-            kill_group();
-            return Err(Failure::TimedOut(timeout));
-        }
-    };
-    log::debug!(
-        "host volume plugin {id:?} {operation} ended with {status} after {:?}",
-        started.elapsed()
-    );
-    if !status.success() {
-        return Err(Failure::Exit {
-            status,
-            error: plugin_error(&stdout),
-        });
-    }
-    Ok(Output { stdout, truncated })
-}
-
-/// Reads everything, keeping the first `cap` bytes: a plugin that prints without end cannot make
-/// the agent buffer without end.
-fn read_capped(mut r: impl Read, cap: usize) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    let mut truncated = false;
-    let mut chunk = [0u8; 8192];
-    loop {
-        match r.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => {
-                let room = cap - kept.len();
-                if n > room {
-                    truncated = true;
-                }
-                kept.extend_from_slice(&chunk[..n.min(room)]);
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        }
-    }
-    (kept, truncated)
-}
-
-fn log_stderr(stderr: impl Read, name: &str) {
-    let mut reader = BufReader::new(stderr);
-    let mut logged = 0usize;
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        // Lines are bounded by what is left of the budget; the rest is discarded below.
-        let budget = (STDERR_LIMIT - logged) as u64;
-        match (&mut reader).take(budget).read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                logged += n;
-                let text = String::from_utf8_lossy(&line);
-                log::info!("{name}: {}", text.trim_end());
-                if logged >= STDERR_LIMIT {
-                    log::info!("{name}: further stderr is discarded");
-                    let _ = io::copy(&mut reader, &mut io::sink());
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// The `{"error": "..."}` a failing plugin may print.
-fn plugin_error(stdout: &[u8]) -> Option<String> {
-    #[derive(Deserialize)]
-    struct ErrorAnswer {
-        error: String,
-    }
-    serde_json::from_slice::<ErrorAnswer>(stdout)
-        .ok()
-        .map(|a| a.error)
-}
-
-fn parse_created(out: &Output) -> Result<Created, Failure> {
-    #[derive(Deserialize)]
-    struct CreateAnswer {
-        path: Option<String>,
-        #[serde(default)]
-        bytes: u64,
-    }
-    if out.truncated {
-        return Err(Failure::BadOutput(format!(
-            "stdout is longer than {OUTPUT_LIMIT} bytes"
-        )));
-    }
-    let answer: CreateAnswer = serde_json::from_slice(&out.stdout).map_err(|e| {
-        Failure::BadOutput(format!(
-            "expected JSON like {{\"path\": \"/abs/path\", \"bytes\": 0}}: {e}; stdout was {:?}",
-            excerpt(&out.stdout)
-        ))
-    })?;
-    match answer.path {
-        None => Err(Failure::BadOutput("no \"path\" in the answer".to_string())),
-        Some(p) if p.is_empty() => Err(Failure::BadOutput("\"path\" is empty".to_string())),
-        Some(p) if !p.starts_with('/') => Err(Failure::BadOutput(format!(
-            "\"path\" {p:?} is not an absolute path"
-        ))),
-        Some(path) => Ok(Created {
-            path,
-            bytes: answer.bytes,
-        }),
-    }
-}
-
-fn parse_version(out: &Output) -> Result<String, Failure> {
-    #[derive(Deserialize)]
-    struct FingerprintAnswer {
-        version: Option<String>,
-    }
-    if out.truncated {
-        return Err(Failure::BadOutput(format!(
-            "stdout is longer than {OUTPUT_LIMIT} bytes"
-        )));
-    }
-    let answer: FingerprintAnswer = serde_json::from_slice(&out.stdout).map_err(|e| {
-        Failure::BadOutput(format!(
-            "expected JSON like {{\"version\": \"0.0.1\"}}: {e}; stdout was {:?}",
-            excerpt(&out.stdout)
-        ))
-    })?;
-    match answer.version {
-        Some(v) if !v.trim().is_empty() => Ok(v),
-        _ => Err(Failure::BadOutput(
-            "no \"version\" in the answer".to_string(),
-        )),
-    }
-}
-
-fn excerpt(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]);
-    text.trim().to_string()
-}
-
-/// A plugin directory for tests; kept in the crate so unit tests of other files can use it.
 #[cfg(test)]
-pub(crate) mod testing {
-    use std::os::unix::fs::PermissionsExt;
-    use std::path::{Path, PathBuf};
+mod tests {
+    use super::*;
+    use crate::volume::mkdir::testing::{tempdir, Cleanup};
+    use crossbeam_channel::bounded;
+    use std::path::Path;
 
-    /// Removes a test's directory when the test passes; a failing test leaves it for a look.
-    pub struct Cleanup(pub PathBuf);
-
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            if !std::thread::panicking() {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
-    }
-
-    pub fn tempdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("nodeward-{tag}-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
-    /// Drops CAP_CHOWN from the calling thread only (capset(2) is per thread), so chown to
-    /// another user fails even for root. No-op when not root.
-    pub fn drop_chown_capability() {
-        #[repr(C)]
-        struct Header {
-            version: u32,
-            pid: i32,
-        }
-        #[repr(C)]
-        #[derive(Clone, Copy, Default)]
-        struct Data {
-            effective: u32,
-            permitted: u32,
-            inheritable: u32,
-        }
-        const VERSION_3: u32 = 0x2008_0522;
-        const CAP_CHOWN: u32 = 0;
-        let mut header = Header {
-            version: VERSION_3,
-            pid: 0,
-        };
-        let mut data = [Data::default(); 2];
-        // SAFETY: capget/capset with a v3 header read and write exactly two Data structs.
-        unsafe {
-            assert_eq!(
-                libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()),
-                0
-            );
-            data[0].effective &= !(1 << CAP_CHOWN);
-            assert_eq!(
-                libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()),
-                0
-            );
-        }
-    }
-
-    pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
         let path = dir.join(name);
         std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         path
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::testing::{script, tempdir, Cleanup};
-    use super::*;
 
     fn plugins(timeout: Duration) -> Plugins {
         let root = tempdir("plugin");
@@ -915,15 +495,5 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         assert_eq!(attrs, want);
-    }
-
-    #[test]
-    fn read_capped_keeps_the_head() {
-        let data = vec![b'y'; OUTPUT_LIMIT * 3 + 17];
-        let (kept, truncated) = read_capped(&data[..], OUTPUT_LIMIT);
-        assert_eq!(kept.len(), OUTPUT_LIMIT);
-        assert!(truncated);
-        let (kept, truncated) = read_capped(&b"abc"[..], OUTPUT_LIMIT);
-        assert_eq!((kept.as_slice(), truncated), (&b"abc"[..], false));
     }
 }

@@ -1,0 +1,432 @@
+//! The one way nodeward runs a child process: task drivers and host volume plugins both start,
+//! watch, signal and kill their children here, and nothing else in the agent calls `kill`,
+//! `waitpid` or `pidfd_open`.
+//!
+//! - [`spawn`] starts a program with exactly the environment it is given, in a process group of
+//!   its own (so the whole tree it starts can be signalled at once), optionally as another user,
+//!   and starts one waiter thread for it.
+//! - [`Child`] is the owner's side: the exit channel, signals to the group, a stop with a timeout
+//!   ([`Child::stop`]), a hard kill ([`Child::kill`]) and the end of supervision ([`Child::release`]).
+//! - [`ProcessId`] is a PID together with its start time, the only way a PID is trusted once the
+//!   agent no longer holds the process as its child.
+//! - [`orphan`]: processes this agent did not start, left by an agent that crashed: finding them
+//!   and stopping them by polling `/proc`.
+//!
+//! Protocol between the owner and the waiter thread of a child:
+//! - The waiter owns the child, its pidfd and the read ends of its stdout and stderr. It copies
+//!   output into the owner's [`Sink`]s as it arrives (a child that writes a lot never blocks on a
+//!   full pipe), and calls [`Sink::eof`] when a pipe reaches end of file.
+//! - When the pidfd says the child exited, the waiter reaps it, marks it reaped, kills what is left
+//!   of its group when [`AfterExit`] says so, sends one [`ExitStatus`] and drops the sender: after
+//!   the status has been received, the exit channel is disconnected.
+//! - It then drains the pipes for as long as [`Drain`] allows. Pipes still open then are held by a
+//!   process that left the group (`setsid`): the waiter kills the holders, drains for
+//!   [`DRAIN_AFTER_EXIT`] more at most, and ends.
+//! - The owner signals the group through [`Child`] (never the waiter), and ends the supervision
+//!   with [`Child::release`], which kills whatever still holds the pipes and joins the waiter
+//!   with a bound. No wait in this module is unbounded except the owner's own `select!` on the
+//!   exit channel, which the owner pairs with its deadline, commands or shutdown.
+
+pub mod orphan;
+mod procfs;
+mod user;
+mod waiter;
+
+use crossbeam_channel::{after, bounded, select, Receiver};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::thread::Worker;
+pub use orphan::{find_task_processes, stop_foreign_group, stop_groups, Leftover, SIGKILL_WAIT};
+pub use procfs::{live_groups, process_start_ticks, same_process_alive};
+pub use user::{lookup_user, RunAs};
+pub use waiter::{AfterExit, Drain, Sink, Supervision, DRAIN_AFTER_EXIT};
+
+/// Why a child could not be started or watched.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// `fork`/`exec` failed (or a setting could not be handed to the child).
+    #[error("{0}")]
+    Spawn(io::Error),
+    #[error("cannot watch process {pid}: {source}")]
+    Watch { pid: i32, source: io::Error },
+    #[error("user {user:?} not found")]
+    UnknownUser { user: String },
+    #[error("cannot run as user {user:?}: the agent is not running as root")]
+    NotRoot { user: String },
+}
+
+/// How a process ended: a signal `S` reads as exit code `128 + S`, the way shells and Nomad say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitStatus {
+    pub exit_code: i32,
+    pub signal: i32,
+}
+
+impl ExitStatus {
+    /// The status of a process whose end could not be observed.
+    pub const fn lost() -> ExitStatus {
+        ExitStatus {
+            exit_code: -1,
+            signal: 0,
+        }
+    }
+
+    pub fn success(&self) -> bool {
+        self.exit_code == 0 && self.signal == 0
+    }
+}
+
+/// A PID and the time its process started, in clock ticks since boot (`/proc/<pid>/stat` field
+/// 22): together they name one process, where a PID alone may have been reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessId {
+    pub pid: i32,
+    pub start_ticks: u64,
+}
+
+impl ProcessId {
+    /// Whether this very process still runs (a zombie does not).
+    pub fn is_alive(&self) -> bool {
+        same_process_alive(self.pid, self.start_ticks)
+    }
+}
+
+/// What to run. The environment is exactly `env`: nothing of the agent's is inherited.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessSpec<'a> {
+    pub program: &'a Path,
+    pub args: &'a [String],
+    pub env: &'a std::collections::BTreeMap<String, String>,
+    pub cwd: &'a Path,
+    pub run_as: Option<&'a RunAs>,
+}
+
+/// Sends `signal` to process group `pgid`. A group that is already gone is not an error.
+pub fn signal_group(pgid: i32, signal: i32) -> io::Result<()> {
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+    let rc = unsafe { libc::kill(-pgid, signal) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::ESRCH) {
+        return Ok(());
+    }
+    Err(err)
+}
+
+/// SIGKILLs one process (not its group).
+fn kill_process(pid: i32) {
+    // SAFETY: kill(2) takes a pid and a signal; no memory is involved.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+}
+
+/// How long [`Child::stop`] waits for the reap after SIGKILL before it gives up on the process (one
+/// stuck in the kernel cannot wedge its owner).
+pub const REAP_AFTER_SIGKILL: Duration = Duration::from_secs(30);
+
+/// How long [`Child::release`] lets the waiter finish on its own before it kills the holders of
+/// the pipes, and then how long it waits for the waiter to end.
+const RELEASE_GRACE: Duration = Duration::from_millis(100);
+const RELEASE_JOIN: Duration = Duration::from_secs(5);
+
+/// A child started by [`spawn`], leading a process group of its own, and its waiter thread.
+pub struct Child {
+    id: ProcessId,
+    exited: Receiver<ExitStatus>,
+    /// Set by the waiter once the child is reaped: from then on its PID may belong to another
+    /// process, and only a group that still has members keeps the number reserved.
+    reaped: Arc<AtomicBool>,
+    /// Inodes of the stdout and stderr pipes, to find processes that still hold them.
+    pipes: Vec<u64>,
+    waiter: Worker<()>,
+}
+
+impl Child {
+    pub fn id(&self) -> ProcessId {
+        self.id
+    }
+
+    /// Receives the exit status once, then disconnects; select on it.
+    pub fn exited(&self) -> &Receiver<ExitStatus> {
+        &self.exited
+    }
+
+    /// Sends `signal` to the child's whole process group.
+    pub fn signal_group(&self, signal: i32) -> io::Result<()> {
+        signal_group(self.id.pid, signal)
+    }
+
+    /// SIGKILLs the group and waits up to `reap_within` for the reap. Answers the status when it
+    /// was still to be received; `None` when it was received before or never came.
+    pub fn kill(&self, reap_within: Duration) -> Option<ExitStatus> {
+        let _ = self.signal_group(libc::SIGKILL);
+        self.exited.recv_timeout(reap_within).ok()
+    }
+
+    /// Sends `signal` to the group, waits up to `timeout` for the exit, then SIGKILLs the group and
+    /// waits [`REAP_AFTER_SIGKILL`] more. `None` when the process did not die even then.
+    pub fn stop(&self, signal: i32, timeout: Duration) -> Option<ExitStatus> {
+        if let Err(e) = self.signal_group(signal) {
+            log::warn!("cannot signal process group {}: {e}", self.id.pid);
+        }
+        select! {
+            recv(self.exited) -> st => return Some(st.unwrap_or(ExitStatus::lost())),
+            recv(after(timeout)) -> _ => {}
+        }
+        let _ = self.signal_group(libc::SIGKILL);
+        select! {
+            recv(self.exited) -> st => Some(st.unwrap_or(ExitStatus::lost())),
+            recv(after(REAP_AFTER_SIGKILL)) -> _ => None,
+        }
+    }
+
+    /// Kills the group unless the child was reaped already (once its group is empty, the PID may
+    /// name another process's group), and gives it [`SIGKILL_WAIT`] to go.
+    pub fn kill_unless_reaped(&self) {
+        if !self.reaped.load(Ordering::Acquire) {
+            let _ = self.kill(SIGKILL_WAIT);
+        }
+    }
+
+    /// Ends the supervision: the owner wants nothing more from this child. Whatever still holds
+    /// its output pipes a moment later (a process that escaped the group) is killed, and the
+    /// waiter is joined. A waiter that does not end even then (a process stuck in the kernel) is
+    /// left to finish alone, with an error in the log.
+    pub fn release(self) {
+        let Err(waiter) = self.waiter.join_until(Instant::now() + RELEASE_GRACE) else {
+            return;
+        };
+        for pid in procfs::pipe_holders(&self.pipes) {
+            log::warn!(
+                "process {pid} still holds the output of process group {}: killing it",
+                self.id.pid
+            );
+            kill_process(pid);
+        }
+        if waiter.join_until(Instant::now() + RELEASE_JOIN).is_err() {
+            log::error!(
+                "the waiter of process {} did not end; leaving it to finish alone",
+                self.id.pid
+            );
+        }
+    }
+}
+
+/// Starts `spec` in a process group of its own, with stdin on `/dev/null` and stdout and stderr
+/// copied into `stdout` and `stderr` by a waiter thread named `thread_name`.
+pub fn spawn(
+    spec: &ProcessSpec<'_>,
+    stdout: Box<dyn Sink>,
+    stderr: Box<dyn Sink>,
+    supervision: Supervision,
+    thread_name: String,
+) -> Result<Child, ProcessError> {
+    let mut cmd = Command::new(spec.program);
+    cmd.args(spec.args)
+        .env_clear()
+        .envs(spec.env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    match spec.run_as {
+        None => {
+            cmd.current_dir(spec.cwd);
+        }
+        Some(run_as) => {
+            // The data directory is 0700, so a task of another user could not enter its
+            // directory once it is that user. Enter it first, then drop privileges: the task
+            // works from its directory (`local/`, `secrets/`, `../alloc/`).
+            let cwd = CString::new(spec.cwd.as_os_str().as_encoded_bytes()).map_err(|_| {
+                ProcessError::Spawn(io::Error::other("task directory path has a NUL byte"))
+            })?;
+            let (uid, gid, groups) = (run_as.uid, run_as.gid, run_as.groups.clone());
+            // SAFETY: the closure runs in the child between fork and exec and only makes
+            // async-signal-safe system calls on memory prepared before the fork.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::chdir(cwd.as_ptr()) != 0
+                        || libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                        || libc::setgid(gid) != 0
+                        || libc::setuid(uid) != 0
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+    }
+    let mut child = cmd.spawn().map_err(ProcessError::Spawn)?;
+    let pid = child.id() as i32;
+    let pidfd = match waiter::pidfd_open(pid) {
+        Ok(fd) => fd,
+        Err(source) => {
+            let _ = signal_group(pid, libc::SIGKILL);
+            let _ = child.wait();
+            return Err(ProcessError::Watch { pid, source });
+        }
+    };
+    let start_ticks = process_start_ticks(pid).unwrap_or(0);
+    let out = child
+        .stdout
+        .take()
+        .map(|s| std::fs::File::from(OwnedFd::from(s)));
+    let err = child
+        .stderr
+        .take()
+        .map(|s| std::fs::File::from(OwnedFd::from(s)));
+    let pipes = [&out, &err]
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.metadata().ok().map(|m| m.ino()))
+        .collect();
+    let reaped = Arc::new(AtomicBool::new(false));
+    let (tx, exited) = bounded(1);
+    let w = waiter::Waiter {
+        pid,
+        pidfd,
+        stdout: out.map(|f| (f, stdout)),
+        stderr: err.map(|f| (f, stderr)),
+        supervision,
+        reaped: reaped.clone(),
+    };
+    let waiter = crate::thread::spawn(thread_name, move || w.run(child, tx)).map_err(|source| {
+        let _ = signal_group(pid, libc::SIGKILL);
+        ProcessError::Watch { pid, source }
+    })?;
+    Ok(Child {
+        id: ProcessId { pid, start_ticks },
+        exited,
+        reaped,
+        pipes,
+        waiter,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::Sender;
+    use std::collections::BTreeMap;
+
+    /// Collects what a child wrote and hands it over at end of file.
+    struct Collect(Vec<u8>, Option<Sender<Vec<u8>>>);
+
+    impl Sink for Collect {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+            self.0.extend_from_slice(bytes);
+            Ok(())
+        }
+        fn eof(&mut self) {
+            if let Some(tx) = self.1.take() {
+                let _ = tx.send(std::mem::take(&mut self.0));
+            }
+        }
+    }
+
+    fn sh(script: &str, supervision: Supervision) -> (Child, Receiver<Vec<u8>>) {
+        let (tx, rx) = bounded(1);
+        let env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+        let args = ["-c".to_string(), script.to_string()];
+        let spec = ProcessSpec {
+            program: Path::new("/bin/sh"),
+            args: &args,
+            env: &env,
+            cwd: Path::new("/"),
+            run_as: None,
+        };
+        let child = spawn(
+            &spec,
+            Box::new(Collect(Vec::new(), Some(tx))),
+            Box::new(Collect(Vec::new(), None)),
+            supervision,
+            "t-process".to_string(),
+        )
+        .unwrap();
+        (child, rx)
+    }
+
+    #[test]
+    fn output_and_status_arrive_and_the_channel_then_disconnects() {
+        let (child, out) = sh(
+            "echo hello; echo $PATH; exit 3",
+            Supervision {
+                after_exit: AfterExit::KillGroup,
+                drain: Drain::For(DRAIN_AFTER_EXIT),
+            },
+        );
+        let st = child.exited().recv().unwrap();
+        assert_eq!(
+            st,
+            ExitStatus {
+                exit_code: 3,
+                signal: 0
+            }
+        );
+        assert_eq!(out.recv().unwrap(), b"hello\n/usr/bin:/bin\n");
+        assert!(child.exited().recv().is_err(), "one status, then closed");
+        assert_eq!(child.kill(Duration::from_secs(1)), None);
+        child.release();
+    }
+
+    #[test]
+    fn stop_signals_the_group_then_kills_it() {
+        let ready = std::env::temp_dir().join(format!("nw-stop-{}", uuid::Uuid::new_v4()));
+        let (child, _out) = sh(
+            &format!("trap '' INT; : > {}; sleep 30 & wait", ready.display()),
+            Supervision {
+                after_exit: AfterExit::KillGroup,
+                drain: Drain::For(DRAIN_AFTER_EXIT),
+            },
+        );
+        // Signalled before its trap is set, the shell would die of SIGINT.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = std::fs::remove_file(&ready);
+        let st = child
+            .stop(libc::SIGINT, Duration::from_millis(200))
+            .unwrap();
+        assert_eq!((st.exit_code, st.signal), (137, libc::SIGKILL));
+        child.release();
+    }
+
+    #[test]
+    fn release_kills_a_process_that_left_the_group_holding_the_output() {
+        let (child, out) = sh(
+            "/usr/bin/setsid sleep 30 & echo $!; exit 0",
+            Supervision {
+                after_exit: AfterExit::KillGroupIfFailed,
+                drain: Drain::For(Duration::from_secs(600)),
+            },
+        );
+        assert!(child.exited().recv().unwrap().success());
+        // The escaped sleeper keeps stdout open: no end of file until it dies.
+        assert!(out.recv_timeout(Duration::from_millis(200)).is_err());
+        let started = Instant::now();
+        child.release();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let pid: i32 = String::from_utf8(out.recv().unwrap())
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Killed, it may linger as a zombie until its new parent reaps it.
+        assert!(
+            procfs::proc_stat(pid).is_none_or(|s| s.gone),
+            "{pid} survived"
+        );
+    }
+}

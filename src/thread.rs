@@ -3,6 +3,8 @@
 //! - [`Never`]: the message type of channels that only signal by disconnecting. Dropping the one
 //!   sender is the broadcast "stop"; every receiver sees it at once in its `select!`.
 //! - [`StopSwitch`]: the agent-wide shutdown channel, tripped once.
+//! - [`spawn_scoped`] and [`parallel_map`]: short-lived threads that borrow their caller,
+//!   named and counted the same way; the scope joins them.
 //! - [`spawn`], [`spawn_guarded`], [`spawn_stoppable`]: a named thread with a small stack (the agent runs thousands,
 //!   and only touched pages cost memory) whose panic is logged, counted in `/v1/agent/self` and
 //!   handed to the owner's `on_panic` (a task runner marks its task failed), never silent. Both
@@ -156,6 +158,84 @@ where
     }
 }
 
+/// Spawns a named thread inside `scope`, for short work that borrows its caller (a bounded
+/// fan-out, a parser on a larger stack): counted in [`live`] like every nodeward thread; a panic
+/// is logged and counted, then continues in whoever joins it (the scope re-raises it), as a panic
+/// of the caller's own would.
+pub fn spawn_scoped<'scope, 'env, F, T>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    name: impl Into<String>,
+    stack_size: usize,
+    f: F,
+) -> io::Result<std::thread::ScopedJoinHandle<'scope, T>>
+where
+    F: FnOnce() -> T + Send + 'scope,
+    T: Send + 'scope,
+{
+    let name = name.into();
+    let thread_name = name.clone();
+    LIVE.fetch_add(1, Ordering::Relaxed);
+    let spawned = std::thread::Builder::new()
+        .name(name)
+        .stack_size(stack_size)
+        .spawn_scoped(scope, move || {
+            let result = catch_unwind(AssertUnwindSafe(f));
+            LIVE.fetch_sub(1, Ordering::Relaxed);
+            result.unwrap_or_else(|payload| {
+                PANICS.fetch_add(1, Ordering::Relaxed);
+                log::error!("thread {thread_name} panicked");
+                std::panic::resume_unwind(payload)
+            })
+        });
+    if spawned.is_err() {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+    spawned
+}
+
+/// Runs `f` over `items` on at most `bound` scoped threads (`fan-out-N`); answers in no
+/// particular order. When no thread can be started the caller does the work itself.
+///
+/// Protocol: the items go into a channel that is closed before any worker starts; the workers
+/// take items until it is empty and send each answer back; the scope joins every worker before
+/// this returns, so no worker outlives the data it borrows.
+pub fn parallel_map<T, R, F>(items: Vec<T>, bound: usize, f: F) -> Vec<R>
+where
+    T: Send,
+    R: Send,
+    F: Fn(T) -> R + Sync,
+{
+    let workers = bound.max(1).min(items.len());
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for item in items {
+        let _ = tx.send(item);
+    }
+    drop(tx);
+    let (out_tx, out_rx) = crossbeam_channel::unbounded();
+    std::thread::scope(|s| {
+        let mut started = 0;
+        for i in 0..workers {
+            let (rx, out_tx, f) = (rx.clone(), out_tx.clone(), &f);
+            let spawned = spawn_scoped(s, format!("fan-out-{i}"), STACK_SIZE, move || {
+                for item in rx.iter() {
+                    let _ = out_tx.send(f(item));
+                }
+            });
+            match spawned {
+                Ok(_) => started += 1,
+                Err(e) => log::warn!("cannot start a fan-out worker: {e}"),
+            }
+        }
+        if started == 0 {
+            for item in rx.iter() {
+                let _ = out_tx.send(f(item));
+            }
+        }
+    });
+    drop(out_tx);
+    out_rx.into_iter().collect()
+}
+
 /// The agent-wide stop: tripping it drops the one sender, which disconnects every receiver of
 /// the shutdown channel at once. It also records whether the agent has finished starting, under
 /// the same lock, so that a stop signal either cancels the start-up or is left to the main loop,
@@ -259,6 +339,23 @@ mod tests {
         assert!(w
             .join_until(Instant::now() + Duration::from_secs(60))
             .is_ok());
+    }
+
+    #[test]
+    fn every_item_is_mapped_once_within_the_bound() {
+        let running = std::sync::atomic::AtomicUsize::new(0);
+        let peak = std::sync::atomic::AtomicUsize::new(0);
+        let mut out = parallel_map((0..50).collect(), 4, |i: u32| {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = running.fetch_add(1, SeqCst) + 1;
+            peak.fetch_max(now, SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            running.fetch_sub(1, SeqCst);
+            i * 2
+        });
+        out.sort();
+        assert_eq!(out, (0..50).map(|i| i * 2).collect::<Vec<_>>());
+        assert!(peak.load(std::sync::atomic::Ordering::SeqCst) <= 4);
     }
 
     #[test]

@@ -76,15 +76,11 @@ fn parse(src: &str) -> Result<Document, Error> {
 /// aborted the agent.
 pub const PARSER_STACK: usize = 16 << 20;
 
-/// Runs `parse` on a short-lived thread with [`PARSER_STACK`]. Only touched stack pages cost
-/// memory; the thread is not a long-lived nodeward thread, so it does not go through
-/// [`crate::thread::spawn`]. A panic in `parse` continues in the caller.
+/// Runs `parse` on a short-lived scoped thread with [`PARSER_STACK`] ([`crate::thread::spawn_scoped`]).
+/// Only touched stack pages cost memory. A panic in `parse` continues in the caller.
 fn on_parser_stack<T: Send>(parse: impl FnOnce() -> T + Send) -> std::io::Result<T> {
     std::thread::scope(|scope| {
-        let parser = std::thread::Builder::new()
-            .name("hcl-parser".to_string())
-            .stack_size(PARSER_STACK)
-            .spawn_scoped(scope, parse)?;
+        let parser = crate::thread::spawn_scoped(scope, "hcl-parser", PARSER_STACK, parse)?;
         Ok(parser
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))

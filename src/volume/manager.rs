@@ -457,7 +457,7 @@ impl VolumeManager {
         }
         let records = self.registry.lock().records_of(&ids);
         let deadline = Instant::now() + self.restore_deadline;
-        let outcomes = plugin::parallel_map(records, self.restore_parallelism, |record| {
+        let outcomes = crate::thread::parallel_map(records, self.restore_parallelism, |record| {
             let result = self.restore_one(&record, deadline);
             (record, result)
         });

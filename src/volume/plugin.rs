@@ -14,12 +14,10 @@
 //!   timeout, cancellation);
 //! - [`answer`]: reading the JSON a plugin prints;
 //! - [`error`]: [`PluginError`] and [`Failure`], in the spec's words;
-//! - [`parallel`]: `parallel_map`, the bounded fan-out of fingerprints and restores.
 
 mod answer;
 mod error;
 mod exec;
-mod parallel;
 
 use crossbeam_channel::Receiver;
 use std::collections::BTreeMap;
@@ -33,7 +31,6 @@ use crate::thread::Never;
 use answer::{parse_created, parse_version};
 pub use error::{Failure, PluginError};
 pub use exec::{run, Output};
-pub(crate) use parallel::parallel_map;
 
 /// stdout beyond this is read and discarded.
 pub const OUTPUT_LIMIT: usize = 1 << 20;
@@ -274,7 +271,7 @@ impl Plugins {
                 }
             }
         }
-        let versions = parallel_map(plugins, FINGERPRINT_PARALLELISM, |p| {
+        let versions = crate::thread::parallel_map(plugins, FINGERPRINT_PARALLELISM, |p| {
             let result = self.fingerprint(&p, shutdown);
             (p.id().to_string(), result)
         });

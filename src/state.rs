@@ -78,8 +78,7 @@ impl DataDirLock {
             path: path.clone(),
             source,
         };
-        fs::create_dir_all(data_dir).map_err(err)?;
-        fs::set_permissions(data_dir, fs::Permissions::from_mode(0o700)).map_err(err)?;
+        private_dir(data_dir).map_err(err)?;
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -156,8 +155,7 @@ impl StateStore {
             path: path.clone(),
             source,
         };
-        fs::create_dir_all(data_dir).map_err(write_err)?;
-        fs::set_permissions(data_dir, fs::Permissions::from_mode(0o700)).map_err(write_err)?;
+        private_dir(data_dir).map_err(write_err)?;
         let state = match fs::read(&path) {
             Ok(bytes) => match decode(&path, &bytes) {
                 Ok(state) => state,
@@ -289,6 +287,12 @@ fn release_free_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// Creates the data directory if needed, mode 0700 whatever the umask.
+fn private_dir(dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
 }
 
 fn new_state() -> StateFile {

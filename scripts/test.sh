@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: formatting, lints, a build check of the fuzz targets, unit and
-# end-to-end tests.
+# end-to-end tests, and the README's first command (scripts/check-dev.sh runs scripts/dev.sh).
 # Installs the system packages it needs (cmake, g++, busybox, curl, jq) when it runs as root on
 # Debian; otherwise it says exactly what is missing. The first build compiles gRPC's C core
 # (about 7 minutes on 2 cores); later builds reuse $CARGO_TARGET_DIR.
@@ -30,3 +30,5 @@ echo "==> cargo check (fuzz targets)" >&2
 cargo check --manifest-path fuzz/Cargo.toml --bins --locked
 echo "==> cargo test" >&2
 cargo test --all-targets --locked "$@"
+echo "==> scripts/dev.sh (the README's first command)" >&2
+bash scripts/check-dev.sh

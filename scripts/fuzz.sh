@@ -39,6 +39,10 @@ fi
 if ! rustc --version | grep -q nightly; then
   export RUSTC_BOOTSTRAP=1
 fi
+# The fuzz crate is a member of nodeward's workspace, whose [profile.release] (thin LTO, 4 codegen
+# units) is made for the shipped agent. Fuzz builds keep cargo's default release profile, as when
+# the fuzz crate was a workspace of its own: quicker to rebuild after a change to the library.
+export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
 
 if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(cargo fuzz list --fuzz-dir fuzz)

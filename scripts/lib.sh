@@ -29,7 +29,7 @@ need_packages() {
 
 # need_rust: cargo and rustc must be there; this machine kind cannot fetch a toolchain.
 need_rust() {
-  command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (1.80 or newer), e.g. from rustup.rs"
+  command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain (1.85 or newer, the rust-version in Cargo.toml), e.g. from rustup.rs"
   # gRPC's C core is built with cmake; busybox and ps serve as real programs in the tests.
   need_packages cmake:cmake c++:g++ busybox:busybox curl:curl jq:jq ps:procps
 }

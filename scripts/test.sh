@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: formatting, lints, a build check of the fuzz targets, unit and
-# end-to-end tests.
+# end-to-end tests, and the README's first command (scripts/check-dev.sh runs scripts/dev.sh).
 # Installs the system packages it needs (cmake, g++, busybox, curl, jq) when it runs as root on
 # Debian; otherwise it says exactly what is missing. The first build compiles gRPC's C core
-# (about 7 minutes on 2 cores); later builds reuse $CARGO_TARGET_DIR.
+# (about 7 minutes on 2 cores) once per profile: debug for the tests, release for dev.sh; later
+# builds reuse $CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -25,8 +26,9 @@ echo "==> cargo clippy" >&2
 cargo clippy --all-targets --locked -- -D warnings
 echo "==> cargo check (fuzz targets)" >&2
 # scripts/fuzz.sh builds them with nightly-only flags; a plain check on this toolchain is enough to
-# keep them compiling against the library (a refactor once broke one unnoticed). The fuzz crate
-# has its own lock file, so the first check builds gRPC's C core once more (~7 min on 2 cores).
-cargo check --manifest-path fuzz/Cargo.toml --bins --locked
+# keep them compiling against the library (a refactor once broke one unnoticed).
+cargo check -p nodeward-fuzz --bins --locked
 echo "==> cargo test" >&2
 cargo test --all-targets --locked "$@"
+echo "==> scripts/dev.sh (the README's first command)" >&2
+bash scripts/check-dev.sh

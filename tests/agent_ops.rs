@@ -1,9 +1,7 @@
 //! Operating the agent: systemd notification, corrupt state, job updates, users, signals, and the
 //! CLI tour the README shows.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};

@@ -1,8 +1,6 @@
 //! End-to-end tests of the task engine: the real agent binary, real processes, real HTTP.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::time::Duration;
 

@@ -1,8 +1,6 @@
 //! CSI plugin supervision through the real agent: real plugin processes over real unix sockets.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::time::{Duration, Instant};
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_nodeward-csi-test-plugin");

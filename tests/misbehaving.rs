@@ -7,9 +7,7 @@
 //! escalation, a CSI plugin without a socket, shutdown during a hanging probe or plugin call, the
 //! library-level plugin timeouts and output cap) is not repeated.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};

@@ -4,9 +4,7 @@
 //! The library-level tests (tests/api_server.rs, tests/volumes.rs) check the pieces; these check
 //! that the agent wires them the same way from its configuration.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
@@ -284,11 +282,9 @@ fn mode_of(p: &Path) -> u32 {
 #[test]
 fn the_state_file_and_data_dir_stay_private_whatever_the_umask() {
     let dir = TempDir::new("sec-mode");
-    // The umask is the process's: set it wide open only while the agent is spawned, so that the
-    // modes below come from the agent and not from a friendly umask.
-    let old = unsafe { libc::umask(0) };
-    let mut agent = TestAgent::start_in(dir.path(), "");
-    unsafe { libc::umask(old) };
+    // A wide-open umask for the agent, so that the modes below come from the agent and not from a
+    // friendly umask. Set in the agent's process only: this process's umask is every test's.
+    let mut agent = TestAgent::start_in_with_umask(dir.path(), "", 0);
     let data_dir = agent.data_dir.clone();
     let state = data_dir.join("state.json");
     let check = |when: &str| {

@@ -1,8 +1,6 @@
 //! Dynamic host volumes through the real agent, the CLI and real shell-script plugins.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -54,6 +54,18 @@ fn http_agent() -> ureq::Agent {
 impl TestAgent {
     /// Starts an agent in `dir` with `extra` appended to its configuration.
     pub fn start_in(dir: &Path, extra: &str) -> TestAgent {
+        let (data_dir, config) = Self::write_config(dir, extra);
+        Self::launch(dir, data_dir, config, &[])
+    }
+
+    /// [`TestAgent::start_in`] with the agent's umask set to `umask`. Only the agent's: the umask
+    /// belongs to a process, and this one runs every other test too.
+    pub fn start_in_with_umask(dir: &Path, extra: &str, umask: libc::mode_t) -> TestAgent {
+        let (data_dir, config) = Self::write_config(dir, extra);
+        Self::launch_with(dir, data_dir, config, &[], Some(umask))
+    }
+
+    fn write_config(dir: &Path, extra: &str) -> (PathBuf, PathBuf) {
         let data_dir = dir.join("data");
         let config = dir.join("agent.hcl");
         std::fs::write(
@@ -64,11 +76,32 @@ impl TestAgent {
             ),
         )
         .unwrap();
-        Self::launch(dir, data_dir, config, &[])
+        (data_dir, config)
     }
 
     pub fn launch(dir: &Path, data_dir: PathBuf, config: PathBuf, args: &[&str]) -> TestAgent {
-        let mut child = Command::new(BIN)
+        Self::launch_with(dir, data_dir, config, args, None)
+    }
+
+    fn launch_with(
+        dir: &Path,
+        data_dir: PathBuf,
+        config: PathBuf,
+        args: &[&str],
+        umask: Option<libc::mode_t>,
+    ) -> TestAgent {
+        let mut cmd = Command::new(BIN);
+        if let Some(mask) = umask {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: umask(2) is async-signal-safe and touches nothing but the child's umask.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::umask(mask);
+                    Ok(())
+                });
+            }
+        }
+        let mut child = cmd
             .arg("agent")
             .arg("-config")
             .arg(&config)
@@ -247,6 +280,36 @@ impl Drop for TestAgent {
             let _ = self.stop_with(libc::SIGTERM, Duration::from_secs(30));
         }
     }
+}
+
+/// Runs the test `name` (its path in this binary, `volumes::some_test`) alone in a fresh process
+/// of this test binary, for a test that measures its whole process (its peak memory): in the one
+/// integration-test binary every other test runs in the same process. Answers `true` in that fresh
+/// process, where the caller goes on with its body; `false` in the calling test, after checking
+/// that the fresh process ran exactly that test and that it passed.
+pub fn alone_in_process(name: &str) -> bool {
+    const VAR: &str = "NODEWARD_TEST_ALONE";
+    if std::env::var_os(VAR).is_some_and(|v| v == name) {
+        return true;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(VAR, name)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run this test binary again");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    print!("{text}");
+    assert!(
+        text.contains("running 1 test") && text.contains("test result: ok. 1 passed;"),
+        "{name} did not run alone in a process of its own:\n{text}"
+    );
+    assert!(out.status.success(), "{name} failed in its own process");
+    false
 }
 
 /// Polls `f` until it returns `Some` or `timeout` passes.

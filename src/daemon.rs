@@ -53,8 +53,14 @@ pub fn tune_allocator() {
         tunables.push(TUNABLES);
         let mut args = std::env::args_os();
         let argv0 = args.next().unwrap_or_default();
+        // The executable's real path, not /proc/self/exe: the kernel names the process after the
+        // file it executes, and operators find the agent as `nodeward` (pgrep, ps -C), not `exe`.
         // exec only returns on failure; the agent then runs with glibc's defaults.
-        let err = std::process::Command::new("/proc/self/exe")
+        let exe = std::env::current_exe()
+            .ok()
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| "/proc/self/exe".into());
+        let err = std::process::Command::new(exe)
             .arg0(argv0)
             .args(args)
             .env("GLIBC_TUNABLES", tunables)

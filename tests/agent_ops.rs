@@ -256,3 +256,66 @@ job "web" {{
         Some(1)
     );
 }
+
+/// live-restore.md "One agent per data directory": a second agent started by mistake on the same
+/// data directory once killed the first one's task, started a copy and left it unsupervised.
+#[test]
+fn a_second_agent_on_the_same_data_directory_touches_nothing() {
+    let dir = TempDir::new("second");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let marker = format!("{}.7", 400_000 + fastrand::u32(0..99_999));
+    agent.run_hcl(&format!(
+        "job \"lock\" {{\n group \"g\" {{\n  task \"t\" {{\n   driver = \"raw_exec\"\n   \
+         config {{\n    command = \"/bin/sleep\"\n    args = [\"{marker}\"]\n   }}\n  }}\n }}\n}}\n"
+    ));
+    let pid = wait_for(WAIT, "task running", || match pids_with(&marker)[..] {
+        [pid] => Some(pid),
+        _ => None,
+    });
+    let state = agent.data_dir.join("state.json");
+    let before = std::fs::read(&state).unwrap();
+    let mut second = Command::new(BIN)
+        .args(["agent", "-config"])
+        .arg(&agent.config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Without the lock the second agent would run on (and stop the first one's task): bounded,
+    // and never left running.
+    let deadline = std::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = second.kill();
+            let _ = second.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut stderr).unwrap();
+    let status = status.unwrap_or_else(|| panic!("the second agent kept running: {stderr}"));
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "another nodeward agent (pid {}) holds {}",
+            agent.pid(),
+            agent.data_dir.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(pids_with(&marker), [pid], "the task was touched or copied");
+    assert_eq!(
+        std::fs::read(&state).unwrap(),
+        before,
+        "the state was written"
+    );
+    assert_eq!(
+        agent.task_state(&agent.alloc_id("lock"), "t")["State"],
+        "running"
+    );
+}

@@ -20,6 +20,8 @@ need_python_grpc() {
 }
 need_python_grpc
 
+echo "==> layout (scripts/check-layout.py, docs/architecture.md)" >&2
+python3 scripts/check-layout.py
 echo "==> cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "==> cargo clippy" >&2

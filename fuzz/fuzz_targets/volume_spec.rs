@@ -37,7 +37,8 @@ fuzz_target!(|data: &[u8]| {
     common::on_agent_stack(|| {
         if let Ok(text) = std::str::from_utf8(data) {
             if let Ok(parsed) = spec::parse_hcl(text) {
-                let body = nodeward::cli::volume_request::hcl_to_api_json(text).expect("an accepted file converts");
+                let body = nodeward::cli::volume_request::hcl_to_api_json(text)
+                    .expect("an accepted file converts");
                 let body = serde_json::to_vec(&body).expect("JSON serializes");
                 let back = spec::parse_json(&body)
                     .unwrap_or_else(|e| panic!("the API JSON of an accepted file is refused: {e}"));

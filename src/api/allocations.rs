@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::ids::{self, ID};
-use super::router::{json_body, ApiError, Request, Response, Router};
+use super::router::{optional_json_body, ApiError, Request, Response, Router};
 use crate::agent::Agent;
 use crate::alloc::{AllocError, Allocation, LockedTasks};
 use crate::jobspec::Job;
@@ -52,10 +52,7 @@ pub struct RestartRequest {
 impl RestartRequest {
     /// Parses the request body (none restarts every task): the endpoint's parsing entry point.
     pub fn from_body(body: &[u8]) -> Result<RestartRequest, ApiError> {
-        if body.is_empty() {
-            return Ok(RestartRequest::default());
-        }
-        json_body(body)
+        optional_json_body(body)
     }
 
     /// The task to restart; `None` for every task.
@@ -78,10 +75,7 @@ impl SignalRequest {
     /// Parses the request body (none sends SIGKILL to every task): the endpoint's parsing entry
     /// point.
     pub fn from_body(body: &[u8]) -> Result<SignalRequest, ApiError> {
-        if body.is_empty() {
-            return Ok(SignalRequest::default());
-        }
-        json_body(body)
+        optional_json_body(body)
     }
 
     /// The task to signal; `None` for every task.

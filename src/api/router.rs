@@ -217,6 +217,14 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         .map_err(|e| ApiError::BadRequest(format!("invalid JSON in request body: {e}")))
 }
 
+/// Like [`json_body`] for an endpoint whose body is optional: none is `T::default()`.
+pub fn optional_json_body<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
+    if body.is_empty() {
+        return Ok(T::default());
+    }
+    json_body(body)
+}
+
 /// What a handler answers; always status 200.
 pub enum Response {
     /// `application/json`, encoded ([`Response::json`] builds it from any serialisable value).

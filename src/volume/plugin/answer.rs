@@ -16,6 +16,21 @@ pub(super) fn plugin_error(stdout: &[u8]) -> Option<String> {
         .map(|a| a.error)
 }
 
+/// The plugin's stdout as `T`; `example` shows the expected shape in the error.
+fn decode<T: serde::de::DeserializeOwned>(out: &Output, example: &str) -> Result<T, Failure> {
+    if out.truncated {
+        return Err(Failure::BadOutput(format!(
+            "stdout is longer than {OUTPUT_LIMIT} bytes"
+        )));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| {
+        Failure::BadOutput(format!(
+            "expected JSON like {example}: {e}; stdout was {:?}",
+            excerpt(&out.stdout)
+        ))
+    })
+}
+
 pub(super) fn parse_created(out: &Output) -> Result<Created, Failure> {
     #[derive(Deserialize)]
     struct CreateAnswer {
@@ -23,17 +38,7 @@ pub(super) fn parse_created(out: &Output) -> Result<Created, Failure> {
         #[serde(default)]
         bytes: u64,
     }
-    if out.truncated {
-        return Err(Failure::BadOutput(format!(
-            "stdout is longer than {OUTPUT_LIMIT} bytes"
-        )));
-    }
-    let answer: CreateAnswer = serde_json::from_slice(&out.stdout).map_err(|e| {
-        Failure::BadOutput(format!(
-            "expected JSON like {{\"path\": \"/abs/path\", \"bytes\": 0}}: {e}; stdout was {:?}",
-            excerpt(&out.stdout)
-        ))
-    })?;
+    let answer: CreateAnswer = decode(out, r#"{"path": "/abs/path", "bytes": 0}"#)?;
     match answer.path {
         None => Err(Failure::BadOutput("no \"path\" in the answer".to_string())),
         Some(p) if p.is_empty() => Err(Failure::BadOutput("\"path\" is empty".to_string())),
@@ -52,17 +57,7 @@ pub(super) fn parse_version(out: &Output) -> Result<String, Failure> {
     struct FingerprintAnswer {
         version: Option<String>,
     }
-    if out.truncated {
-        return Err(Failure::BadOutput(format!(
-            "stdout is longer than {OUTPUT_LIMIT} bytes"
-        )));
-    }
-    let answer: FingerprintAnswer = serde_json::from_slice(&out.stdout).map_err(|e| {
-        Failure::BadOutput(format!(
-            "expected JSON like {{\"version\": \"0.0.1\"}}: {e}; stdout was {:?}",
-            excerpt(&out.stdout)
-        ))
-    })?;
+    let answer: FingerprintAnswer = decode(out, r#"{"version": "0.0.1"}"#)?;
     match answer.version {
         Some(v) if !v.trim().is_empty() => Ok(v),
         _ => Err(Failure::BadOutput(

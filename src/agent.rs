@@ -6,9 +6,10 @@
 //! runners (and their waiters and hooks' threads), the API workers, the volume retry thread all
 //! watch the shutdown channel, a `Receiver<Never>` that disconnects when the [`StopSwitch`] trips.
 //!
-//! Shutdown order ([`Agent::shutdown`]): tell systemd `STOPPING=1`, trip the switch (runners stop
-//! their tasks with kill signal and timeout, plugin calls and probes are cancelled), wait for the
-//! runners, join the agent's workers and the volume retry thread, write the state.
+//! Shutdown order ([`Agent::shutdown`]): tell systemd `STOPPING=1`, trip the switch (runners leave
+//! their tasks running, or stop them with kill signal and timeout when `stop_tasks_on_shutdown`;
+//! plugin calls and probes are cancelled), wait for the runners, join the agent's workers and the
+//! volume retry thread, close the connection to the keeper, write the state.
 
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
@@ -20,7 +21,7 @@ use crate::alloc::{AllocManager, Engine};
 use crate::config::AgentConfig;
 use crate::csi::registry::PluginRegistry;
 use crate::csi::supervisor::{CsiPluginHook, CsiSettings};
-use crate::driver::RawExec;
+use crate::driver::{KeeperClient, RawExec};
 use crate::state::{DataDirLock, StateError, StateStore};
 use crate::task::hooks::{HookFactory, TaskContext, TaskHook};
 use crate::task::mounts::{VolumeLookup, VolumeMountHook};
@@ -80,6 +81,8 @@ pub struct Agent {
     /// Guards: the agent's own background workers (state flusher, SIGHUP reloads), joined at
     /// shutdown. Finished reload workers are joined as new ones start.
     workers: Mutex<Vec<Worker<()>>>,
+    /// The data directory's task keeper (the parent of every task).
+    pub keeper: Arc<KeeperClient>,
     /// The exclusive lock on the data directory, held for the agent's life.
     _lock: DataDirLock,
 }
@@ -96,6 +99,10 @@ impl Agent {
         // First of all: a second agent on this data directory must touch nothing.
         let lock = DataDirLock::acquire(&config.data_dir)?;
         let (store, state) = StateStore::open(&config.data_dir, fresh_state)?;
+        // The tasks an earlier agent left with the keeper are taken over below; connecting
+        // changes nothing, and a keeper is only started with the first task.
+        let keeper = KeeperClient::open(&config.data_dir, KeeperClient::locate())
+            .map_err(|e| AgentError::Start(e.to_string()))?;
         let shutdown = stop.receiver();
         // Volumes are restored before allocations, which wait for the ones they mount.
         let host_volumes = VolumeManager::start(
@@ -115,9 +122,10 @@ impl Agent {
             node_id: store.node_id().to_string(),
             node_name: config.name.clone(),
             deps: RunnerDeps {
-                driver: Arc::new(RawExec),
+                driver: Arc::new(RawExec::new(keeper.clone())),
                 store: store.clone(),
                 shutdown: shutdown.clone(),
+                stop_tasks_on_shutdown: config.stop_tasks_on_shutdown,
             },
             hooks: Arc::new(AgentHooks {
                 volumes: volumes.clone(),
@@ -127,6 +135,7 @@ impl Agent {
                 },
             }),
             volumes: volumes.clone(),
+            keeper: keeper.clone(),
         };
         let allocs = AllocManager::new(engine, store.clone());
         store.register(allocs.clone());
@@ -154,6 +163,7 @@ impl Agent {
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown,
             workers: Mutex::new(vec![flusher]),
+            keeper,
             _lock: lock,
         }))
     }
@@ -216,7 +226,8 @@ impl Agent {
         }
     }
 
-    /// Stops every task and writes the state. Idempotent.
+    /// Ends the agent's work and writes the state; tasks run on unless `stop_tasks_on_shutdown`
+    /// (always with `-dev`), when they are stopped first. Idempotent.
     pub fn shutdown(&self) {
         if self
             .shutting_down
@@ -225,7 +236,11 @@ impl Agent {
             return;
         }
         systemd::notify("STOPPING=1");
-        log::info!("shutting down: stopping tasks");
+        if self.config.stop_tasks_on_shutdown {
+            log::info!("shutting down: stopping tasks");
+        } else {
+            log::info!("shutting down: tasks keep running");
+        }
         self.stop.trip();
         // Runners stop their tasks in parallel; each takes at most its kill_timeout and the reap.
         self.allocs
@@ -241,6 +256,7 @@ impl Agent {
         if !self.host_volumes.stop(deadline) {
             log::warn!("shutdown: the volume retry thread did not end in time");
         }
+        self.keeper.close();
         if let Err(e) = self.store.save() {
             log::error!("{e}");
         }

@@ -45,6 +45,9 @@ pub struct AgentConfig {
     pub csi_probe_interval: Duration,
     pub host_volumes: BTreeMap<String, StaticVolume>,
     pub dev: bool,
+    /// Stop every task when the agent shuts down (`client { stop_tasks_on_shutdown = true }`;
+    /// always with `-dev`). Off by default: tasks outlive the agent (live-restore.md).
+    pub stop_tasks_on_shutdown: bool,
     /// The `-config` arguments, re-read on SIGHUP.
     pub sources: Vec<PathBuf>,
 }
@@ -82,6 +85,7 @@ struct RawClient {
     host_volume_plugin_dir: Option<String>,
     host_volumes_dir: Option<String>,
     csi_probe_interval: Option<String>,
+    stop_tasks_on_shutdown: Option<bool>,
     host_volume: Option<BTreeMap<String, RawHostVolume>>,
 }
 
@@ -123,6 +127,9 @@ impl RawConfig {
             }
             if c.csi_probe_interval.is_some() {
                 mine.csi_probe_interval = c.csi_probe_interval;
+            }
+            if c.stop_tasks_on_shutdown.is_some() {
+                mine.stop_tasks_on_shutdown = c.stop_tasks_on_shutdown;
             }
             if let Some(v) = c.host_volume {
                 mine.host_volume
@@ -297,6 +304,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         csi_probe_interval,
         host_volumes,
         dev,
+        stop_tasks_on_shutdown: dev || client.stop_tasks_on_shutdown.unwrap_or(false),
         sources: Vec::new(),
     })
 }

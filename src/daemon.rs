@@ -130,5 +130,15 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
     api.stop();
     signal_handle.close();
     signal_thread.join();
+    if agent.config.dev {
+        // Throw-away, as Nomad's dev mode: its tasks were stopped, its data goes with it.
+        match std::fs::remove_dir_all(&agent.config.data_dir) {
+            Ok(()) => log::info!("dev mode: removed {}", agent.config.data_dir.display()),
+            Err(e) => log::warn!(
+                "dev mode: cannot remove {}: {e}",
+                agent.config.data_dir.display()
+            ),
+        }
+    }
     Ok(())
 }

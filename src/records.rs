@@ -125,6 +125,52 @@ pub struct TaskState {
     /// a reused PID apart.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid_start_ticks: Option<u64>,
+    /// What the driver needs to re-attach to the running task (state version 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle: Option<TaskHandle>,
+    /// When a restart delay in progress ends, in nanoseconds since the Unix epoch: the next agent
+    /// waits until then, not a whole delay more (live-restore.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart_at: Option<i64>,
+    /// The restart tracker's interval window (its start, in nanoseconds since the Unix epoch, and
+    /// the failures counted in it), so an agent restart gives a crash loop no fresh attempts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart_window_start: Option<i64>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub restart_window_count: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The format of [`TaskHandle::state`]; a driver refuses a handle of a version it does not know.
+pub const HANDLE_VERSION: u32 = 1;
+
+/// What a driver needs to find a task it started again, after the agent that started it is gone
+/// (Nomad's `drivers.TaskHandle`). Plain data: `driver::handle` builds and reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TaskHandle {
+    pub version: u32,
+    /// The driver that started the task (`raw_exec`).
+    pub driver: String,
+    pub state: HandleState,
+}
+
+/// The driver-specific part of a handle. A new driver adds its variant (a container ID for
+/// `docker`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "Kind", rename_all_fields = "PascalCase")]
+pub enum HandleState {
+    /// A process on this node that leads the task's process group, told apart from a later
+    /// process with the same PID by its start time in clock ticks since boot. What agents before
+    /// the keeper recorded (state version 1): a child of the agent itself, which nothing can
+    /// re-attach to once that agent is gone.
+    Process { pid: i32, start_ticks: u64 },
+    /// A task the data directory's keeper holds (`driver::process::keeper`): the keeper is its
+    /// parent, so the PID is its own until the keeper is told to forget it.
+    Kept { pid: i32, start_ticks: u64 },
 }
 
 impl TaskState {

@@ -32,6 +32,8 @@ pub struct Engine {
     pub deps: RunnerDeps,
     pub hooks: Arc<dyn HookFactory>,
     pub volumes: Arc<dyn VolumeLookup>,
+    /// The data directory's task keeper, whose tasks a restore takes over.
+    pub keeper: Arc<crate::driver::KeeperClient>,
 }
 
 #[derive(Default)]

@@ -41,17 +41,20 @@ pub(crate) fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) 
     let dir = std::env::temp_dir().join(format!("nw-alloc-{tag}-{}", uuid::Uuid::new_v4()));
     let (store, _) = StateStore::open(&dir, false).unwrap();
     let (shutdown_tx, shutdown) = crossbeam_channel::bounded::<Never>(0);
+    let keeper = driver::KeeperClient::open(&dir, driver::KeeperClient::locate()).unwrap();
     let engine = Engine {
         data_dir: dir.clone(),
         node_id: "node".to_string(),
         node_name: "node".to_string(),
         deps: RunnerDeps {
-            driver: Arc::new(driver::RawExec),
+            driver: Arc::new(driver::RawExec::new(keeper.clone())),
             store: store.clone(),
             shutdown,
+            stop_tasks_on_shutdown: true,
         },
         hooks: Arc::new(NoHooks),
         volumes: Arc::new(NoVolumes),
+        keeper,
     };
     (AllocManager::new(engine, store), dir, shutdown_tx)
 }

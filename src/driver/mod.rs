@@ -19,9 +19,14 @@
 //! threads for it: a driver thread is never left serving a task nobody owns. (A runner that
 //! panics drops its task instead; its panic handler kills the task's group, and the waiter ends
 //! by itself.) A driver keeps no table of tasks: everything it needs is in the [`RunningTask`] or
-//! the [`TaskHandle`] it is given, so every call is safe from any thread. After an agent restart the runner offers the recorded handle to [`Driver::recover`]; a driver
-//! that cannot re-attach answers `None`, and the runner stops the orphan with
-//! [`Driver::stop_orphan`] before it starts the task again.
+//! the [`TaskHandle`] it is given, so every call is safe from any thread.
+//!
+//! Tasks outlive the agent (live-restore.md): `raw_exec` starts them through the data directory's
+//! keeper ([`process::keeper`]), their parent. After an agent restart the runner offers the
+//! recorded handle to [`Driver::recover`], which re-attaches to the task (running, or exited with
+//! its status kept); `None` means the task is gone (the machine rebooted) or was never this
+//! driver's to re-attach to (a version-1 handle: the runner stops it with
+//! [`Driver::stop_orphan`] before it starts the task again).
 
 pub mod handle;
 pub mod logs;
@@ -36,6 +41,7 @@ use std::time::Duration;
 
 use crate::jobspec::LogConfig;
 pub use handle::{HandleState, TaskHandle};
+pub use process::keeper::client::{KeeperClient, KeeperError, KeptExit as TaskExit};
 pub use process::{
     find_task_processes, live_groups, lookup_user, process_start_ticks, same_process_alive,
     signal_group, stop_foreign_group, stop_groups, ExitStatus, Leftover, ProcessError, ProcessId,
@@ -69,6 +75,8 @@ pub enum DriverError {
     Signal(io::Error),
     #[error("process {pid} did not die after SIGKILL")]
     Unkillable { pid: i32 },
+    #[error(transparent)]
+    Keeper(KeeperError),
 }
 
 /// What to start.
@@ -80,12 +88,12 @@ pub struct StartSpec {
     pub env: BTreeMap<String, String>,
     pub cwd: PathBuf,
     pub user: Option<String>,
+    /// The allocation the task belongs to (the keeper names its tasks by it).
+    pub alloc_id: String,
     /// `alloc/logs`.
     pub log_dir: PathBuf,
     pub task_name: String,
     pub logs: LogConfig,
-    /// Names the driver's thread for the task (the waiter).
-    pub thread_name: String,
 }
 
 /// Whether a task runs, as [`Driver::inspect`] sees it (Nomad's `drivers.TaskState`).
@@ -119,8 +127,8 @@ pub struct RunningTask {
 
 /// What a driver keeps to watch one task; each driver uses its own variant.
 enum Attached {
-    /// A child of this agent leading its own process group (`raw_exec`).
-    Process(process::Child),
+    /// A task the keeper holds, leading its own process group (`raw_exec`).
+    Kept(process::keeper::client::Kept),
 }
 
 impl RunningTask {
@@ -128,11 +136,55 @@ impl RunningTask {
         &self.handle
     }
 
-    /// Receives the task's exit status once, then disconnects (Nomad's `WaitTask`): select on it.
-    pub fn exited(&self) -> &Receiver<ExitStatus> {
+    /// Receives how the task ended, once (Nomad's `WaitTask`): select on it.
+    pub fn exited(&self) -> &Receiver<TaskExit> {
         match &self.attached {
-            Attached::Process(child) => child.exited(),
+            Attached::Kept(kept) => &kept.exited,
         }
+    }
+}
+
+impl TaskExit {
+    /// The exit code and signal; a task lost with its keeper has code -1.
+    pub fn status(&self) -> ExitStatus {
+        match self {
+            TaskExit::Exited(e) => ExitStatus {
+                exit_code: e.exit_code,
+                signal: e.signal,
+            },
+            TaskExit::KeeperDied | TaskExit::Unknown | TaskExit::LostWhileAway => {
+                ExitStatus::lost()
+            }
+        }
+    }
+
+    /// When the task ended, in nanoseconds since the Unix epoch, when that is known.
+    pub fn at_nanos(&self) -> Option<i64> {
+        match self {
+            TaskExit::Exited(e) => Some(e.at_nanos),
+            TaskExit::KeeperDied | TaskExit::Unknown | TaskExit::LostWhileAway => None,
+        }
+    }
+
+    /// The `Terminated` event's message: empty for a task whose end was seen.
+    pub fn message(&self) -> &'static str {
+        match self {
+            TaskExit::Exited(_) | TaskExit::Unknown => "",
+            TaskExit::KeeperDied => KEEPER_DIED,
+            TaskExit::LostWhileAway => LOST_WHILE_AWAY,
+        }
+    }
+}
+
+/// The `Terminated` message of a task whose keeper died.
+pub const KEEPER_DIED: &str = "the task's keeper process died";
+/// The `Terminated` message of a task that was gone when the agent came back (live-restore.md).
+pub const LOST_WHILE_AWAY: &str = "task process was lost while the agent was not running";
+
+impl TaskExit {
+    /// Whether the task ended by itself with success.
+    pub fn success(&self) -> bool {
+        self.status().success()
     }
 }
 
@@ -146,9 +198,17 @@ pub trait Driver: Send + Sync {
     /// [`RunningTask::exited`].
     fn start(&self, spec: &StartSpec) -> Result<RunningTask, DriverError>;
 
-    /// Re-attaches to a task that an earlier agent started, from its handle. `Ok(None)`: this
-    /// driver cannot re-attach; the caller stops the task with [`Driver::stop_orphan`].
+    /// Re-attaches to a task that an earlier agent started, from its handle: one that still runs,
+    /// or that exited while no agent watched (its exit is then waiting on
+    /// [`RunningTask::exited`]). `Ok(None)`: the task is gone, or the handle is not one this
+    /// driver can re-attach to; the caller stops what is left with [`Driver::stop_orphan`].
     fn recover(&self, handle: &TaskHandle) -> Result<Option<RunningTask>, DriverError>;
+
+    /// Re-attaches to a run of the task that an agent started but did not get to record (it
+    /// crashed first), by allocation and task name. `None` when there is none.
+    fn adopt(&self, _alloc_id: &str, _task: &str) -> Option<RunningTask> {
+        None
+    }
 
     /// Sends `signal`, waits up to `timeout` for the task to exit, then kills it for good and waits
     /// a bounded time more. Answers how it ended.
@@ -157,7 +217,7 @@ pub trait Driver: Send + Sync {
         task: &RunningTask,
         signal: i32,
         timeout: Duration,
-    ) -> Result<ExitStatus, DriverError>;
+    ) -> Result<TaskExit, DriverError>;
 
     /// Stops, the way [`Driver::stop`] does, a task that no [`RunningTask`] of this agent is
     /// attached to: one that [`Driver::recover`] could not re-attach. A task that is gone already

@@ -2,59 +2,70 @@
 //!
 //! The command is resolved through the task's `PATH`; the process runs in its task directory, in
 //! a process group of its own, optionally as another user, with exactly the environment the runner
-//! built. Its waiter (see [`super::process`]) copies stdout and stderr into rotated log files and,
-//! when the process exits, SIGKILLs the rest of its group, so no process of a task outlives it;
-//! a process that escaped the group but still holds the task's output is killed
-//! [`process::DRAIN_AFTER_EXIT`] later.
-//!
-//! Re-attaching after an agent restart is not supported yet: [`RawExec::recover`] answers `None`
-//! and the runner stops the orphan, by PID and start time, before the task starts again.
+//! built. The data directory's keeper ([`process::keeper`]) starts it and is its parent: it copies
+//! stdout and stderr into rotated log files and, when the process exits, SIGKILLs the rest of its
+//! group, so no process of a task outlives it; a process that escaped the group but still holds
+//! the task's output is killed [`process::DRAIN_AFTER_EXIT`] later. The task outlives the agent;
+//! [`RawExec::recover`] re-attaches to it.
 
+use crossbeam_channel::{after, select};
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::logs::{RotatingFile, Stream};
-use super::process::{
-    self, AfterExit, Drain, ProcessError, ProcessId, ProcessSpec, RunAs, Supervision,
-};
+use super::process::keeper::{client::Kept, StartTask};
+use super::process::{self, RunAs};
 use super::{
-    Attached, Driver, DriverError, ExitStatus, RunningTask, StartSpec, TaskHandle, TaskRunState,
-    TaskStats,
+    Attached, Driver, DriverError, HandleState, KeeperClient, KeeperError, RunningTask, StartSpec,
+    TaskExit, TaskHandle, TaskRunState, TaskStats,
 };
 
 /// The driver's name in jobspecs and node attributes.
 pub const NAME: &str = "raw_exec";
 
-/// The `raw_exec` driver.
-#[derive(Debug, Default)]
-pub struct RawExec;
+/// How long a stopped task may take to be reaped after SIGKILL before the stop gives up on it.
+const REAP_AFTER_SIGKILL: Duration = process::REAP_AFTER_SIGKILL;
 
-impl process::Sink for RotatingFile {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        RotatingFile::write(self, bytes)
-    }
+/// The `raw_exec` driver.
+pub struct RawExec {
+    keeper: Arc<KeeperClient>,
 }
 
 impl RawExec {
-    fn child(task: &RunningTask) -> &process::Child {
+    pub fn new(keeper: Arc<KeeperClient>) -> RawExec {
+        RawExec { keeper }
+    }
+
+    fn kept(task: &RunningTask) -> &Kept {
         match &task.attached {
-            Attached::Process(child) => child,
+            Attached::Kept(kept) => kept,
         }
     }
 
-    /// The process a handle of this driver names.
-    fn process_of(handle: &TaskHandle) -> Result<ProcessId, DriverError> {
-        match handle.pid() {
-            Some((pid, start_ticks))
-                if handle.driver == NAME && handle.version == super::handle::HANDLE_VERSION =>
-            {
-                Ok(ProcessId { pid, start_ticks })
-            }
-            _ => Err(DriverError::ForeignHandle {
-                driver: NAME,
-                handle_driver: handle.driver.clone(),
-                version: handle.version,
-            }),
+    fn attach(kept: Kept) -> RunningTask {
+        RunningTask {
+            handle: TaskHandle::kept(NAME, kept.pid, kept.start_ticks),
+            attached: Attached::Kept(kept),
+        }
+    }
+
+    fn check(handle: &TaskHandle) -> Result<(), DriverError> {
+        if handle.driver == NAME && handle.version == super::handle::HANDLE_VERSION {
+            return Ok(());
+        }
+        Err(DriverError::ForeignHandle {
+            driver: NAME,
+            handle_driver: handle.driver.clone(),
+            version: handle.version,
+        })
+    }
+
+    /// Waits up to `within` for the exit; `None` when it did not come (or was received before).
+    fn wait(kept: &Kept, within: Duration) -> Option<TaskExit> {
+        select! {
+            recv(kept.exited) -> exit => exit.ok(),
+            recv(after(within)) -> _ => None,
         }
     }
 }
@@ -75,50 +86,46 @@ impl Driver for RawExec {
             .map(RunAs::user)
             .transpose()
             .map_err(DriverError::Process)?;
-        let log = |stream| {
-            Box::new(RotatingFile::open(
-                &spec.log_dir,
-                &spec.task_name,
-                stream,
-                spec.logs.max_files,
-                spec.logs.max_file_size_mb,
-            ))
-        };
-        let child = process::spawn(
-            &ProcessSpec {
-                program: &program,
-                args: &spec.args,
-                env: &spec.env,
-                cwd: &spec.cwd,
-                run_as: run_as.as_ref(),
-            },
-            log(Stream::Stdout),
-            log(Stream::Stderr),
-            Supervision {
-                after_exit: AfterExit::KillGroup,
-                drain: Drain::For(process::DRAIN_AFTER_EXIT),
-            },
-            spec.thread_name.clone(),
-        )
-        .map_err(|e| match e {
-            ProcessError::Spawn(source) => DriverError::Spawn {
-                command: spec.command.clone(),
-                source,
-            },
-            e => DriverError::Process(e),
-        })?;
-        let id = child.id();
-        Ok(RunningTask {
-            handle: TaskHandle::process(NAME, id.pid, id.start_ticks),
-            attached: Attached::Process(child),
-        })
+        let kept = self
+            .keeper
+            .start(StartTask {
+                alloc_id: spec.alloc_id.clone(),
+                task: spec.task_name.clone(),
+                program,
+                args: spec.args.clone(),
+                env: spec.env.clone(),
+                cwd: spec.cwd.clone(),
+                run_as: run_as.map(|r| (r.uid, r.gid, r.groups)),
+                log_dir: spec.log_dir.clone(),
+                log_name: spec.task_name.clone(),
+                max_files: spec.logs.max_files,
+                max_file_size_mb: spec.logs.max_file_size_mb,
+            })
+            .map_err(|e| match e {
+                KeeperError::Refused {
+                    errno: Some(errno), ..
+                } => DriverError::Spawn {
+                    command: spec.command.clone(),
+                    source: io::Error::from_raw_os_error(errno),
+                },
+                e => DriverError::Keeper(e),
+            })?;
+        Ok(Self::attach(kept))
     }
 
     fn recover(&self, handle: &TaskHandle) -> Result<Option<RunningTask>, DriverError> {
-        Self::process_of(handle)?;
-        // The process is not this agent's child: nothing can reap it or read its output here.
-        // Re-attaching needs a supervisor that outlives the agent (live-restore.md).
-        Ok(None)
+        Self::check(handle)?;
+        Ok(match handle.state {
+            HandleState::Kept { pid, start_ticks } => {
+                self.keeper.claim(pid, start_ticks).map(Self::attach)
+            }
+            // A child of an agent before the keeper: nothing can reap it or read its output now.
+            HandleState::Process { .. } => None,
+        })
+    }
+
+    fn adopt(&self, alloc_id: &str, task: &str) -> Option<RunningTask> {
+        self.keeper.claim_by_name(alloc_id, task).map(Self::attach)
     }
 
     fn stop(
@@ -126,11 +133,16 @@ impl Driver for RawExec {
         task: &RunningTask,
         signal: i32,
         timeout: Duration,
-    ) -> Result<ExitStatus, DriverError> {
-        let child = Self::child(task);
-        child.stop(signal, timeout).ok_or(DriverError::Unkillable {
-            pid: child.id().pid,
-        })
+    ) -> Result<TaskExit, DriverError> {
+        let kept = Self::kept(task);
+        if let Err(e) = self.keeper.signal(kept.pid, signal) {
+            log::warn!("cannot signal process group {}: {e}", kept.pid);
+        }
+        if let Some(exit) = Self::wait(kept, timeout) {
+            return Ok(exit);
+        }
+        let _ = self.keeper.signal(kept.pid, libc::SIGKILL);
+        Self::wait(kept, REAP_AFTER_SIGKILL).ok_or(DriverError::Unkillable { pid: kept.pid })
     }
 
     fn stop_orphan(
@@ -139,31 +151,48 @@ impl Driver for RawExec {
         signal: i32,
         timeout: Duration,
     ) -> Result<(), DriverError> {
-        let id = Self::process_of(handle)?;
-        if id.is_alive() {
-            process::stop_foreign_group(id.pid, id.start_ticks, signal, timeout);
+        Self::check(handle)?;
+        match handle.state {
+            HandleState::Process { pid, start_ticks } => {
+                if process::same_process_alive(pid, start_ticks) {
+                    process::stop_foreign_group(pid, start_ticks, signal, timeout);
+                }
+            }
+            HandleState::Kept { pid, start_ticks } => {
+                if let Some(kept) = self.keeper.claim(pid, start_ticks) {
+                    let task = Self::attach(kept);
+                    self.stop(&task, signal, timeout)?;
+                    self.destroy(task);
+                }
+            }
         }
         Ok(())
     }
 
     fn destroy(&self, task: RunningTask) {
-        let Attached::Process(child) = task.attached;
-        child.kill_unless_reaped();
-        child.release();
+        let kept = Self::kept(&task);
+        // The keeper answers whether it still ran; an exited task's status was received already.
+        if let Ok(true) = self.keeper.signal(kept.pid, libc::SIGKILL) {
+            let _ = Self::wait(kept, process::SIGKILL_WAIT);
+        }
+        self.keeper.forget(kept.pid);
     }
 
     fn inspect(&self, handle: &TaskHandle) -> TaskRunState {
-        match Self::process_of(handle) {
-            Ok(id) if id.is_alive() => TaskRunState::Running,
-            Ok(_) => TaskRunState::Exited,
-            Err(_) => TaskRunState::Unknown,
+        match (Self::check(handle), handle.pid()) {
+            (Ok(()), Some((pid, ticks))) if process::same_process_alive(pid, ticks) => {
+                TaskRunState::Running
+            }
+            (Ok(()), _) => TaskRunState::Exited,
+            (Err(_), _) => TaskRunState::Unknown,
         }
     }
 
     fn signal(&self, task: &RunningTask, signal: i32) -> Result<(), DriverError> {
-        Self::child(task)
-            .signal_group(signal)
-            .map_err(DriverError::Signal)
+        self.keeper
+            .signal(Self::kept(task).pid, signal)
+            .map(|_| ())
+            .map_err(DriverError::Keeper)
     }
 
     fn stats(&self, _task: &RunningTask) -> Result<TaskStats, DriverError> {
@@ -204,92 +233,20 @@ fn is_executable(p: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobspec::LogConfig;
-    use std::collections::BTreeMap;
-    use std::time::Instant;
-
-    fn spec(dir: &Path, args: &[&str]) -> StartSpec {
-        StartSpec {
-            command: "sh".to_string(),
-            args: args.iter().map(|a| a.to_string()).collect(),
-            env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
-            cwd: dir.to_path_buf(),
-            user: None,
-            log_dir: dir.to_path_buf(),
-            task_name: "t".to_string(),
-            logs: LogConfig {
-                max_files: 2,
-                max_file_size_mb: 1,
-            },
-            thread_name: "t-raw-exec".to_string(),
-        }
-    }
 
     #[test]
-    fn a_task_through_the_driver_interface() {
-        let dir = std::env::temp_dir().join(format!("nw-raw-exec-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let driver = RawExec;
-        assert_eq!(driver.name(), "raw_exec");
-        let missing = StartSpec {
-            command: "no-such-command-here".to_string(),
-            ..spec(&dir, &[])
-        };
+    fn commands_resolve_through_the_path() {
+        assert_eq!(resolve_command("", None), None);
         assert_eq!(
-            driver.start(&missing).err().unwrap().to_string(),
-            "exec: \"no-such-command-here\": executable file not found in $PATH"
+            resolve_command("sh", Some("/nonexistent:/bin")),
+            Some(PathBuf::from("/bin/sh"))
         );
-
-        let task = driver
-            .start(&spec(&dir, &["-c", "echo started; exec sleep 30"]))
-            .unwrap();
-        let handle = task.handle().clone();
-        let log = dir.join("t.stdout.0");
-        // Stopped before it has written, the shell would die before its echo.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::fs::read(&log).map_or(true, |l| l.is_empty()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert_eq!(driver.inspect(&handle), TaskRunState::Running);
-        assert!(driver.recover(&handle).unwrap().is_none());
-        assert!(matches!(
-            driver.stats(&task),
-            Err(DriverError::NotSupported { .. })
-        ));
-        let st = driver
-            .stop(&task, libc::SIGTERM, Duration::from_secs(10))
-            .unwrap();
         assert_eq!(
-            (st.exit_code, st.signal),
-            (128 + libc::SIGTERM, libc::SIGTERM)
+            resolve_command("/bin/sh", Some("")),
+            Some(PathBuf::from("/bin/sh"))
         );
-        assert_eq!(driver.inspect(&handle), TaskRunState::Exited);
-        driver.destroy(task);
-        assert_eq!(std::fs::read_to_string(&log).unwrap(), "started\n");
-
-        // A task no RunningTask is attached to is stopped by its handle; one that is gone is not
-        // an error, and a handle of another driver is refused.
-        let orphan = driver.start(&spec(&dir, &["-c", "exec sleep 30"])).unwrap();
-        let handle = orphan.handle().clone();
-        let started = Instant::now();
-        driver
-            .stop_orphan(&handle, libc::SIGTERM, Duration::from_secs(10))
-            .unwrap();
-        assert!(started.elapsed() < Duration::from_secs(10));
-        assert!(orphan.exited().recv().is_ok());
-        driver.destroy(orphan);
-        driver
-            .stop_orphan(&handle, libc::SIGTERM, Duration::from_secs(10))
-            .unwrap();
-        let foreign = TaskHandle {
-            driver: "docker".to_string(),
-            ..handle
-        };
-        assert!(matches!(
-            driver.recover(&foreign),
-            Err(DriverError::ForeignHandle { .. })
-        ));
-        assert_eq!(driver.inspect(&foreign), TaskRunState::Unknown);
-        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(resolve_command("no-such-command-here", Some("/bin")), None);
+        assert_eq!(resolve_command("/etc/passwd", None), None, "not executable");
+        let _ = Path::new("/");
     }
 }

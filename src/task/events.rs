@@ -213,6 +213,12 @@ pub fn now_nanos() -> i64 {
     chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)
 }
 
+/// RFC 3339 of a time in nanoseconds since the Unix epoch.
+pub fn nanos_rfc3339(nanos: i64) -> String {
+    chrono::DateTime::from_timestamp_nanos(nanos)
+        .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
 /// RFC 3339 of the wall clock, for `StartedAt` and friends.
 pub fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)

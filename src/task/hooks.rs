@@ -114,6 +114,8 @@ pub struct RunHandle {
     done: Receiver<Never>,
     shutdown: Receiver<Never>,
     requests: Sender<HookRequest>,
+    /// The run was started by an earlier agent and re-attached to (live-restore.md).
+    reattached: bool,
 }
 
 impl RunHandle {
@@ -128,7 +130,19 @@ impl RunHandle {
             done,
             shutdown,
             requests,
+            reattached: false,
         }
+    }
+
+    /// Marks a run that an earlier agent started: a hook must not treat it as a fresh start (the
+    /// CSI supervisor probes at once and applies no health deadline).
+    pub fn reattached(mut self, yes: bool) -> RunHandle {
+        self.reattached = yes;
+        self
+    }
+
+    pub fn is_reattached(&self) -> bool {
+        self.reattached
     }
 
     pub fn run_id(&self) -> u64 {

@@ -66,6 +66,18 @@ impl RestartTracker {
         self.count
     }
 
+    /// The interval window: its start (in the caller's time base) and the failures counted in it.
+    /// The runner keeps it in the state file, in time since the Unix epoch.
+    pub fn window(&self) -> (Option<Duration>, u32) {
+        (self.window_start, self.count)
+    }
+
+    /// Continues a window an earlier agent recorded.
+    pub fn restore(&mut self, window_start: Option<Duration>, count: u32) {
+        self.window_start = window_start;
+        self.count = count;
+    }
+
     /// Decides what follows `end`. `now` is monotonic; `jitter` is uniform in `[0, 1)`.
     pub fn decide(&mut self, end: RunEnd, now: Duration, jitter: f64) -> Decision {
         match end {

@@ -21,10 +21,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::driver::{self, Driver, ExitStatus, RunningTask, StartSpec, TaskHandle, TaskRunState};
+use crate::driver::{self, Driver, RunningTask, StartSpec, TaskExit, TaskHandle, TaskRunState};
 use crate::jobspec::{interpolate::interpolate, JobType};
 use crate::state::StateStore;
-use crate::task::events::{now_nanos, now_rfc3339, TaskEvent, TaskState, TaskStatus};
+use crate::task::events::{
+    nanos_rfc3339, now_nanos, now_rfc3339, TaskEvent, TaskState, TaskStatus,
+};
 use crate::task::hooks::{HookRequest, RunHandle, TaskContext, TaskHook};
 use crate::task::restart::{Decision, RestartTracker, RunEnd};
 use crate::thread::{Never, Worker};
@@ -48,6 +50,9 @@ pub struct RunnerDeps {
     pub store: Arc<StateStore>,
     /// Disconnects when the agent shuts down.
     pub shutdown: Receiver<Never>,
+    /// Stop tasks when the agent shuts down (`agent -dev`, `client { stop_tasks_on_shutdown }`);
+    /// otherwise they run on and the next agent re-attaches to them.
+    pub stop_tasks_on_shutdown: bool,
 }
 
 /// The owner's side of a running task runner.
@@ -85,8 +90,16 @@ pub fn spawn(
     let (commands, command_rx) = unbounded();
     let (hook_tx, hook_rx) = unbounded();
     let batch = ctx.job.job_type == JobType::Batch;
+    let mut tracker = RestartTracker::new(ctx.task.restart_policy, batch);
+    {
+        let s = state.lock();
+        let start = s
+            .restart_window_start
+            .map(|n| Duration::from_nanos(n.max(0) as u64));
+        tracker.restore(start, s.restart_window_count);
+    }
     let runner = TaskRunner {
-        tracker: RestartTracker::new(ctx.task.restart_policy, batch),
+        tracker,
         ctx,
         hooks,
         state,
@@ -94,7 +107,6 @@ pub fn spawn(
         commands: command_rx,
         hook_tx,
         hook_rx,
-        origin: Instant::now(),
         run_id: 0,
         finished: None,
     };
@@ -133,6 +145,7 @@ fn runner_failed(state: &Mutex<TaskState>, store: &StateStore, msg: &str) {
         s.state = TaskStatus::Dead;
         s.pid = None;
         s.pid_start_ticks = None;
+        s.handle = None;
         s.finished_at = Some(now_rfc3339());
         s.push(TaskEvent::runner_failure(now_nanos(), msg));
     }
@@ -149,7 +162,6 @@ struct TaskRunner {
     hook_tx: Sender<HookRequest>,
     hook_rx: Receiver<HookRequest>,
     tracker: RestartTracker,
-    origin: Instant,
     run_id: u64,
     /// The last run that ended, until the next one ends or the runner does: then it goes back to
     /// the driver. Not at once, so the driver's waiter may finish copying output that a process
@@ -159,9 +171,31 @@ struct TaskRunner {
 
 /// How the wait for a running process ended.
 enum Waited {
-    Ended(RunEnd, ExitStatus),
-    /// The agent is shutting down; the process was stopped.
-    Shutdown(ExitStatus),
+    Ended(RunEnd, TaskExit),
+    /// The agent is shutting down and stops its tasks; the process was stopped.
+    Shutdown(TaskExit),
+    /// The agent is shutting down and leaves the task running for the next agent.
+    Detached,
+}
+
+/// Where a restored task picks up (see [`TaskRunner::reattach`]).
+enum Resume {
+    /// Re-attached to a running run: watch it.
+    Running(RunningTask),
+    /// The recorded run ended while no agent watched (or is lost): record it, then decide.
+    Ended(RunEnd, TaskExit),
+    /// A restart delay was in progress: wait out what is left of it, then start.
+    Delay(Duration),
+    /// Start the task.
+    Start,
+}
+
+/// The wall clock as time since the Unix epoch: the restart tracker's time base, which the state
+/// file keeps across agent restarts.
+fn wall_clock() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
 }
 
 /// How a restart delay ended.
@@ -182,67 +216,54 @@ impl TaskRunner {
     }
 
     fn run(mut self, restored: bool) {
-        if restored {
-            self.stop_leftover();
+        let mut resume = if restored {
+            self.reattach()
         } else {
             self.emit(TaskEvent::received(now_nanos()));
             self.emit(TaskEvent::task_setup(now_nanos()));
-        }
-        // Between runs a kill is seen by the restart delay; before the first run, here.
-        if self.killed_before_start() {
+            Resume::Start
+        };
+        // Between runs a kill is seen by the restart delay; before the first run, here (a
+        // re-attached run sees it in its watch).
+        if !matches!(resume, Resume::Running(_)) && self.killed_before_start() {
             return self.finish_killed();
         }
         loop {
-            // Read once per start: the task's environment starts from it and `${env.X}` looks in it.
-            let agent_env: BTreeMap<String, String> = std::env::vars().collect();
-            let mut env = self.base_env(&agent_env);
-            for hook in &self.hooks {
-                if let Err(e) = hook.prestart(&self.ctx, &mut env) {
-                    log::warn!(
-                        "task {} of alloc {}: {} hook failed: {e}",
-                        self.ctx.task.name,
-                        self.ctx.alloc_id,
-                        hook.name()
-                    );
-                    self.emit(TaskEvent::setup_failure(now_nanos(), &e.0, true));
-                    return self.finish_dead(false);
-                }
-            }
-            let spec = self.start_spec(env, &agent_env);
-            let (end, status) = match self.deps.driver.start(&spec) {
-                Err(e) => {
-                    self.emit(TaskEvent::driver_failure(now_nanos(), &e.to_string()));
-                    (RunEnd::StartFailed, None)
-                }
-                Ok(task) => match self.supervise(task) {
-                    Waited::Ended(end, status) => (end, Some(status)),
-                    Waited::Shutdown(status) => {
-                        self.emit(TaskEvent::terminated(
-                            now_nanos(),
-                            status.exit_code,
-                            status.signal,
-                            "",
-                        ));
-                        self.update(|s| {
-                            s.state = TaskStatus::Pending;
-                            s.pid = None;
-                            s.pid_start_ticks = None;
-                        });
-                        return self.run_stop_hooks();
+            let (end, exit) = match std::mem::replace(&mut resume, Resume::Start) {
+                Resume::Running(task) => match self.supervise(task, true) {
+                    Waited::Ended(end, exit) => (end, Some(exit)),
+                    Waited::Shutdown(exit) => return self.shut_down(exit),
+                    Waited::Detached => return self.run_stop_hooks(),
+                },
+                Resume::Ended(end, exit) => (end, Some(exit)),
+                Resume::Delay(left) => {
+                    match self.sleep(left) {
+                        Slept::Elapsed => {}
+                        Slept::Killed => return self.finish_killed(),
+                        Slept::Shutdown => return self.run_stop_hooks(),
                     }
+                    self.count_restart();
+                    continue;
+                }
+                Resume::Start => match self.start_run() {
+                    Ok(task) => match self.supervise(task, false) {
+                        Waited::Ended(end, exit) => (end, Some(exit)),
+                        Waited::Shutdown(exit) => return self.shut_down(exit),
+                        Waited::Detached => return self.run_stop_hooks(),
+                    },
+                    Err(Some(end)) => (end, None),
+                    Err(None) => return self.finish_dead(false),
                 },
             };
-            if let Some(status) = status {
-                self.emit(TaskEvent::terminated(
-                    now_nanos(),
-                    status.exit_code,
-                    status.signal,
-                    "",
-                ));
+            if let Some(exit) = exit {
+                self.record_exit(&exit);
             }
-            let decision = self
-                .tracker
-                .decide(end, self.origin.elapsed(), fastrand::f64());
+            let decision = self.tracker.decide(end, wall_clock(), fastrand::f64());
+            let (window_start, count) = self.tracker.window();
+            self.update(|s| {
+                s.restart_window_start = window_start.map(|d| d.as_nanos() as i64);
+                s.restart_window_count = count;
+            });
             match decision {
                 Decision::Killed => return self.finish_killed(),
                 Decision::NotRestarting { reason } => {
@@ -259,19 +280,81 @@ impl TaskRunner {
                 }
                 Decision::Restart { delay, reason } => {
                     self.emit(TaskEvent::restarting(now_nanos(), delay, &reason));
-                    self.update(|s| s.state = TaskStatus::Pending);
+                    let at = now_nanos().saturating_add(delay.as_nanos() as i64);
+                    self.update(|s| {
+                        s.state = TaskStatus::Pending;
+                        s.restart_at = Some(at);
+                    });
                     match self.sleep(delay) {
                         Slept::Elapsed => {}
                         Slept::Killed => return self.finish_killed(),
+                        // The deadline stays recorded: the next agent waits out the rest.
                         Slept::Shutdown => return self.run_stop_hooks(),
                     }
-                    self.update(|s| {
-                        s.restarts += 1;
-                        s.last_restart = Some(now_rfc3339());
-                    });
+                    self.count_restart();
                 }
             }
         }
+    }
+
+    /// A restart delay ended: the next run counts as a restart.
+    fn count_restart(&self) {
+        self.update(|s| {
+            s.restarts += 1;
+            s.last_restart = Some(now_rfc3339());
+            s.restart_at = None;
+        });
+    }
+
+    /// Runs the prestart hooks and starts a run. `Err(Some(end))`: the driver could not start
+    /// it; `Err(None)`: a hook failed and the task is dead.
+    fn start_run(&mut self) -> Result<RunningTask, Option<RunEnd>> {
+        // Read once per start: the task's environment starts from it and `${env.X}` looks in it.
+        let agent_env: BTreeMap<String, String> = std::env::vars().collect();
+        let mut env = self.base_env(&agent_env);
+        for hook in &self.hooks {
+            if let Err(e) = hook.prestart(&self.ctx, &mut env) {
+                log::warn!(
+                    "task {} of alloc {}: {} hook failed: {e}",
+                    self.ctx.task.name,
+                    self.ctx.alloc_id,
+                    hook.name()
+                );
+                self.emit(TaskEvent::setup_failure(now_nanos(), &e.0, true));
+                return Err(None);
+            }
+        }
+        let spec = self.start_spec(env, &agent_env);
+        self.deps.driver.start(&spec).map_err(|e| {
+            self.emit(TaskEvent::driver_failure(now_nanos(), &e.to_string()));
+            Some(RunEnd::StartFailed)
+        })
+    }
+
+    /// The `Terminated` event of a run, at the time the task really ended.
+    fn record_exit(&self, exit: &TaskExit) {
+        let status = exit.status();
+        let at = exit.at_nanos().unwrap_or_else(now_nanos);
+        self.emit(TaskEvent::terminated(
+            at,
+            status.exit_code,
+            status.signal,
+            exit.message(),
+        ));
+        self.update(|s| s.finished_at = Some(nanos_rfc3339(at)));
+    }
+
+    /// The agent shut down and stopped the task (`agent -dev`, `stop_tasks_on_shutdown`): it is
+    /// left `pending`, to start again with the next agent.
+    fn shut_down(&mut self, exit: TaskExit) {
+        self.record_exit(&exit);
+        self.update(|s| {
+            s.state = TaskStatus::Pending;
+            s.pid = None;
+            s.pid_start_ticks = None;
+            s.handle = None;
+        });
+        self.run_stop_hooks()
     }
 
     /// A kill that arrived before the first start (or between runs) ends the task without running it.
@@ -286,27 +369,38 @@ impl TaskRunner {
         }
     }
 
-    /// Runs one started task until it exits, is killed or restarted, or the agent shuts down.
-    fn supervise(&mut self, task: RunningTask) -> Waited {
-        let waited = self.watch(&task);
+    /// Runs one started (or re-attached) task until it exits, is killed or restarted, or the
+    /// agent shuts down.
+    fn supervise(&mut self, task: RunningTask, reattached: bool) -> Waited {
+        let waited = self.watch(&task, reattached);
+        if matches!(waited, Waited::Detached) {
+            // Left running for the next agent: nothing of it is released.
+            return waited;
+        }
         if let Some(previous) = self.finished.replace(task) {
             self.deps.driver.destroy(previous);
         }
         waited
     }
 
-    fn watch(&mut self, process: &RunningTask) -> Waited {
+    fn watch(&mut self, process: &RunningTask, reattached: bool) -> Waited {
         self.run_id += 1;
         let run_id = self.run_id;
-        let pid = process.handle().pid();
+        let handle = process.handle().clone();
+        let pid = handle.pid();
         self.update(|s| {
             s.state = TaskStatus::Running;
-            s.started_at = Some(now_rfc3339());
+            if !reattached {
+                s.started_at = Some(now_rfc3339());
+            }
             s.finished_at = None;
             s.pid = pid.map(|(pid, _)| pid);
             s.pid_start_ticks = pid.map(|(_, ticks)| ticks);
+            s.handle = Some(handle);
         });
-        self.emit(TaskEvent::started(now_nanos()));
+        if !reattached {
+            self.emit(TaskEvent::started(now_nanos()));
+        }
         // Hooks' background work watches `done`: dropping `done_tx` tells it the run is over.
         let (done_tx, done_rx) = bounded::<Never>(0);
         let handle = RunHandle::new(
@@ -314,7 +408,8 @@ impl TaskRunner {
             done_rx,
             self.deps.shutdown.clone(),
             self.hook_tx.clone(),
-        );
+        )
+        .reattached(reattached);
         for hook in &self.hooks {
             hook.poststart(&self.ctx, handle.clone());
         }
@@ -324,9 +419,9 @@ impl TaskRunner {
         let kill_signal = task.kill_signal.number();
         let waited = loop {
             select! {
-                recv(process.exited()) -> status => {
-                    let status = status.unwrap_or(ExitStatus::lost());
-                    break Waited::Ended(RunEnd::Exited { success: status.success() }, status);
+                recv(process.exited()) -> exit => {
+                    let exit = exit.unwrap_or(TaskExit::Unknown);
+                    break Waited::Ended(RunEnd::Exited { success: exit.success() }, exit);
                 }
                 recv(self.commands) -> cmd => match cmd {
                     Ok(TaskCommand::Signal { signal, name }) => {
@@ -338,14 +433,14 @@ impl TaskRunner {
                     Ok(TaskCommand::Restart) => {
                         done_tx = None;
                         self.emit(TaskEvent::restart_signaled(now_nanos(), ""));
-                        let status = self.stop_process(process, kill_signal);
-                        break Waited::Ended(RunEnd::UserRestart, status);
+                        let exit = self.stop_process(process, kill_signal);
+                        break Waited::Ended(RunEnd::UserRestart, exit);
                     }
                     Ok(TaskCommand::Kill) | Err(_) => {
                         done_tx = None;
                         self.emit(TaskEvent::killing(now_nanos(), task.kill_timeout));
-                        let status = self.stop_process(process, kill_signal);
-                        break Waited::Ended(RunEnd::Killed, status);
+                        let exit = self.stop_process(process, kill_signal);
+                        break Waited::Ended(RunEnd::Killed, exit);
                     }
                 },
                 recv(self.hook_rx) -> req => match req {
@@ -355,24 +450,32 @@ impl TaskRunner {
                         for e in events {
                             self.emit(e);
                         }
-                        let status = self.stop_process(process, kill_signal);
+                        let exit = self.stop_process(process, kill_signal);
                         let end = if failure { RunEnd::FailureRestart } else { RunEnd::UserRestart };
-                        break Waited::Ended(end, status);
+                        break Waited::Ended(end, exit);
                     }
                     _ => {}
                 },
                 recv(self.deps.shutdown) -> _ => {
                     done_tx = None;
-                    let status = self.stop_process(process, kill_signal);
-                    break Waited::Shutdown(status);
+                    if !self.deps.stop_tasks_on_shutdown {
+                        break Waited::Detached;
+                    }
+                    let exit = self.stop_process(process, kill_signal);
+                    break Waited::Shutdown(exit);
                 }
             }
         };
         drop(done_tx);
+        if matches!(waited, Waited::Detached) {
+            // The task runs on; its state (running, its handle) is what the next agent resumes.
+            return waited;
+        }
         self.update(|s| {
             s.finished_at = Some(now_rfc3339());
             s.pid = None;
             s.pid_start_ticks = None;
+            s.handle = None;
         });
         for hook in &self.hooks {
             hook.exited(&self.ctx);
@@ -381,16 +484,16 @@ impl TaskRunner {
     }
 
     /// Sends the kill signal to the task, waits `kill_timeout`, then kills it for good.
-    fn stop_process(&self, task: &RunningTask, signal: i32) -> ExitStatus {
+    fn stop_process(&self, task: &RunningTask, signal: i32) -> TaskExit {
         match self
             .deps
             .driver
             .stop(task, signal, self.ctx.task.kill_timeout)
         {
-            Ok(status) => status,
+            Ok(exit) => exit,
             Err(e) => {
                 log::error!("task {}: {e}", self.ctx.task.name);
-                ExitStatus::lost()
+                TaskExit::Unknown
             }
         }
     }
@@ -432,6 +535,8 @@ impl TaskRunner {
             }
             s.pid = None;
             s.pid_start_ticks = None;
+            s.handle = None;
+            s.restart_at = None;
         });
         self.run_stop_hooks();
     }
@@ -446,47 +551,102 @@ impl TaskRunner {
         self.deps.store.save_soon();
     }
 
-    /// A process recorded by an agent that crashed may still run: stop it before starting again, so
-    /// the task never runs twice. The driver is asked to re-attach first; until drivers can (live
-    /// restore), a task it re-attaches to is stopped all the same.
-    fn stop_leftover(&self) {
-        let (pid, ticks) = {
+    /// Picks the task up where an earlier agent left it (live-restore.md): re-attached to its run
+    /// (running, or exited while no agent watched), lost (its process is gone: the machine
+    /// rebooted), in the middle of a restart delay, or to be started.
+    fn reattach(&mut self) -> Resume {
+        let (recorded, was_running, restart_at) = {
             let s = self.state.lock();
-            (s.pid, s.pid_start_ticks)
+            let recorded = s.handle.clone().or_else(|| {
+                s.pid
+                    .zip(s.pid_start_ticks)
+                    .map(|(pid, ticks)| TaskHandle::process(self.deps.driver.name(), pid, ticks))
+            });
+            (recorded, s.state == TaskStatus::Running, s.restart_at)
         };
-        if let (Some(pid), Some(ticks)) = (pid, ticks) {
-            let driver = &self.deps.driver;
-            // The state file keeps the PID and its start time, which is the handle of a process.
-            let handle = TaskHandle::process(driver.name(), pid, ticks);
+        let driver = self.deps.driver.clone();
+        let (name, alloc) = (&self.ctx.task.name, &self.ctx.alloc_id);
+        let mut runs: Vec<RunningTask> = Vec::new();
+        let mut foreign = None;
+        if let Some(handle) = &recorded {
+            match driver.recover(handle) {
+                Ok(Some(task)) => runs.push(task),
+                Ok(None) => foreign = Some(handle.clone()),
+                Err(e) => {
+                    log::error!("task {name} of alloc {alloc}: cannot re-attach: {e}");
+                    foreign = Some(handle.clone());
+                }
+            }
+        }
+        // A run the agent that crashed started but did not get to record.
+        while let Some(task) = driver.adopt(alloc, name) {
+            runs.push(task);
+        }
+        runs.sort_by_key(|t| t.handle().pid().map_or(0, |(_, ticks)| ticks));
+        let current = runs.pop();
+        for older in runs {
+            log::warn!("task {name} of alloc {alloc}: releasing an older run the keeper held");
+            driver.destroy(older);
+        }
+        if let Some(handle) = foreign.filter(|_| current.is_none()) {
             if driver.inspect(&handle) == TaskRunState::Running {
+                // A process of an agent before the keeper (a version-1 state file): nobody can
+                // reap it or read its output now. It is stopped, then started again.
                 log::info!(
-                    "stopping leftover process {pid} of task {} (alloc {})",
-                    self.ctx.task.name,
-                    self.ctx.alloc_id
+                    "task {name} of alloc {alloc}: stopping process {:?}, left by an agent that could not keep it",
+                    handle.pid()
                 );
                 let signal = self.ctx.task.kill_signal.number();
-                let timeout = self.ctx.task.kill_timeout;
-                let stopped = match driver.recover(&handle) {
-                    Ok(Some(task)) => {
-                        let stopped = driver.stop(&task, signal, timeout).map(|_| ());
-                        driver.destroy(task);
-                        stopped
-                    }
-                    Ok(None) => driver.stop_orphan(&handle, signal, timeout),
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = stopped {
-                    log::error!(
-                        "cannot stop leftover process {pid} of task {}: {e}",
-                        self.ctx.task.name
-                    );
+                if let Err(e) = driver.stop_orphan(&handle, signal, self.ctx.task.kill_timeout) {
+                    log::error!("task {name} of alloc {alloc}: cannot stop its old process: {e}");
                 }
+                self.update(|s| {
+                    s.pid = None;
+                    s.pid_start_ticks = None;
+                    s.handle = None;
+                });
+                return Resume::Start;
             }
         }
         self.update(|s| {
             s.pid = None;
             s.pid_start_ticks = None;
+            s.handle = None;
         });
+        if let Some(task) = current {
+            log::info!(
+                "task {name} of alloc {alloc}: re-attached to process {:?}",
+                task.handle().pid()
+            );
+            if let Ok(exit) = task.exited().try_recv() {
+                // It ended while no agent watched: its real status and time, then the policy.
+                self.finished = Some(task);
+                return Resume::Ended(
+                    RunEnd::Exited {
+                        success: exit.success(),
+                    },
+                    exit,
+                );
+            }
+            return Resume::Running(task);
+        }
+        // Only a keeper's task can be lost; a process of an agent before the keeper was stopped
+        // by the restore (it had nobody to read its output) and simply starts again.
+        let kept = matches!(
+            recorded.as_ref().map(|h| &h.state),
+            Some(driver::HandleState::Kept { .. })
+        );
+        if was_running && kept {
+            log::warn!("task {name} of alloc {alloc}: its process was lost while the agent was not running");
+            return Resume::Ended(RunEnd::Exited { success: false }, TaskExit::LostWhileAway);
+        }
+        match restart_at {
+            Some(at) => {
+                let left = Duration::from_nanos(at.saturating_sub(now_nanos()).max(0) as u64);
+                Resume::Delay(left)
+            }
+            None => Resume::Start,
+        }
     }
 
     /// The agent's environment, then `NOMAD_*`, then the task's `env` (task wins), interpolated.
@@ -551,9 +711,9 @@ impl TaskRunner {
             cwd: self.ctx.task_dir.clone(),
             user: task.user.clone(),
             log_dir: self.ctx.log_dir(),
+            alloc_id: self.ctx.alloc_id.clone(),
             task_name: task.name.clone(),
             logs: task.log_config,
-            thread_name: format!("wait-{}-{}", short_id(&self.ctx.alloc_id), task.name),
             env,
         }
     }
@@ -606,10 +766,12 @@ mod tests {
         };
         std::fs::create_dir_all(&ctx.task_dir).unwrap();
         let (_shutdown_tx, shutdown) = bounded::<Never>(0);
+        let keeper = driver::KeeperClient::open(&dir, keeper_program()).unwrap();
         let deps = RunnerDeps {
-            driver: Arc::new(driver::RawExec),
+            driver: Arc::new(driver::RawExec::new(keeper)),
             store,
             shutdown,
+            stop_tasks_on_shutdown: true,
         };
         let state = Arc::new(Mutex::new(TaskState::default()));
         let hook: Arc<dyn TaskHook> = Arc::new(PanickingHook(pidfile.clone()));
@@ -640,6 +802,17 @@ mod tests {
             "the task's process was left running unsupervised"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The keeper binary of this build (`cargo test` builds it with the other binaries).
+    fn keeper_program() -> std::path::PathBuf {
+        let p = driver::KeeperClient::locate();
+        assert!(
+            p.exists(),
+            "{} is missing: build the binaries first (cargo build --bins)",
+            p.display()
+        );
+        p
     }
 
     fn is_zombie(pid: i32) -> bool {

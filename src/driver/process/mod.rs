@@ -27,6 +27,7 @@
 //!   with a bound. No wait in this module is unbounded except the owner's own `select!` on the
 //!   exit channel, which the owner pairs with its deadline, commands or shutdown.
 
+pub mod keeper;
 pub mod orphan;
 mod procfs;
 mod user;

@@ -1,0 +1,788 @@
+//! The keeper process (`nodeward-keeper <data_dir>`): the parent of every task of one data
+//! directory. The protocol is in [`super`]; this file is the process.
+//!
+//! Start-up: bind `<data_dir>/keeper.sock` (0600), fork; the parent prints the keeper's PID and
+//! exits 0 once the child is ready (exit 1 and a message on stderr otherwise), so the agent that
+//! ran it knows the socket is there and is never the keeper's parent. The child leaves the agent's
+//! session (`setsid`), sends its stderr to `<data_dir>/keeper.log`, writes `keeper.pid`, raises
+//! its own open-file limit (five descriptors per task) and serves.
+//!
+//! The loop: one `poll(2)` over the listening socket, the agent's connection, a signal pipe, and
+//! each task's pidfd and output pipes, with a timeout at the next drain deadline. Every descriptor
+//! but the listener is non-blocking; output to the agent is queued, so a slow agent never stops
+//! the keeper from draining tasks' output into their log files. One read buffer serves all tasks.
+//!
+//! A task's end is handled the way the agent's own waiter did before the keeper: reap, SIGKILL the
+//! rest of its process group, report, then drain its pipes for [`DRAIN_AFTER_EXIT`]; pipes still
+//! open then are held by a process that left the group, which is killed, and drained
+//! [`DRAIN_AFTER_EXIT`] more at most.
+
+use std::ffi::{CString, OsString};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{Event, Exit, Held, Request, StartTask, PID_FILE, PROTOCOL_VERSION, SOCKET_FILE};
+use crate::driver::logs::{RotatingFile, Stream};
+use crate::driver::process::{procfs, signal_group, waiter::pidfd_open, DRAIN_AFTER_EXIT};
+
+/// The longest message the keeper takes from the agent (a task's environment and arguments).
+const MAX_LINE: usize = 8 << 20;
+/// Output queued for an agent that does not read it; past this the connection is dropped.
+const MAX_QUEUED: usize = 16 << 20;
+/// How long a new keeper waits for its first agent before it ends (when it holds no task).
+const FIRST_CONNECT: Duration = Duration::from_secs(30);
+/// The keeper's log is started afresh at start-up once it has grown past this.
+const MAX_LOG: u64 = 1 << 20;
+/// How long a keeper stopped by SIGTERM waits for its killed tasks to be reaped.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+/// Bytes read from a pipe or the agent at a time (one buffer for the whole keeper).
+const CHUNK: usize = 64 * 1024;
+
+/// Runs the keeper; returns the process's exit code.
+pub fn main(args: Vec<OsString>) -> i32 {
+    let [_, dir] = &args[..] else {
+        eprintln!("usage: nodeward-keeper <data_dir>\n(started by the nodeward agent; see docs/live-restore.md)");
+        return 2;
+    };
+    let dir = PathBuf::from(dir);
+    match prepare(&dir) {
+        Ok(listener) => daemonize(&dir, listener),
+        Err(e) => {
+            eprintln!("nodeward-keeper: {e}");
+            1
+        }
+    }
+}
+
+fn prepare(dir: &Path) -> io::Result<UnixListener> {
+    if !dir.is_absolute() {
+        return Err(io::Error::other(format!(
+            "{} is not an absolute path",
+            dir.display()
+        )));
+    }
+    let path = dir.join(SOCKET_FILE);
+    if UnixStream::connect(&path).is_ok() {
+        return Err(io::Error::other(format!(
+            "another keeper serves {}",
+            path.display()
+        )));
+    }
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(&path)?,
+        Ok(_) => {
+            return Err(io::Error::other(format!(
+                "{} exists and is not a socket",
+                path.display()
+            )))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    // SAFETY: umask only changes this process's file creation mask.
+    let old = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(&path);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    let listener =
+        bound.map_err(|e| io::Error::other(format!("cannot bind {}: {e}", path.display())))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Forks: the parent reports the child's PID once it is ready and exits; the child serves.
+fn daemonize(dir: &Path, listener: UnixListener) -> i32 {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        eprintln!("nodeward-keeper: pipe: {}", io::Error::last_os_error());
+        return 1;
+    }
+    // SAFETY: fresh descriptors that only these two owners hold.
+    let (mut ready_r, ready_w) =
+        unsafe { (File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: the keeper is single-threaded here; the child goes on with this same code.
+    match unsafe { libc::fork() } {
+        -1 => {
+            eprintln!("nodeward-keeper: fork: {}", io::Error::last_os_error());
+            1
+        }
+        0 => {
+            drop(ready_r);
+            match Keeper::start(dir, listener, ready_w) {
+                Ok(mut keeper) => {
+                    keeper.run();
+                    0
+                }
+                Err(e) => {
+                    eprintln!("nodeward-keeper: {e}");
+                    1
+                }
+            }
+        }
+        child => {
+            drop(ready_w);
+            drop(listener);
+            let mut byte = [0u8; 1];
+            if matches!(ready_r.read(&mut byte), Ok(1)) {
+                println!("{child}");
+                0
+            } else {
+                // The child said why on the stderr it still shared.
+                1
+            }
+        }
+    }
+}
+
+/// One task the keeper holds.
+struct Task {
+    held: Held,
+    /// Until reaped.
+    child: Option<Child>,
+    pidfd: Option<OwnedFd>,
+    out: Option<(File, RotatingFile)>,
+    err: Option<(File, RotatingFile)>,
+    inodes: Vec<u64>,
+    drain_until: Option<Instant>,
+    hunted: bool,
+    /// The agent has taken its status: dropped once its pipes are drained.
+    forgotten: bool,
+}
+
+impl Task {
+    fn done(&self) -> bool {
+        self.forgotten && self.child.is_none() && self.out.is_none() && self.err.is_none()
+    }
+}
+
+/// What a `poll` slot watches.
+#[derive(Clone, Copy)]
+enum Slot {
+    Listener,
+    Conn,
+    Signals,
+    Exit(usize),
+    Out(usize),
+    Err(usize),
+}
+
+struct Keeper {
+    listener: UnixListener,
+    conn: Option<UnixStream>,
+    inbuf: Vec<u8>,
+    outbuf: Vec<u8>,
+    signals: UnixStream,
+    tasks: Vec<Task>,
+    buf: Vec<u8>,
+    started: Instant,
+    ever_connected: bool,
+    /// The open-file limit tasks get (the keeper raises its own).
+    nofile: libc::rlimit,
+    uid: u32,
+    pid: i32,
+}
+
+impl Keeper {
+    fn start(dir: &Path, listener: UnixListener, ready: OwnedFd) -> io::Result<Keeper> {
+        // SAFETY: setsid has no preconditions; the forked child is not a group leader.
+        if unsafe { libc::setsid() } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let log = dir.join(super::LOG_FILE);
+        if std::fs::metadata(&log).is_ok_and(|m| m.len() > MAX_LOG) {
+            let _ = std::fs::remove_file(&log);
+        }
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&log)?;
+        let null = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")?;
+        // SAFETY: dup2 onto the standard descriptors; the sources stay valid during the calls.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), 0);
+            libc::dup2(null.as_raw_fd(), 1);
+            libc::dup2(log.as_raw_fd(), 2);
+        }
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() };
+        crate::state::write_atomic(&dir.join(PID_FILE), format!("{pid}\n").as_bytes())?;
+        let (signals, wake) = UnixStream::pair()?;
+        signals.set_nonblocking(true)?;
+        for sig in [libc::SIGTERM, libc::SIGINT] {
+            signal_hook::low_level::pipe::register(sig, wake.try_clone()?)?;
+        }
+        // SAFETY: SIG_IGN for SIGHUP: the keeper has no terminal; nothing else is involved.
+        unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
+        let nofile = raise_nofile();
+        let mut ready = File::from(ready);
+        ready.write_all(b"1")?;
+        drop(ready);
+        eprintln!("nodeward-keeper {pid}: serving {}", dir.display());
+        Ok(Keeper {
+            listener,
+            conn: None,
+            inbuf: Vec::new(),
+            outbuf: Vec::new(),
+            signals,
+            tasks: Vec::new(),
+            buf: vec![0; CHUNK],
+            started: Instant::now(),
+            ever_connected: false,
+            nofile,
+            // SAFETY: geteuid has no preconditions.
+            uid: unsafe { libc::geteuid() },
+            pid,
+        })
+    }
+
+    fn run(&mut self) {
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        let mut slots: Vec<Slot> = Vec::new();
+        loop {
+            self.tasks.retain(|t| !t.done());
+            if self.tasks.is_empty()
+                && self.conn.is_none()
+                && (self.ever_connected || self.started.elapsed() > FIRST_CONNECT)
+            {
+                eprintln!(
+                    "nodeward-keeper {}: no task and no agent: exiting",
+                    self.pid
+                );
+                return;
+            }
+            fds.clear();
+            slots.clear();
+            let mut add = |fd: RawFd, events: i16, slot: Slot| {
+                fds.push(libc::pollfd {
+                    fd,
+                    events,
+                    revents: 0,
+                });
+                slots.push(slot);
+            };
+            add(self.listener.as_raw_fd(), libc::POLLIN, Slot::Listener);
+            add(self.signals.as_raw_fd(), libc::POLLIN, Slot::Signals);
+            if let Some(conn) = &self.conn {
+                let out = if self.outbuf.is_empty() {
+                    0
+                } else {
+                    libc::POLLOUT
+                };
+                add(conn.as_raw_fd(), libc::POLLIN | out, Slot::Conn);
+            }
+            let now = Instant::now();
+            let mut deadline: Option<Instant> = None;
+            for (i, t) in self.tasks.iter_mut().enumerate() {
+                if let Some(until) = t.drain_until {
+                    if until <= now {
+                        drain_timeout(t);
+                    } else {
+                        deadline = Some(deadline.map_or(until, |d| d.min(until)));
+                    }
+                }
+                if let Some(fd) = &t.pidfd {
+                    add(fd.as_raw_fd(), libc::POLLIN, Slot::Exit(i));
+                }
+                if let Some((p, _)) = &t.out {
+                    add(p.as_raw_fd(), libc::POLLIN, Slot::Out(i));
+                }
+                if let Some((p, _)) = &t.err {
+                    add(p.as_raw_fd(), libc::POLLIN, Slot::Err(i));
+                }
+            }
+            if !self.ever_connected && self.conn.is_none() {
+                let first = self.started + FIRST_CONNECT;
+                deadline = Some(deadline.map_or(first, |d| d.min(first)));
+            }
+            let timeout = deadline.map_or(-1, |d| {
+                let ms = d.saturating_duration_since(now).as_millis() + 1;
+                ms.min(i32::MAX as u128) as i32
+            });
+            // SAFETY: fds is a valid array of pollfd for the duration of the call.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    eprintln!("nodeward-keeper: poll: {e}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                continue;
+            }
+            for k in 0..fds.len() {
+                let revents = fds[k].revents;
+                if revents == 0 {
+                    continue;
+                }
+                match slots[k] {
+                    Slot::Listener => self.accept(),
+                    Slot::Signals => {
+                        self.stop_all();
+                        return;
+                    }
+                    Slot::Conn => self.serve_conn(revents),
+                    Slot::Exit(i) => self.reaped(i),
+                    Slot::Out(i) => {
+                        self.pump(i, Stream::Stdout);
+                    }
+                    Slot::Err(i) => {
+                        self.pump(i, Stream::Stderr);
+                    }
+                }
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        let Ok((conn, _)) = self.listener.accept() else {
+            return;
+        };
+        if peer_uid(&conn) != Some(self.uid) {
+            eprintln!("nodeward-keeper: refused a connection from another user");
+            return;
+        }
+        if conn.set_nonblocking(true).is_err() {
+            return;
+        }
+        // One agent at a time (the data directory's lock makes sure there is one): the newest.
+        self.conn = Some(conn);
+        self.ever_connected = true;
+        self.inbuf.clear();
+        self.outbuf.clear();
+    }
+
+    fn drop_conn(&mut self) {
+        self.conn = None;
+        self.inbuf = Vec::new();
+        self.outbuf = Vec::new();
+    }
+
+    fn serve_conn(&mut self, revents: i16) {
+        if revents & libc::POLLOUT != 0 {
+            self.flush();
+        }
+        if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) == 0 {
+            return;
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        match conn.read(&mut self.buf) {
+            Ok(0) => return self.drop_conn(),
+            Ok(n) => self.inbuf.extend_from_slice(&self.buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return,
+            Err(_) => return self.drop_conn(),
+        }
+        while let Some(end) = self.inbuf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.inbuf.drain(..=end).collect();
+            match serde_json::from_slice::<Request>(&line) {
+                Ok(req) => self.handle(req),
+                Err(e) => {
+                    eprintln!("nodeward-keeper: a bad message from the agent ({e}): dropping it");
+                    return self.drop_conn();
+                }
+            }
+        }
+        if self.inbuf.len() > MAX_LINE {
+            eprintln!("nodeward-keeper: a message from the agent is too long: dropping it");
+            self.drop_conn();
+        } else if self.inbuf.is_empty() && self.inbuf.capacity() > CHUNK {
+            self.inbuf = Vec::new();
+        }
+    }
+
+    fn send(&mut self, ev: &Event) {
+        if self.conn.is_none() {
+            return;
+        }
+        if serde_json::to_writer(&mut self.outbuf, ev).is_err() {
+            return;
+        }
+        self.outbuf.push(b'\n');
+        self.flush();
+        if self.outbuf.len() > MAX_QUEUED {
+            eprintln!("nodeward-keeper: the agent reads nothing: dropping it");
+            self.drop_conn();
+        }
+    }
+
+    fn flush(&mut self) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        while !self.outbuf.is_empty() {
+            match conn.write(&self.outbuf) {
+                Ok(0) => return self.drop_conn(),
+                Ok(n) => {
+                    self.outbuf.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => return self.drop_conn(),
+            }
+        }
+        if self.outbuf.capacity() > CHUNK {
+            self.outbuf = Vec::new();
+        }
+    }
+
+    fn handle(&mut self, req: Request) {
+        match req {
+            Request::Hello { version } => {
+                if version != PROTOCOL_VERSION {
+                    eprintln!("nodeward-keeper: the agent speaks version {version}, serving version {PROTOCOL_VERSION}");
+                }
+                let tasks = self
+                    .tasks
+                    .iter()
+                    .filter(|t| !t.forgotten)
+                    .map(|t| t.held.clone())
+                    .collect();
+                self.send(&Event::Welcome {
+                    version: PROTOCOL_VERSION,
+                    pid: self.pid,
+                    tasks,
+                });
+            }
+            Request::Start { seq, spec } => {
+                let ev = match self.spawn(&spec) {
+                    Ok(task) => {
+                        let ev = Event::Started {
+                            seq,
+                            pid: task.held.pid,
+                            start_ticks: task.held.start_ticks,
+                        };
+                        self.tasks.push(task);
+                        ev
+                    }
+                    Err(e) => Event::Failed {
+                        seq,
+                        errno: e.raw_os_error(),
+                        message: e.to_string(),
+                    },
+                };
+                self.send(&ev);
+            }
+            Request::Signal { seq, pid, signal } => {
+                let ev = match self
+                    .tasks
+                    .iter()
+                    .find(|t| t.held.pid == pid && !t.forgotten)
+                {
+                    None => Event::Failed {
+                        seq,
+                        errno: Some(libc::ESRCH),
+                        message: format!("the keeper holds no task {pid}"),
+                    },
+                    // Once reaped, its group was killed and the number may be another's.
+                    Some(t) if t.child.is_none() => Event::Done {
+                        seq,
+                        running: false,
+                    },
+                    Some(_) => match signal_group(pid, signal) {
+                        Ok(()) => Event::Done { seq, running: true },
+                        Err(e) => Event::Failed {
+                            seq,
+                            errno: e.raw_os_error(),
+                            message: e.to_string(),
+                        },
+                    },
+                };
+                self.send(&ev);
+            }
+            Request::Forget { pid } => {
+                if let Some(t) = self.tasks.iter_mut().find(|t| t.held.pid == pid) {
+                    t.forgotten = true;
+                }
+            }
+        }
+    }
+
+    fn spawn(&mut self, spec: &StartTask) -> io::Result<Task> {
+        let mut cmd = Command::new(&spec.program);
+        cmd.args(&spec.args)
+            .env_clear()
+            .envs(&spec.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let cwd = CString::new(spec.cwd.as_os_str().as_encoded_bytes())
+            .map_err(|_| io::Error::other("task directory path has a NUL byte"))?;
+        let run_as = spec.run_as.clone();
+        let (keeper, nofile) = (self.pid, self.nofile);
+        // SAFETY: the closure runs in the child between fork and exec and only makes
+        // async-signal-safe system calls on memory prepared before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                // The data directory is 0700, so a task of another user could not enter its
+                // directory once it is that user: enter it first, then drop privileges.
+                if libc::chdir(cwd.as_ptr()) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if let Some((uid, gid, groups)) = &run_as {
+                    if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                        || libc::setgid(*gid) != 0
+                        || libc::setuid(*uid) != 0
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                // After the credentials change, which clears it: a keeper that dies takes the
+                // task with it. A keeper already gone before this line is caught by getppid.
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                    || libc::getppid() != keeper
+                {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                libc::setrlimit(libc::RLIMIT_NOFILE, &nofile);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn()?;
+        let pid = child.id() as i32;
+        let pidfd = match pidfd_open(pid) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let _ = signal_group(pid, libc::SIGKILL);
+                let _ = child.wait();
+                return Err(e);
+            }
+        };
+        let start_ticks = procfs::process_start_ticks(pid).unwrap_or(0);
+        let log = |stream| {
+            RotatingFile::open(
+                &spec.log_dir,
+                &spec.log_name,
+                stream,
+                spec.max_files,
+                spec.max_file_size_mb,
+            )
+        };
+        let out = child.stdout.take().map(|s| {
+            let f = File::from(OwnedFd::from(s));
+            set_nonblocking(&f);
+            (f, log(Stream::Stdout))
+        });
+        let err = child.stderr.take().map(|s| {
+            let f = File::from(OwnedFd::from(s));
+            set_nonblocking(&f);
+            (f, log(Stream::Stderr))
+        });
+        let inodes = [&out, &err]
+            .into_iter()
+            .flatten()
+            .filter_map(|(f, _)| f.metadata().ok().map(|m| m.ino()))
+            .collect();
+        Ok(Task {
+            held: Held {
+                pid,
+                start_ticks,
+                alloc_id: spec.alloc_id.clone(),
+                task: spec.task.clone(),
+                exit: None,
+            },
+            child: Some(child),
+            pidfd: Some(pidfd),
+            out,
+            err,
+            inodes,
+            drain_until: None,
+            hunted: false,
+            forgotten: false,
+        })
+    }
+
+    fn reaped(&mut self, i: usize) {
+        let t = &mut self.tasks[i];
+        let Some(child) = t.child.as_mut() else {
+            return;
+        };
+        let status = match child.try_wait() {
+            Ok(Some(st)) => st,
+            Ok(None) => return,
+            Err(e) => {
+                eprintln!("nodeward-keeper: cannot reap {}: {e}", t.held.pid);
+                return;
+            }
+        };
+        t.child = None;
+        t.pidfd = None;
+        // Nothing a task started outlives it.
+        let _ = signal_group(t.held.pid, libc::SIGKILL);
+        let (exit_code, signal) = match (status.code(), status.signal()) {
+            (_, Some(sig)) => (128 + sig, sig),
+            (Some(code), None) => (code, 0),
+            (None, None) => (-1, 0),
+        };
+        let exit = Exit {
+            exit_code,
+            signal,
+            at_nanos: now_nanos(),
+        };
+        t.held.exit = Some(exit);
+        t.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+        let (pid, forgotten) = (t.held.pid, t.forgotten);
+        if !forgotten {
+            self.send(&Event::Exited { pid, exit });
+        }
+    }
+
+    /// Copies what one pipe holds (up to one buffer) into its log; answers whether it read any.
+    fn pump(&mut self, i: usize, stream: Stream) -> bool {
+        let t = &mut self.tasks[i];
+        let slot = match stream {
+            Stream::Stdout => &mut t.out,
+            Stream::Stderr => &mut t.err,
+        };
+        let Some((pipe, log)) = slot else {
+            return false;
+        };
+        match pipe.read(&mut self.buf) {
+            Ok(0) => {
+                *slot = None;
+                false
+            }
+            Ok(n) => {
+                if let Err(e) = log.write(&self.buf[..n]) {
+                    eprintln!(
+                        "nodeward-keeper: cannot keep the output of {}: {e}",
+                        t.held.pid
+                    );
+                }
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            Err(_) => {
+                *slot = None;
+                false
+            }
+        }
+    }
+
+    /// SIGTERM or SIGINT: every task's group is killed, reaped (a bounded wait), and the keeper
+    /// ends. Their output still in the pipes is kept.
+    fn stop_all(&mut self) {
+        eprintln!(
+            "nodeward-keeper {}: stopped by a signal: killing {} tasks",
+            self.pid,
+            self.tasks.len()
+        );
+        for t in &self.tasks {
+            if t.child.is_some() {
+                let _ = signal_group(t.held.pid, libc::SIGKILL);
+            }
+        }
+        let deadline = Instant::now() + STOP_WAIT;
+        for i in 0..self.tasks.len() {
+            while self.tasks[i].child.is_some() && Instant::now() < deadline {
+                self.reaped(i);
+                if self.tasks[i].child.is_some() {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            // What the pipes hold now; a writer that escaped the group is not waited for.
+            while Instant::now() < deadline && self.pump(i, Stream::Stdout) {}
+            while Instant::now() < deadline && self.pump(i, Stream::Stderr) {}
+        }
+        self.flush();
+    }
+}
+
+/// A task's drain deadline passed: kill the holders of its pipes once, then give up on them.
+fn drain_timeout(t: &mut Task) {
+    if t.out.is_none() && t.err.is_none() {
+        t.drain_until = None;
+        return;
+    }
+    if t.hunted {
+        t.out = None;
+        t.err = None;
+        t.drain_until = None;
+        return;
+    }
+    t.hunted = true;
+    for pid in procfs::pipe_holders(&t.inodes) {
+        eprintln!(
+            "nodeward-keeper: process {pid} left the process group of {} and outlived it: killing it",
+            t.held.pid
+        );
+        // SAFETY: kill(2) takes a pid and a signal; no memory is involved.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    t.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+}
+
+fn set_nonblocking(f: &File) {
+    // SAFETY: fcntl on a descriptor `f` owns.
+    unsafe {
+        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+}
+
+fn peer_uid(conn: &UnixStream) -> Option<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED fills a ucred of the given length.
+    let rc = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(cred.uid)
+}
+
+/// Raises the keeper's soft open-file limit to its hard limit (each task holds a pidfd, two pipes
+/// and two log files here) and answers the limit it had, which tasks get back.
+fn raise_nofile() -> libc::rlimit {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write one rlimit value.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &raised);
+        }
+    }
+    lim
+}
+
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}

@@ -91,13 +91,16 @@ impl Agent {
     /// Opens the state, restores allocations and returns the agent, ready to serve. When `stop`
     /// trips meanwhile, restores in flight are cancelled and nothing is started; everything the
     /// state file held is still recorded.
+    ///
+    /// `lock` is the data directory's, taken first of all (a second agent on this data directory
+    /// must touch nothing); the caller also binds the API's port before, so that nothing that
+    /// can fail is left for after tasks are adopted or started.
     pub fn start(
         config: AgentConfig,
         fresh_state: bool,
         stop: StopSwitch,
+        lock: DataDirLock,
     ) -> Result<Arc<Agent>, AgentError> {
-        // First of all: a second agent on this data directory must touch nothing.
-        let lock = DataDirLock::acquire(&config.data_dir)?;
         let (store, state) = StateStore::open(&config.data_dir, fresh_state)?;
         // The tasks an earlier agent left with the keeper are taken over below; connecting
         // changes nothing, and a keeper is only started with the first task.

@@ -16,6 +16,7 @@ use crossbeam_channel::bounded;
 
 use crate::agent::{Agent, AgentError};
 use crate::config::AgentConfig;
+use crate::state::DataDirLock;
 use crate::thread::StopSwitch;
 use crate::util::logging::init_logging;
 use crate::util::systemd;
@@ -101,7 +102,11 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
     if config.dev {
         log::info!("dev mode: data in {}", config.data_dir.display());
     }
-    let agent = Agent::start(config, fresh_state, stop.clone())?;
+    // Everything that can fail comes before a task is adopted or started: the data directory's
+    // lock (a second agent touches nothing), the API's port, then the state file (Agent::start).
+    let lock = DataDirLock::acquire(&config.data_dir)?;
+    let listener = crate::api::bind(&config).map_err(|e| AgentError::Start(e.to_string()))?;
+    let agent = Agent::start(config, fresh_state, stop.clone(), lock)?;
     if !stop.mark_started() {
         log::info!("start-up cancelled by a stop signal");
         agent.shutdown();
@@ -109,7 +114,8 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
         signal_thread.join();
         return Ok(());
     }
-    let api = crate::api::serve(agent.clone()).map_err(|e| AgentError::Start(e.to_string()))?;
+    let api =
+        crate::api::serve(agent.clone(), listener).map_err(|e| AgentError::Start(e.to_string()))?;
     log::info!(
         "nodeward agent started: node {} ({}), API on http://{}",
         agent.node_id,

@@ -29,7 +29,13 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use crate::records::{AllocRecord, JobRecord, PluginRecord, VolumeRecord};
 
 /// The version this build writes. Older files are upgraded on load; newer ones are refused.
-pub const STATE_VERSION: u32 = 1;
+///
+/// - 1: the first format.
+/// - 2: tasks outlive the agent (live-restore.md): a task's driver handle (`Handle`), the restart
+///   delay's deadline (`RestartAt`) and the restart tracker's window (`RestartWindowStart`,
+///   `RestartWindowCount`). A version-1 task has a `PID` and `PidStartTicks` only: a child of the
+///   agent that wrote it, which the runner stops and starts again under the keeper.
+pub const STATE_VERSION: u32 = 2;
 pub const STATE_FILE: &str = "state.json";
 /// How long the flusher waits to gather a burst of changes into one write.
 pub const FLUSH_DELAY: Duration = Duration::from_millis(50);
@@ -322,8 +328,16 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<StateFile, StateError> {
             supported: STATE_VERSION,
         });
     }
-    // Version 1 is the first format; later versions add their upgrade steps here, one per version.
-    let state: StateFile = serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
+    // One upgrade step per version. 1 -> 2 only adds fields, which default to "not recorded".
+    let mut state: StateFile = serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
+    if state.version < 2 {
+        log::info!(
+            "state file {} has version {}: upgrading it to {STATE_VERSION}",
+            path.display(),
+            state.version
+        );
+    }
+    state.version = STATE_VERSION;
     if uuid::Uuid::parse_str(&state.node_id).is_err() {
         return Err(corrupt(format!("NodeID {:?} is not a UUID", state.node_id)));
     }

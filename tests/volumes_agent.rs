@@ -325,15 +325,15 @@ job "startstop" {{
   }}
 }}"#
     ));
-    wait_for(WAIT, "task running", || {
-        (!pids_with(&tag).is_empty()).then_some(())
-    });
+    let task = wait_for(WAIT, "task running", || pids_with(&tag).first().copied());
     assert_eq!(
         agent.stop_with(libc::SIGTERM, Duration::from_secs(20)),
         Some(0)
     );
-    assert!(
-        pids_with(&tag).is_empty(),
+    // live-restore.md: the task outlives the agent.
+    assert_eq!(
+        pids_with(&tag),
+        vec![task],
         "the task stopped with the agent"
     );
 
@@ -368,14 +368,20 @@ job "startstop" {{
             (!alive(p)).then_some(())
         });
     }
-    assert!(pids_with(&tag).is_empty(), "no task started while stopping");
+    assert_eq!(
+        pids_with(&tag),
+        vec![task],
+        "a task was started or stopped while the start-up was cancelled"
+    );
     let state = std::fs::read_to_string(agent.data_dir.join("state.json")).unwrap();
     assert!(state.contains(&id) && state.contains(&job), "{state}");
 
     std::fs::remove_file(&hang).unwrap();
     agent.restart();
     assert_eq!(volume_state(&agent, &id), "ready");
-    wait_for(WAIT, "task running again", || {
-        (!pids_with(&tag).is_empty()).then_some(())
+    let alloc = agent.alloc_id(&job);
+    wait_for(WAIT, "task re-attached", || {
+        (agent.task_state(&alloc, "t")["State"] == "running").then_some(())
     });
+    assert_eq!(pids_with(&tag), vec![task]);
 }

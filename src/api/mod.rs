@@ -27,5 +27,5 @@ pub mod volumes;
 
 pub use ids::{resolve, IdKind};
 pub use router::{ApiError, Handler, Method, Request, Response, Router};
-pub use routes::serve;
+pub use routes::{bind, serve};
 pub use server::{ApiServer, ServerConfig, ServerError, DEFAULT_PORT, MAX_BODY};

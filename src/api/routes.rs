@@ -2,26 +2,33 @@
 //! (one file per resource, each a thin shell that parses the request, calls the engine and
 //! encodes the answer), and the server started on it.
 
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
 use super::router::Router;
 use super::server::{ApiServer, ServerConfig, ServerError};
 use super::{agent, allocations, jobs, logs, node, plugins, volumes};
 use crate::agent::Agent;
+use crate::config::AgentConfig;
 
 // The request bodies' parsing entry points, where the fuzz target finds them.
 pub use super::allocations::{RestartRequest, SignalRequest};
 pub use super::jobs::ParseRequest;
 
-/// Starts the API server of `agent` on its configured address.
-pub fn serve(agent: Arc<Agent>) -> Result<ApiServer, ServerError> {
+/// Binds the API's configured address, before the agent starts (see [`serve`]).
+pub fn bind(config: &AgentConfig) -> Result<TcpListener, ServerError> {
+    super::server::bind(SocketAddr::new(config.bind_addr, config.http_port))
+}
+
+/// Starts the API server of `agent` on the listener [`bind`] returned.
+pub fn serve(agent: Arc<Agent>, listener: TcpListener) -> Result<ApiServer, ServerError> {
     let config = ServerConfig {
-        addr: std::net::SocketAddr::new(agent.config.bind_addr, agent.config.http_port),
+        addr: SocketAddr::new(agent.config.bind_addr, agent.config.http_port),
         token: agent.config.token.clone(),
         acl_reads: agent.config.acl_reads,
         ..ServerConfig::default()
     };
-    ApiServer::start(config, router(agent))
+    ApiServer::start_on(listener, config, router(agent))
 }
 
 pub fn router(agent: Arc<Agent>) -> Router {

@@ -109,6 +109,11 @@ pub enum ServerError {
     Spawn(io::Error),
 }
 
+/// Binds the API's address.
+pub fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr).map_err(|source| ServerError::Bind { addr, source })
+}
+
 /// A running API server. Dropping it without [`ApiServer::stop`] leaves its threads running.
 pub struct ApiServer {
     shared: Arc<Shared>,
@@ -136,10 +141,17 @@ struct Shared {
 impl ApiServer {
     /// Binds `config.addr` and starts the workers.
     pub fn start(config: ServerConfig, router: Router) -> Result<ApiServer, ServerError> {
-        let listener = TcpListener::bind(config.addr).map_err(|source| ServerError::Bind {
-            addr: config.addr,
-            source,
-        })?;
+        let listener = bind(config.addr)?;
+        ApiServer::start_on(listener, config, router)
+    }
+
+    /// Starts the workers on a listener bound before (the agent binds its port before it takes
+    /// over any task, so that a port in use changes nothing).
+    pub fn start_on(
+        listener: TcpListener,
+        config: ServerConfig,
+        router: Router,
+    ) -> Result<ApiServer, ServerError> {
         let addr = listener.local_addr().map_err(|source| ServerError::Bind {
             addr: config.addr,
             source,

@@ -110,6 +110,16 @@ impl PluginRegistry {
         });
     }
 
+    /// Whether the allocation has a registration of the plugin that is healthy (restored from the
+    /// state file or confirmed).
+    pub fn is_healthy(&self, plugin_id: &str, alloc_id: &str) -> bool {
+        self.plugins.lock().get(plugin_id).is_some_and(|allocs| {
+            allocs
+                .iter()
+                .any(|((alloc, _), e)| alloc == alloc_id && e.record.info.healthy)
+        })
+    }
+
     /// Sets the health of every side an allocation registered. Returns false when it has no
     /// registration (nothing changes then).
     pub fn set_health(

@@ -195,10 +195,14 @@ impl CsiPluginHook {
         let socket = {
             let mut current = self.current.lock();
             current.shutdown = Some(run.shutdown().clone());
+            // A re-attached run had no prestart in this agent: the socket is found the same way.
             current
                 .socket
                 .clone()
-                .unwrap_or_else(|| self.socket_dir.join(SOCKET_NAME))
+                .unwrap_or_else(|| match &self.task_endpoint {
+                    Some(endpoint) => endpoint_socket(endpoint),
+                    None => self.socket_dir.join(SOCKET_NAME),
+                })
         };
         let (retire_tx, retire_rx) = bounded::<Never>(0);
         let supervision = Supervision {
@@ -398,13 +402,59 @@ enum Ended {
 impl Supervision {
     fn run(self) {
         let client = CsiClient::new(&self.socket);
+        if self.run.is_reattached() {
+            return self.resume(&client);
+        }
         if self.wait_healthy(&client).is_err() {
             return;
         }
         if self.register(&client).is_err() {
             return;
         }
-        self.watch(&client);
+        self.watch(&client, true);
+    }
+
+    /// A run an earlier agent started and this one re-attached to (live-restore.md): probe at
+    /// once, register a healthy plugin again, and never restart it for want of health (the
+    /// health deadline is a start's). Events only where its health changed from what the state
+    /// file recorded.
+    fn resume(&self, client: &CsiClient) {
+        let was_healthy = self.registry.is_healthy(&self.config.id, &self.alloc_id);
+        let (healthy, description) =
+            match client.probe(call_timeout(self.probe_interval), &self.stops()) {
+                Ok(()) => (true, HEALTHY.to_string()),
+                Err(e) if e.is_cancelled() => return,
+                Err(CsiError::NotReady) => (false, UNKNOWN_REASON.to_string()),
+                Err(e) => (false, format!("Error: {e}")),
+            };
+        log::info!(
+            "CSI plugin {} (alloc {}) re-attached: {}",
+            self.config.id,
+            self.alloc_id,
+            if healthy { "healthy" } else { &description }
+        );
+        if healthy {
+            if !was_healthy {
+                self.run
+                    .emit(TaskEvent::plugin_healthy(now_nanos(), &self.config.id));
+            }
+            if self.register(client).is_err() {
+                return;
+            }
+        } else {
+            if was_healthy {
+                self.run
+                    .emit(TaskEvent::plugin_unhealthy(now_nanos(), &description));
+            }
+            self.registry.set_health(
+                &self.config.id,
+                &self.alloc_id,
+                false,
+                &description,
+                &now_rfc3339(),
+            );
+        }
+        self.watch(client, healthy);
     }
 
     fn stops(&self) -> [&Receiver<Never>; 3] {
@@ -582,10 +632,13 @@ impl Supervision {
     }
 
     /// Phase 3: probe every interval; report changes of health, never restart.
-    fn watch(&self, client: &CsiClient) {
+    fn watch(&self, client: &CsiClient, mut healthy: bool) {
         let ticks = tick(self.probe_interval);
-        let mut healthy = true;
-        let mut description = HEALTHY.to_string();
+        let mut description = if healthy {
+            HEALTHY.to_string()
+        } else {
+            String::new()
+        };
         loop {
             select! {
                 recv(self.run.done()) -> _ => return,

@@ -151,7 +151,13 @@ impl TestAgent {
     /// Starts the agent again on the same data directory and configuration.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the agent first");
-        let mut again = Self::launch(&self.dir, self.data_dir.clone(), self.config.clone(), &[]);
+        // Not dropped: its Drop would stop the keeper that this agent goes on with.
+        let mut again = std::mem::ManuallyDrop::new(Self::launch(
+            &self.dir,
+            self.data_dir.clone(),
+            self.config.clone(),
+            &[],
+        ));
         self.child = again.child.take();
         self.addr = again.addr.clone();
         self.log = again.log.clone();
@@ -272,6 +278,29 @@ impl TestAgent {
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
+
+    /// The PID of the data directory's task keeper, when one has run.
+    pub fn keeper_pid(&self) -> Option<i32> {
+        keeper_pid(&self.data_dir)
+    }
+}
+
+/// The PID in `<data_dir>/keeper.pid`, when that keeper still runs.
+pub fn keeper_pid(data_dir: &Path) -> Option<i32> {
+    std::fs::read_to_string(data_dir.join("keeper.pid"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|&pid| alive(pid))
+}
+
+/// Stops the keeper of `data_dir` (SIGTERM: it kills every task's group) and waits for it to go.
+pub fn stop_keeper(data_dir: &Path) {
+    if let Some(pid) = keeper_pid(data_dir) {
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        wait_for(Duration::from_secs(30), "the keeper to exit", || {
+            (!alive(pid)).then_some(())
+        });
+    }
 }
 
 impl Drop for TestAgent {
@@ -279,6 +308,8 @@ impl Drop for TestAgent {
         if self.child.is_some() {
             let _ = self.stop_with(libc::SIGTERM, Duration::from_secs(30));
         }
+        // Tasks outlive the agent: the test's own are stopped with their keeper.
+        stop_keeper(&self.data_dir);
     }
 }
 

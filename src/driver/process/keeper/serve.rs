@@ -26,6 +26,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Event, Exit, Held, Request, StartTask, PID_FILE, PROTOCOL_VERSION, SOCKET_FILE};
@@ -224,8 +226,9 @@ impl Keeper {
         for sig in [libc::SIGTERM, libc::SIGINT] {
             signal_hook::low_level::pipe::register(sig, wake.try_clone()?)?;
         }
-        // SAFETY: SIG_IGN for SIGHUP: the keeper has no terminal; nothing else is involved.
-        unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
+        // SIGHUP is caught and ignored: the keeper has no terminal. Not SIG_IGN, which tasks would
+        // inherit across exec; a caught signal is reset to its default there.
+        signal_hook::flag::register(libc::SIGHUP, Arc::new(AtomicBool::new(false)))?;
         let nofile = raise_nofile();
         let mut ready = File::from(ready);
         ready.write_all(b"1")?;
@@ -524,6 +527,7 @@ impl Keeper {
             .map_err(|_| io::Error::other("task directory path has a NUL byte"))?;
         let run_as = spec.run_as.clone();
         let (keeper, nofile) = (self.pid, self.nofile);
+        let exec = Exec::new(spec)?;
         // SAFETY: the closure runs in the child between fork and exec and only makes
         // async-signal-safe system calls on memory prepared before the fork.
         unsafe {
@@ -555,7 +559,9 @@ impl Keeper {
                     return Err(io::Error::from_raw_os_error(libc::ESRCH));
                 }
                 libc::setrlimit(libc::RLIMIT_NOFILE, &nofile);
-                Ok(())
+                // execve itself, not the execvp that would follow: execvp runs a file the kernel
+                // refuses to execute (ENOEXEC) with /bin/sh, where the task must fail to start.
+                Err(exec.exec())
             });
         }
         let mut child = cmd.spawn()?;
@@ -706,6 +712,67 @@ impl Keeper {
             while Instant::now() < deadline && self.pump(i, Stream::Stderr) {}
         }
         self.flush();
+    }
+}
+
+/// An `execve` prepared before the fork: the child only calls it.
+struct Exec {
+    program: CString,
+    _args: Vec<CString>,
+    _env: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into the CStrings this value owns, which never move or change.
+unsafe impl Send for Exec {}
+// SAFETY: as above; nothing writes through the pointers.
+unsafe impl Sync for Exec {}
+
+impl Exec {
+    fn new(spec: &StartTask) -> io::Result<Exec> {
+        let nul =
+            |_| io::Error::other("a NUL byte in the task's command, arguments or environment");
+        let program = CString::new(spec.program.as_os_str().as_encoded_bytes()).map_err(nul)?;
+        let mut args = vec![program.clone()];
+        for a in &spec.args {
+            args.push(CString::new(a.as_bytes()).map_err(nul)?);
+        }
+        let env = spec
+            .env
+            .iter()
+            .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(nul))
+            .collect::<io::Result<Vec<_>>>()?;
+        let argv = args
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain([std::ptr::null()])
+            .collect();
+        let envp = env
+            .iter()
+            .map(|e| e.as_ptr())
+            .chain([std::ptr::null()])
+            .collect();
+        Ok(Exec {
+            program,
+            _args: args,
+            _env: env,
+            argv,
+            envp,
+        })
+    }
+
+    /// Runs the program in place of this process; answers only when that failed.
+    fn exec(&self) -> io::Error {
+        // SAFETY: NUL-terminated strings and NULL-terminated arrays owned by self.
+        unsafe {
+            libc::execve(
+                self.program.as_ptr(),
+                self.argv.as_ptr(),
+                self.envp.as_ptr(),
+            )
+        };
+        io::Error::last_os_error()
     }
 }
 

@@ -45,6 +45,9 @@ pub struct AgentConfig {
     pub csi_probe_interval: Duration,
     pub host_volumes: BTreeMap<String, StaticVolume>,
     pub dev: bool,
+    /// `-dev` chose the data directory (a fresh temporary one): it is removed at shutdown. A
+    /// `data_dir` the configuration names is never removed, `-dev` or not.
+    pub throwaway_data_dir: bool,
     /// Stop every task when the agent shuts down (`client { stop_tasks_on_shutdown = true }`;
     /// always with `-dev`). Off by default: tasks outlive the agent (live-restore.md).
     pub stop_tasks_on_shutdown: bool,
@@ -304,6 +307,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         csi_probe_interval,
         host_volumes,
         dev,
+        throwaway_data_dir: dev && raw.data_dir.is_none(),
         stop_tasks_on_shutdown: dev || client.stop_tasks_on_shutdown.unwrap_or(false),
         sources: Vec::new(),
     })

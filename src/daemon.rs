@@ -136,7 +136,7 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
     api.stop();
     signal_handle.close();
     signal_thread.join();
-    if agent.config.dev {
+    if agent.config.throwaway_data_dir {
         // Throw-away, as Nomad's dev mode: its tasks were stopped, its data goes with it.
         match std::fs::remove_dir_all(&agent.config.data_dir) {
             Ok(()) => log::info!("dev mode: removed {}", agent.config.data_dir.display()),

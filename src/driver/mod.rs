@@ -44,8 +44,8 @@ pub use handle::{HandleState, TaskHandle};
 pub use process::keeper::client::{KeeperClient, KeeperError, KeptExit as TaskExit};
 pub use process::{
     find_task_processes, live_groups, lookup_user, process_start_ticks, same_process_alive,
-    signal_group, stop_foreign_group, stop_groups, ExitStatus, Leftover, ProcessError, ProcessId,
-    SIGKILL_WAIT,
+    signal_group, start_time_nanos, stop_foreign_group, stop_groups, ExitStatus, Leftover,
+    ProcessError, ProcessId, SIGKILL_WAIT,
 };
 pub use raw_exec::{resolve_command, RawExec};
 

@@ -108,7 +108,6 @@ pub fn spawn(
         hook_tx,
         hook_rx,
         run_id: 0,
-        finished: None,
     };
     let name = format!(
         "task-{}-{}",
@@ -163,10 +162,6 @@ struct TaskRunner {
     hook_rx: Receiver<HookRequest>,
     tracker: RestartTracker,
     run_id: u64,
-    /// The last run that ended, until the next one ends or the runner does: then it goes back to
-    /// the driver. Not at once, so the driver's waiter may finish copying output that a process
-    /// which escaped the task's group still writes, as long as it did before the driver interface.
-    finished: Option<RunningTask>,
 }
 
 /// How the wait for a running process ended.
@@ -178,10 +173,21 @@ enum Waited {
     Detached,
 }
 
+/// How the runner came to a run it watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attach {
+    /// It started the run.
+    Started,
+    /// An earlier agent started it and recorded it: re-attached by its handle.
+    Recorded,
+    /// An earlier agent started it but crashed before recording it: found by its name.
+    Adopted,
+}
+
 /// Where a restored task picks up (see [`TaskRunner::reattach`]).
 enum Resume {
     /// Re-attached to a running run: watch it.
-    Running(RunningTask),
+    Running(RunningTask, Attach),
     /// The recorded run ended while no agent watched (or is lost): record it, then decide.
     Ended(RunEnd, TaskExit),
     /// A restart delay was in progress: wait out what is left of it, then start.
@@ -225,12 +231,12 @@ impl TaskRunner {
         };
         // Between runs a kill is seen by the restart delay; before the first run, here (a
         // re-attached run sees it in its watch).
-        if !matches!(resume, Resume::Running(_)) && self.killed_before_start() {
+        if !matches!(resume, Resume::Running(..)) && self.killed_before_start() {
             return self.finish_killed();
         }
         loop {
             let (end, exit) = match std::mem::replace(&mut resume, Resume::Start) {
-                Resume::Running(task) => match self.supervise(task, true) {
+                Resume::Running(task, how) => match self.supervise(task, how) {
                     Waited::Ended(end, exit) => (end, Some(exit)),
                     Waited::Shutdown(exit) => return self.shut_down(exit),
                     Waited::Detached => return self.run_stop_hooks(),
@@ -246,7 +252,7 @@ impl TaskRunner {
                     continue;
                 }
                 Resume::Start => match self.start_run() {
-                    Ok(task) => match self.supervise(task, false) {
+                    Ok(task) => match self.supervise(task, Attach::Started) {
                         Waited::Ended(end, exit) => (end, Some(exit)),
                         Waited::Shutdown(exit) => return self.shut_down(exit),
                         Waited::Detached => return self.run_stop_hooks(),
@@ -370,37 +376,49 @@ impl TaskRunner {
     }
 
     /// Runs one started (or re-attached) task until it exits, is killed or restarted, or the
-    /// agent shuts down.
-    fn supervise(&mut self, task: RunningTask, reattached: bool) -> Waited {
-        let waited = self.watch(&task, reattached);
-        if matches!(waited, Waited::Detached) {
-            // Left running for the next agent: nothing of it is released.
-            return waited;
-        }
-        if let Some(previous) = self.finished.replace(task) {
-            self.deps.driver.destroy(previous);
+    /// agent shuts down; then hands it back to the driver (the keeper drains what is left of its
+    /// output on its own), unless it is left running for the next agent.
+    fn supervise(&mut self, task: RunningTask, how: Attach) -> Waited {
+        let waited = self.watch(&task, how);
+        if !matches!(waited, Waited::Detached) {
+            self.deps.driver.destroy(task);
         }
         waited
     }
 
-    fn watch(&mut self, process: &RunningTask, reattached: bool) -> Waited {
+    fn watch(&mut self, process: &RunningTask, how: Attach) -> Waited {
         self.run_id += 1;
         let run_id = self.run_id;
         let handle = process.handle().clone();
         let pid = handle.pid();
+        // An adopted run: the agent that started it crashed before its start reached the state
+        // file. Its start is recorded now, at the time the process really started.
+        let started = match how {
+            Attach::Started => Some(now_nanos()),
+            Attach::Recorded => None,
+            Attach::Adopted => Some(
+                pid.and_then(|(_, ticks)| driver::start_time_nanos(ticks))
+                    .unwrap_or_else(now_nanos),
+            ),
+        };
         self.update(|s| {
             s.state = TaskStatus::Running;
-            if !reattached {
-                s.started_at = Some(now_rfc3339());
+            if let Some(at) = started {
+                s.started_at = Some(nanos_rfc3339(at));
             }
             s.finished_at = None;
             s.pid = pid.map(|(pid, _)| pid);
             s.pid_start_ticks = pid.map(|(_, ticks)| ticks);
             s.handle = Some(handle);
         });
-        if !reattached {
-            self.emit(TaskEvent::started(now_nanos()));
+        if let Some(at) = started {
+            if how == Attach::Adopted && self.state.lock().events.is_empty() {
+                self.emit(TaskEvent::received(at));
+                self.emit(TaskEvent::task_setup(at));
+            }
+            self.emit(TaskEvent::started(at));
         }
+        let reattached = how != Attach::Started;
         // Hooks' background work watches `done`: dropping `done_tx` tells it the run is over.
         let (done_tx, done_rx) = bounded::<Never>(0);
         let handle = RunHandle::new(
@@ -542,9 +560,6 @@ impl TaskRunner {
     }
 
     fn run_stop_hooks(&mut self) {
-        if let Some(task) = self.finished.take() {
-            self.deps.driver.destroy(task);
-        }
         for hook in &self.hooks {
             hook.stop(&self.ctx);
         }
@@ -566,11 +581,11 @@ impl TaskRunner {
         };
         let driver = self.deps.driver.clone();
         let (name, alloc) = (&self.ctx.task.name, &self.ctx.alloc_id);
-        let mut runs: Vec<RunningTask> = Vec::new();
+        let mut recovered = None;
         let mut foreign = None;
         if let Some(handle) = &recorded {
             match driver.recover(handle) {
-                Ok(Some(task)) => runs.push(task),
+                Ok(Some(task)) => recovered = Some(task),
                 Ok(None) => foreign = Some(handle.clone()),
                 Err(e) => {
                     log::error!("task {name} of alloc {alloc}: cannot re-attach: {e}");
@@ -579,15 +594,25 @@ impl TaskRunner {
             }
         }
         // A run the agent that crashed started but did not get to record.
-        while let Some(task) = driver.adopt(alloc, name) {
-            runs.push(task);
-        }
-        runs.sort_by_key(|t| t.handle().pid().map_or(0, |(_, ticks)| ticks));
-        let current = runs.pop();
-        for older in runs {
-            log::warn!("task {name} of alloc {alloc}: releasing an older run the keeper held");
-            driver.destroy(older);
-        }
+        let adopted = driver.adopt(alloc, name);
+        let ticks = |t: &RunningTask| t.handle().pid().map_or(0, |(_, ticks)| ticks);
+        let current = match (recovered, adopted) {
+            (Some(r), Some(a)) => {
+                // Never two runs: the newer one is the task's, the other is released (killed if
+                // it still runs).
+                let (newer, older) = if ticks(&a) > ticks(&r) {
+                    ((a, Attach::Adopted), r)
+                } else {
+                    ((r, Attach::Recorded), a)
+                };
+                log::warn!("task {name} of alloc {alloc}: releasing an older run the keeper held");
+                driver.destroy(older);
+                Some(newer)
+            }
+            (Some(r), None) => Some((r, Attach::Recorded)),
+            (None, Some(a)) => Some((a, Attach::Adopted)),
+            (None, None) => None,
+        };
         if let Some(handle) = foreign.filter(|_| current.is_none()) {
             if driver.inspect(&handle) == TaskRunState::Running {
                 // A process of an agent before the keeper (a version-1 state file): nobody can
@@ -600,27 +625,26 @@ impl TaskRunner {
                 if let Err(e) = driver.stop_orphan(&handle, signal, self.ctx.task.kill_timeout) {
                     log::error!("task {name} of alloc {alloc}: cannot stop its old process: {e}");
                 }
-                self.update(|s| {
-                    s.pid = None;
-                    s.pid_start_ticks = None;
-                    s.handle = None;
-                });
+                self.forget_run();
                 return Resume::Start;
             }
         }
-        self.update(|s| {
-            s.pid = None;
-            s.pid_start_ticks = None;
-            s.handle = None;
-        });
-        if let Some(task) = current {
+        // The recorded handle stays until the watch records the run again (an agent killed in
+        // between must find it), or until it is known to be gone.
+        if let Some((task, how)) = current {
             log::info!(
-                "task {name} of alloc {alloc}: re-attached to process {:?}",
-                task.handle().pid()
+                "task {name} of alloc {alloc}: re-attached to process {:?}{}",
+                task.handle().pid(),
+                if how == Attach::Adopted {
+                    " (its start was not recorded)"
+                } else {
+                    ""
+                }
             );
             if let Ok(exit) = task.exited().try_recv() {
                 // It ended while no agent watched: its real status and time, then the policy.
-                self.finished = Some(task);
+                driver.destroy(task);
+                self.forget_run();
                 return Resume::Ended(
                     RunEnd::Exited {
                         success: exit.success(),
@@ -628,8 +652,9 @@ impl TaskRunner {
                     exit,
                 );
             }
-            return Resume::Running(task);
+            return Resume::Running(task, how);
         }
+        self.forget_run();
         // Only a keeper's task can be lost; a process of an agent before the keeper was stopped
         // by the restore (it had nobody to read its output) and simply starts again.
         let kept = matches!(
@@ -647,6 +672,15 @@ impl TaskRunner {
             }
             None => Resume::Start,
         }
+    }
+
+    /// The recorded run is over: its PID and handle name nothing any more.
+    fn forget_run(&self) {
+        self.update(|s| {
+            s.pid = None;
+            s.pid_start_ticks = None;
+            s.handle = None;
+        });
     }
 
     /// The agent's environment, then `NOMAD_*`, then the task's `env` (task wins), interpolated.

@@ -279,6 +279,21 @@ impl TestAgent {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// A task's events as the state file holds them (the agent may be stopped).
+    pub fn task_state_from_file(&self, alloc: &str) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.data_dir.join("state.json")).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        v["Allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["ID"] == alloc)
+            .unwrap()["TaskStates"]["t"]["Events"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
     /// The PID of the data directory's task keeper, when one has run.
     pub fn keeper_pid(&self) -> Option<i32> {
         keeper_pid(&self.data_dir)

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use crate::thread::Worker;
 pub use orphan::{find_task_processes, stop_foreign_group, stop_groups, Leftover, SIGKILL_WAIT};
-pub use procfs::{live_groups, process_start_ticks, same_process_alive};
+pub use procfs::{live_groups, process_start_ticks, same_process_alive, start_time_nanos};
 pub use user::{lookup_user, RunAs};
 pub use waiter::{AfterExit, Drain, Sink, Supervision, DRAIN_AFTER_EXIT};
 

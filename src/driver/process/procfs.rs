@@ -8,6 +8,25 @@ pub fn process_start_ticks(pid: i32) -> Option<u64> {
     proc_stat(pid).map(|s| s.start_ticks)
 }
 
+/// When a process that started `start_ticks` clock ticks after boot started, in nanoseconds
+/// since the Unix epoch (`btime` of `/proc/stat`, one-second precision, plus the ticks).
+pub fn start_time_nanos(start_ticks: u64) -> Option<i64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let btime: i64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz <= 0 {
+        return None;
+    }
+    let since_boot = (start_ticks as i128 * 1_000_000_000 / hz as i128) as i64;
+    Some(btime * 1_000_000_000 + since_boot)
+}
+
 /// What the agent reads from `/proc/<pid>/stat`.
 pub(super) struct ProcStat {
     /// A zombie (`Z`) or dead (`X`) process runs nothing; only its parent's wait removes it.

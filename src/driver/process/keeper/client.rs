@@ -190,17 +190,40 @@ impl KeeperClient {
         Some(self.watch(held, exited))
     }
 
-    /// Takes the newest task the keeper held for this allocation and task (one whose start an
-    /// agent that crashed did not get to record).
+    /// Takes the task the keeper runs for this allocation and task that no recorded handle named
+    /// (one whose start an agent that crashed did not get to record). Runs of it that had exited
+    /// already are forgotten: their end was either recorded with the run or belongs to a run the
+    /// state file never knew.
     pub fn claim_by_name(&self, alloc_id: &str, task: &str) -> Option<Kept> {
-        let mut recovered = self.shared.recovered.lock();
-        let pid = recovered
-            .values()
-            .filter(|(h, _)| h.alloc_id == alloc_id && h.task == task)
-            .max_by_key(|(h, _)| (h.exit.is_none(), h.start_ticks))
-            .map(|(h, _)| h.pid)?;
-        let (held, exited) = recovered.remove(&pid)?;
-        drop(recovered);
+        let (running, exited): (Vec<(Held, Receiver<KeptExit>)>, Vec<_>) = {
+            let mut recovered = self.shared.recovered.lock();
+            let pids: Vec<i32> = recovered
+                .values()
+                .filter(|(h, _)| h.alloc_id == alloc_id && h.task == task)
+                .map(|(h, _)| h.pid)
+                .collect();
+            pids.iter()
+                .filter_map(|p| recovered.remove(p))
+                .partition(|(h, _)| h.exit.is_none())
+        };
+        for (held, _) in exited {
+            self.forget(held.pid);
+        }
+        let mut running = running;
+        running.sort_by_key(|(h, _)| h.start_ticks);
+        let newest = running.pop();
+        for (held, exited) in running {
+            // Never two runs of a task: an older one still running is stopped.
+            log::warn!(
+                "task {task} of alloc {alloc_id}: the keeper runs more than one process of it; killing {}",
+                held.pid
+            );
+            let kept = self.watch(held, exited);
+            let _ = self.signal(kept.pid, libc::SIGKILL);
+            let _ = kept.exited.recv_timeout(super::super::SIGKILL_WAIT);
+            self.forget(kept.pid);
+        }
+        let (held, exited) = newest?;
         Some(self.watch(held, exited))
     }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the README's first command, `scripts/dev.sh`, as the README gives it, and checks what it
 # promises: a release agent in dev mode (data in a fresh temporary directory, debug logging) whose
-# API answers, and that stops cleanly on SIGTERM (exit 0, state written, port closed, no process
-# left). scripts/test.sh runs it; it once failed on every fresh machine (`cargo run could not
+# API answers and runs a task (under its keeper), and that stops cleanly on SIGTERM: throw-away,
+# as Nomad's dev mode, it stops its task and removes its data directory (exit 0, port closed, no
+# process left, the keeper gone too). scripts/test.sh runs it; it once failed on every fresh machine (`cargo run could not
 # determine which binary to run`) and nothing noticed.
 #
 # The only extra argument is a -config file moving the API to a free port the kernel picked, so
@@ -36,8 +37,10 @@ cleanup() {
     echo "--- last lines of scripts/dev.sh's output ($log):" >&2
     tail -n 40 "$log" >&2
   fi
-  # The dev agent leaves its data directory behind (dev mode does not delete it); this check
-  # removes the one it made.
+  # A dev agent that failed may leave its data directory and keeper; this check removes them.
+  if [ -n "$data_dir" ] && [ -f "$data_dir/keeper.pid" ]; then
+    kill -TERM "$(cat "$data_dir/keeper.pid")" 2>/dev/null || true
+  fi
   case "$data_dir" in
     "$tmp"/nodeward-dev-*) rm -rf -- "$data_dir" ;;
   esac
@@ -113,6 +116,17 @@ esac
 [ -d "$data_dir" ] || fail "data directory $data_dir does not exist"
 grep -qF "dev mode: data in $data_dir" "$log" || fail "no 'dev mode: data in $data_dir' in the log"
 
+# A task, which runs under the keeper (a process next to the agent, not its child).
+marker="4242.$$"
+job=$(jq -n --arg m "$marker" '{Job: {ID: "dev-check", Name: "dev-check", TaskGroups: [{Name: "g",
+  Tasks: [{Name: "t", Driver: "raw_exec", Config: {command: "sleep", args: [$m]}}]}]}}')
+curl -sS --max-time 10 -X PUT -d "$job" "$base/v1/jobs" >/dev/null || fail "PUT /v1/jobs"
+task_running() { pgrep -f "^sleep $marker\$"; }
+wait_until "the task running" "$timeout" task_running
+task=$(task_running)
+keeper=$(cat "$data_dir/keeper.pid" 2>/dev/null) || fail "no keeper.pid in $data_dir"
+[ "$(cut -d' ' -f4 "/proc/$task/stat")" = "$keeper" ] || fail "the task's parent is not the keeper $keeper"
+
 kill -TERM "$pid"
 deadline=$((SECONDS + timeout))
 while kill -0 "$pid" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null)" != Z ]; do
@@ -127,12 +141,20 @@ group=$dev_pid
 dev_pid=
 [ "$rc" -eq 0 ] || fail "the agent exited with status $rc after SIGTERM"
 
-# What a clean stop leaves: the state written, the API closed, no process of the group left.
-jq -e . "$data_dir/state.json" >/dev/null || fail "no valid $data_dir/state.json after the stop"
-[ "$(stat -c %a "$data_dir/state.json")" = 600 ] || fail "state.json is not mode 0600"
+# What a clean stop of a dev agent leaves: nothing. The task stopped, the keeper gone, the data
+# directory removed, the API closed, no process of the group left.
+if kill -0 "$task" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$task/stat" 2>/dev/null)" != Z ]; then
+  fail "the dev agent left its task $task running"
+fi
+deadline=$((SECONDS + timeout))
+while kill -0 "$keeper" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$keeper/stat" 2>/dev/null)" != Z ]; do
+  [ "$SECONDS" -lt "$deadline" ] || fail "the keeper $keeper did not end after the dev agent stopped"
+  sleep 0.1
+done
+[ ! -e "$data_dir" ] || fail "the dev agent left its data directory $data_dir"
 if curl -s -o /dev/null --max-time 5 "$base/v1/agent/health"; then
   fail "something still answers on $base after the agent exited"
 fi
 left=$(pgrep -g "$group" 2>/dev/null || true)
 [ -z "$left" ] || fail "processes left in the agent's process group: $left"
-echo "check-dev: ok (started, answered, stopped with exit 0 after SIGTERM)" >&2
+echo "check-dev: ok (started, answered, ran a task under its keeper, stopped it and removed its data on SIGTERM, exit 0)" >&2

@@ -7,4 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 need_rust
-exec cargo run --release --locked -- agent -dev "$@"
+# The agent starts its task keeper from the same directory: build both, run the agent.
+cargo build --release --locked --bin nodeward-keeper
+exec cargo run --release --locked --bin nodeward -- agent -dev "$@"

@@ -30,6 +30,8 @@ echo "==> cargo check (fuzz targets)" >&2
 # scripts/fuzz.sh builds them with nightly-only flags; a plain check on this toolchain is enough to
 # keep them compiling against the library (a refactor once broke one unnoticed).
 cargo check -p nodeward-fuzz --bins --locked
+echo "==> scripts/check-keeper.sh (the keeper links none of the agent)" >&2
+bash scripts/check-keeper.sh
 echo "==> cargo test" >&2
 cargo test --all-targets --locked "$@"
 echo "==> scripts/dev.sh (the README's first command)" >&2

@@ -273,6 +273,13 @@ fn a_second_agent_on_the_same_data_directory_touches_nothing() {
         _ => None,
     });
     let state = agent.data_dir.join("state.json");
+    // The first agent's own writes of the task's start are done once the file has its PID.
+    wait_for(WAIT, "the state file to record the task", || {
+        std::fs::read_to_string(&state)
+            .ok()?
+            .contains(&format!("\"PID\":{pid}"))
+            .then_some(())
+    });
     let before = std::fs::read(&state).unwrap();
     let mut second = Command::new(BIN)
         .args(["agent", "-config"])

@@ -29,8 +29,8 @@
 //! [`Driver::stop_orphan`] before it starts the task again).
 
 pub mod handle;
-pub mod logs;
 pub mod process;
+pub use nodeward_keeper::logs;
 pub mod raw_exec;
 
 use crossbeam_channel::Receiver;

@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::driver::{self, Driver, RunningTask, StartSpec, TaskExit, TaskHandle, TaskRunState};
-use crate::jobspec::{interpolate::interpolate, JobType};
+use crate::driver::{self, Driver, RunningTask, TaskExit, TaskHandle, TaskRunState};
+use crate::jobspec::JobType;
 use crate::state::StateStore;
 use crate::task::events::{
     nanos_rfc3339, now_nanos, now_rfc3339, TaskEvent, TaskState, TaskStatus,
@@ -317,7 +317,7 @@ impl TaskRunner {
     fn start_run(&mut self) -> Result<RunningTask, Option<RunEnd>> {
         // Read once per start: the task's environment starts from it and `${env.X}` looks in it.
         let agent_env: BTreeMap<String, String> = std::env::vars().collect();
-        let mut env = self.base_env(&agent_env);
+        let mut env = crate::task::env::base_env(&self.ctx, &agent_env);
         for hook in &self.hooks {
             if let Err(e) = hook.prestart(&self.ctx, &mut env) {
                 log::warn!(
@@ -330,7 +330,7 @@ impl TaskRunner {
                 return Err(None);
             }
         }
-        let spec = self.start_spec(env, &agent_env);
+        let spec = crate::task::env::start_spec(&self.ctx, env, &agent_env);
         self.deps.driver.start(&spec).map_err(|e| {
             self.emit(TaskEvent::driver_failure(now_nanos(), &e.to_string()));
             Some(RunEnd::StartFailed)
@@ -681,75 +681,6 @@ impl TaskRunner {
             s.pid_start_ticks = None;
             s.handle = None;
         });
-    }
-
-    /// The agent's environment, then `NOMAD_*`, then the task's `env` (task wins), interpolated.
-    fn base_env(&self, agent_env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-        let ctx = &self.ctx;
-        let mut env = agent_env.clone();
-        let nomad = [
-            ("NOMAD_ALLOC_ID", ctx.alloc_id.clone()),
-            ("NOMAD_ALLOC_DIR", ctx.shared_dir().display().to_string()),
-            ("NOMAD_TASK_DIR", ctx.local_dir().display().to_string()),
-            ("NOMAD_SECRETS_DIR", ctx.secrets_dir().display().to_string()),
-            ("NOMAD_TASK_NAME", ctx.task.name.clone()),
-            ("NOMAD_GROUP_NAME", ctx.group.clone()),
-            ("NOMAD_JOB_NAME", ctx.job.name.clone()),
-            ("NOMAD_JOB_ID", ctx.job.id.clone()),
-            ("NOMAD_NODE_ID", ctx.node_id.clone()),
-            ("NOMAD_NODE_NAME", ctx.node_name.clone()),
-        ];
-        for (k, v) in nomad {
-            env.insert(k.to_string(), v);
-        }
-        for (k, v) in &ctx.task.env {
-            env.insert(k.clone(), v.clone());
-        }
-        env
-    }
-
-    /// Interpolates `${...}` in command, args and env values from the final environment.
-    fn start_spec(
-        &self,
-        mut env: BTreeMap<String, String>,
-        agent_env: &BTreeMap<String, String>,
-    ) -> StartSpec {
-        let lookup_in = |env: &BTreeMap<String, String>, name: &str| -> Option<String> {
-            match name {
-                "node.unique.id" => Some(self.ctx.node_id.clone()),
-                "node.unique.name" => Some(self.ctx.node_name.clone()),
-                _ => name
-                    .strip_prefix("env.")
-                    .and_then(|v| agent_env.get(v).cloned())
-                    .or_else(|| env.get(name).cloned()),
-            }
-        };
-        let snapshot = env.clone();
-        for (k, v) in env.iter_mut() {
-            if self.ctx.task.env.contains_key(k) {
-                *v = interpolate(v, &|n| lookup_in(&snapshot, n));
-            }
-        }
-        let lookup = |n: &str| lookup_in(&env, n);
-        let task = &self.ctx.task;
-        let command = interpolate(&task.config.command, &lookup);
-        let args = task
-            .config
-            .args
-            .iter()
-            .map(|a| interpolate(a, &lookup))
-            .collect();
-        StartSpec {
-            command,
-            args,
-            cwd: self.ctx.task_dir.clone(),
-            user: task.user.clone(),
-            log_dir: self.ctx.log_dir(),
-            alloc_id: self.ctx.alloc_id.clone(),
-            task_name: task.name.clone(),
-            logs: task.log_config,
-            env,
-        }
     }
 }
 

@@ -29,7 +29,7 @@
 
 pub mod keeper;
 pub mod orphan;
-mod procfs;
+use nodeward_keeper::procfs;
 mod user;
 mod waiter;
 
@@ -111,25 +111,8 @@ pub struct ProcessSpec<'a> {
     pub run_as: Option<&'a RunAs>,
 }
 
-/// Sends `signal` to process group `pgid`. A group that is already gone is not an error.
-pub fn signal_group(pgid: i32, signal: i32) -> io::Result<()> {
-    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
-    let rc = unsafe { libc::kill(-pgid, signal) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::ESRCH) {
-        return Ok(());
-    }
-    Err(err)
-}
-
-/// SIGKILLs one process (not its group).
-fn kill_process(pid: i32) {
-    // SAFETY: kill(2) takes a pid and a signal; no memory is involved.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-}
+use nodeward_keeper::sys::kill_process;
+pub use nodeward_keeper::sys::signal_group;
 
 /// How long [`Child::stop`] waits for the reap after SIGKILL before it gives up on the process (one
 /// stuck in the kernel cannot wedge its owner).
@@ -270,7 +253,7 @@ pub fn spawn(
     }
     let mut child = cmd.spawn().map_err(ProcessError::Spawn)?;
     let pid = child.id() as i32;
-    let pidfd = match waiter::pidfd_open(pid) {
+    let pidfd = match nodeward_keeper::sys::pidfd_open(pid) {
         Ok(fd) => fd,
         Err(source) => {
             let _ = signal_group(pid, libc::SIGKILL);

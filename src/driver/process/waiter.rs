@@ -6,7 +6,7 @@
 
 use crossbeam_channel::Sender;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -48,22 +48,10 @@ pub struct Supervision {
     pub drain: Drain,
 }
 
-/// After the pipes' holders were killed, how long the waiter keeps draining before it gives up on
-/// them; also the usual [`Drain::For`] of a task.
-pub const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+pub use nodeward_keeper::sys::DRAIN_AFTER_EXIT;
 
 /// Bytes read from a pipe at a time; allocated when the child first writes.
 const PIPE_CHUNK: usize = 16 * 1024;
-
-pub(super) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new file descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the syscall returned a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
 
 pub(super) struct Waiter {
     pub pid: i32,

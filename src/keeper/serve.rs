@@ -17,22 +17,22 @@
 //! open then are held by a process that left the group, which is killed, and drained
 //! [`DRAIN_AFTER_EXIT`] more at most.
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Event, Exit, Held, Request, StartTask, PID_FILE, PROTOCOL_VERSION, SOCKET_FILE};
-use crate::driver::logs::{RotatingFile, Stream};
-use crate::driver::process::{procfs, signal_group, waiter::pidfd_open, DRAIN_AFTER_EXIT};
+use crate::logs::Stream;
+use crate::sys::{signal_group, DRAIN_AFTER_EXIT};
+use crate::task::{drain_timeout, Task};
+use crate::{Event, Exit, Request, PID_FILE, PROTOCOL_VERSION, SOCKET_FILE};
 
 /// The longest message the keeper takes from the agent (a task's environment and arguments).
 const MAX_LINE: usize = 8 << 20;
@@ -144,27 +144,6 @@ fn daemonize(dir: &Path, listener: UnixListener) -> i32 {
     }
 }
 
-/// One task the keeper holds.
-struct Task {
-    held: Held,
-    /// Until reaped.
-    child: Option<Child>,
-    pidfd: Option<OwnedFd>,
-    out: Option<(File, RotatingFile)>,
-    err: Option<(File, RotatingFile)>,
-    inodes: Vec<u64>,
-    drain_until: Option<Instant>,
-    hunted: bool,
-    /// The agent has taken its status: dropped once its pipes are drained.
-    forgotten: bool,
-}
-
-impl Task {
-    fn done(&self) -> bool {
-        self.forgotten && self.child.is_none() && self.out.is_none() && self.err.is_none()
-    }
-}
-
 /// What a `poll` slot watches.
 #[derive(Clone, Copy)]
 enum Slot {
@@ -198,7 +177,7 @@ impl Keeper {
         if unsafe { libc::setsid() } < 0 {
             return Err(io::Error::last_os_error());
         }
-        let log = dir.join(super::LOG_FILE);
+        let log = dir.join(crate::LOG_FILE);
         if std::fs::metadata(&log).is_ok_and(|m| m.len() > MAX_LOG) {
             let _ = std::fs::remove_file(&log);
         }
@@ -220,7 +199,7 @@ impl Keeper {
         }
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() };
-        crate::state::write_atomic(&dir.join(PID_FILE), format!("{pid}\n").as_bytes())?;
+        crate::sys::write_atomic(&dir.join(PID_FILE), format!("{pid}\n").as_bytes())?;
         let (signals, wake) = UnixStream::pair()?;
         signals.set_nonblocking(true)?;
         for sig in [libc::SIGTERM, libc::SIGINT] {
@@ -461,7 +440,7 @@ impl Keeper {
                 });
             }
             Request::Start { seq, spec } => {
-                let ev = match self.spawn(&spec) {
+                let ev = match Task::spawn(&spec, self.pid, self.nofile) {
                     Ok(task) => {
                         let ev = Event::Started {
                             seq,
@@ -512,110 +491,6 @@ impl Keeper {
                 }
             }
         }
-    }
-
-    fn spawn(&mut self, spec: &StartTask) -> io::Result<Task> {
-        let mut cmd = Command::new(&spec.program);
-        cmd.args(&spec.args)
-            .env_clear()
-            .envs(&spec.env)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let cwd = CString::new(spec.cwd.as_os_str().as_encoded_bytes())
-            .map_err(|_| io::Error::other("task directory path has a NUL byte"))?;
-        let run_as = spec.run_as.clone();
-        let (keeper, nofile) = (self.pid, self.nofile);
-        let exec = Exec::new(spec)?;
-        // SAFETY: the closure runs in the child between fork and exec and only makes
-        // async-signal-safe system calls on memory prepared before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                // The data directory is 0700, so a task of another user could not enter its
-                // directory once it is that user: enter it first, then drop privileges.
-                if libc::chdir(cwd.as_ptr()) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                if let Some((uid, gid, groups)) = &run_as {
-                    if libc::setgroups(groups.len(), groups.as_ptr()) != 0
-                        || libc::setgid(*gid) != 0
-                        || libc::setuid(*uid) != 0
-                    {
-                        return Err(io::Error::last_os_error());
-                    }
-                }
-                // After the credentials change, which clears it: a keeper that dies takes the
-                // task with it. A keeper already gone before this line is caught by getppid.
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) != 0
-                    || libc::getppid() != keeper
-                {
-                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                libc::setrlimit(libc::RLIMIT_NOFILE, &nofile);
-                // execve itself, not the execvp that would follow: execvp runs a file the kernel
-                // refuses to execute (ENOEXEC) with /bin/sh, where the task must fail to start.
-                Err(exec.exec())
-            });
-        }
-        let mut child = cmd.spawn()?;
-        let pid = child.id() as i32;
-        let pidfd = match pidfd_open(pid) {
-            Ok(fd) => fd,
-            Err(e) => {
-                let _ = signal_group(pid, libc::SIGKILL);
-                let _ = child.wait();
-                return Err(e);
-            }
-        };
-        let start_ticks = procfs::process_start_ticks(pid).unwrap_or(0);
-        let log = |stream| {
-            RotatingFile::open(
-                &spec.log_dir,
-                &spec.log_name,
-                stream,
-                spec.max_files,
-                spec.max_file_size_mb,
-            )
-        };
-        let out = child.stdout.take().map(|s| {
-            let f = File::from(OwnedFd::from(s));
-            set_nonblocking(&f);
-            (f, log(Stream::Stdout))
-        });
-        let err = child.stderr.take().map(|s| {
-            let f = File::from(OwnedFd::from(s));
-            set_nonblocking(&f);
-            (f, log(Stream::Stderr))
-        });
-        let inodes = [&out, &err]
-            .into_iter()
-            .flatten()
-            .filter_map(|(f, _)| f.metadata().ok().map(|m| m.ino()))
-            .collect();
-        Ok(Task {
-            held: Held {
-                pid,
-                start_ticks,
-                alloc_id: spec.alloc_id.clone(),
-                task: spec.task.clone(),
-                exit: None,
-            },
-            child: Some(child),
-            pidfd: Some(pidfd),
-            out,
-            err,
-            inodes,
-            drain_until: None,
-            hunted: false,
-            forgotten: false,
-        })
     }
 
     fn reaped(&mut self, i: usize) {
@@ -712,99 +587,6 @@ impl Keeper {
             while Instant::now() < deadline && self.pump(i, Stream::Stderr) {}
         }
         self.flush();
-    }
-}
-
-/// An `execve` prepared before the fork: the child only calls it.
-struct Exec {
-    program: CString,
-    _args: Vec<CString>,
-    _env: Vec<CString>,
-    argv: Vec<*const libc::c_char>,
-    envp: Vec<*const libc::c_char>,
-}
-
-// SAFETY: the pointers point into the CStrings this value owns, which never move or change.
-unsafe impl Send for Exec {}
-// SAFETY: as above; nothing writes through the pointers.
-unsafe impl Sync for Exec {}
-
-impl Exec {
-    fn new(spec: &StartTask) -> io::Result<Exec> {
-        let nul =
-            |_| io::Error::other("a NUL byte in the task's command, arguments or environment");
-        let program = CString::new(spec.program.as_os_str().as_encoded_bytes()).map_err(nul)?;
-        let mut args = vec![program.clone()];
-        for a in &spec.args {
-            args.push(CString::new(a.as_bytes()).map_err(nul)?);
-        }
-        let env = spec
-            .env
-            .iter()
-            .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(nul))
-            .collect::<io::Result<Vec<_>>>()?;
-        let argv = args
-            .iter()
-            .map(|a| a.as_ptr())
-            .chain([std::ptr::null()])
-            .collect();
-        let envp = env
-            .iter()
-            .map(|e| e.as_ptr())
-            .chain([std::ptr::null()])
-            .collect();
-        Ok(Exec {
-            program,
-            _args: args,
-            _env: env,
-            argv,
-            envp,
-        })
-    }
-
-    /// Runs the program in place of this process; answers only when that failed.
-    fn exec(&self) -> io::Error {
-        // SAFETY: NUL-terminated strings and NULL-terminated arrays owned by self.
-        unsafe {
-            libc::execve(
-                self.program.as_ptr(),
-                self.argv.as_ptr(),
-                self.envp.as_ptr(),
-            )
-        };
-        io::Error::last_os_error()
-    }
-}
-
-/// A task's drain deadline passed: kill the holders of its pipes once, then give up on them.
-fn drain_timeout(t: &mut Task) {
-    if t.out.is_none() && t.err.is_none() {
-        t.drain_until = None;
-        return;
-    }
-    if t.hunted {
-        t.out = None;
-        t.err = None;
-        t.drain_until = None;
-        return;
-    }
-    t.hunted = true;
-    for pid in procfs::pipe_holders(&t.inodes) {
-        eprintln!(
-            "nodeward-keeper: process {pid} left the process group of {} and outlived it: killing it",
-            t.held.pid
-        );
-        // SAFETY: kill(2) takes a pid and a signal; no memory is involved.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
-    t.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
-}
-
-fn set_nonblocking(f: &File) {
-    // SAFETY: fcntl on a descriptor `f` owns.
-    unsafe {
-        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
     }
 }
 

@@ -1,4 +1,4 @@
-//! What the agent reads about processes from `/proc`: a process's state, group and start time,
+//! What the agent and the keeper read about processes from `/proc`: a process's state, group and start time,
 //! which groups still have live members, and who holds a given pipe.
 
 use std::collections::BTreeSet;
@@ -28,14 +28,14 @@ pub fn start_time_nanos(start_ticks: u64) -> Option<i64> {
 }
 
 /// What the agent reads from `/proc/<pid>/stat`.
-pub(super) struct ProcStat {
+pub struct ProcStat {
     /// A zombie (`Z`) or dead (`X`) process runs nothing; only its parent's wait removes it.
     pub gone: bool,
     pub pgid: i32,
     pub start_ticks: u64,
 }
 
-pub(super) fn proc_stat(pid: i32) -> Option<ProcStat> {
+pub fn proc_stat(pid: i32) -> Option<ProcStat> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses; fields after it follow the last ')'.
     let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
@@ -68,7 +68,7 @@ pub fn live_groups(pgids: &BTreeSet<i32>) -> BTreeSet<i32> {
 }
 
 /// The PIDs in `/proc`, except this agent's own.
-pub(super) fn other_processes() -> impl Iterator<Item = i32> {
+pub fn other_processes() -> impl Iterator<Item = i32> {
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
     std::fs::read_dir("/proc")
@@ -80,7 +80,7 @@ pub(super) fn other_processes() -> impl Iterator<Item = i32> {
 }
 
 /// Processes other than the agent with a descriptor on one of the pipes `inodes`.
-pub(super) fn pipe_holders(inodes: &[u64]) -> Vec<i32> {
+pub fn pipe_holders(inodes: &[u64]) -> Vec<i32> {
     let mut found = Vec::new();
     if inodes.is_empty() {
         return found;

@@ -145,7 +145,11 @@ mod tests {
 
     #[test]
     fn rotates_and_keeps_max_files() {
-        let dir = std::env::temp_dir().join(format!("nodeward-logs-{}", uuid::Uuid::new_v4()));
+        let dir = std::env::temp_dir().join(format!(
+            "nodeward-logs-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
         fs::create_dir_all(&dir).unwrap();
         let mut f = RotatingFile::open(&dir, "web", Stream::Stdout, 3, 1);
         let chunk = vec![b'x'; 700 * 1024];

@@ -1,0 +1,182 @@
+//! The task keeper: one small process per data directory that is the parent of every task, owns
+//! their output pipes and log rotation, reaps them and keeps their exit status, so that tasks
+//! outlive the agent (live-restore.md; the choice and its measurements: docs/live-restore.md).
+//!
+//! This crate is what the keeper and the agent share, and all the keeper links (no gRPC, no HCL,
+//! no HTTP: `scripts/check-keeper.sh` checks the binary):
+//!
+//! - [`serve`] is the keeper process itself (`nodeward-keeper`, `src/bin/nodeward-keeper.rs`): one
+//!   thread, one `poll(2)` over its socket, the agent's connection, and every task's pidfd and
+//!   pipes.
+//! - [`logs`]: task log files and their rotation (the keeper writes them, the agent's API reads
+//!   them); [`procfs`]: what both read about processes from `/proc`; [`sys`]: the few system
+//!   calls both make (signalling a process group, `pidfd_open`).
+//! - The agent's side is `nodeward::driver::process::keeper::client`: it starts the keeper when
+//!   none runs, connects, and turns the keeper's messages into the exit channels the task runners
+//!   select on.
+//! - This file is the protocol between the two: one JSON object per line on the unix socket
+//!   `<data_dir>/keeper.sock` (0600, in the 0700 data directory; the keeper also checks that the
+//!   peer has its own uid). A version in the first exchange lets a newer agent talk to an older
+//!   keeper left running across an upgrade.
+//!
+//! Protocol:
+//! - The agent sends [`Request::Hello`]; the keeper answers [`Event::Welcome`] with every task it
+//!   holds, running or exited with its status kept.
+//! - [`Request::Start`] (answered by [`Event::Started`] or [`Event::Failed`], by `seq`),
+//!   [`Request::Signal`] (answered by [`Event::Done`] or [`Event::Failed`]), [`Request::Forget`]
+//!   (no answer: the agent has taken the exit status; the keeper drops the task once its pipes are
+//!   drained).
+//! - [`Event::Exited`] when a task is reaped. It is kept until the agent forgets the task: a task
+//!   that exits while no agent is connected is reported in the next [`Event::Welcome`].
+//! - One agent at a time: a new connection replaces the old one. Tasks are addressed by PID, which
+//!   stays theirs while the keeper has not been told to forget them (the keeper is their parent:
+//!   an unreaped or unforgotten child's PID cannot be reused).
+//! - The keeper ends when it holds no task and no agent is connected. It dies with SIGTERM or
+//!   SIGINT after killing every task's process group; a keeper that dies any other way takes its
+//!   tasks with it (each task has the parent-death signal SIGKILL), and the agent reports them
+//!   failed.
+
+pub mod logs;
+pub mod procfs;
+pub mod serve;
+pub mod sys;
+mod task;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The keeper's socket in the data directory.
+pub const SOCKET_FILE: &str = "keeper.sock";
+/// The keeper's PID, for operators and tests (`kill $(cat keeper.pid)`).
+pub const PID_FILE: &str = "keeper.pid";
+/// The keeper's own diagnostics (it has no terminal once started).
+pub const LOG_FILE: &str = "keeper.log";
+/// The keeper's file name, installed next to `nodeward`.
+pub const PROGRAM: &str = "nodeward-keeper";
+
+/// What the agent asks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "Op")]
+pub enum Request {
+    Hello { version: u32 },
+    Start { seq: u64, spec: Box<StartTask> },
+    Signal { seq: u64, pid: i32, signal: i32 },
+    Forget { pid: i32 },
+}
+
+/// A task to start: everything was resolved by the agent (the program's path, the user's ids).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartTask {
+    /// Names the task in [`Event::Welcome`]: the allocation and the task name.
+    pub alloc_id: String,
+    pub task: String,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: PathBuf,
+    /// uid, gid, supplementary groups; `None` runs as the keeper's user.
+    pub run_as: Option<(u32, u32, Vec<u32>)>,
+    pub log_dir: PathBuf,
+    pub log_name: String,
+    pub max_files: u32,
+    pub max_file_size_mb: u32,
+}
+
+/// How a task ended, as the keeper saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exit {
+    pub exit_code: i32,
+    pub signal: i32,
+    /// When it was reaped, in nanoseconds since the Unix epoch.
+    pub at_nanos: i64,
+}
+
+/// A task the keeper holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    pub pid: i32,
+    pub start_ticks: u64,
+    pub alloc_id: String,
+    pub task: String,
+    pub exit: Option<Exit>,
+}
+
+/// What the keeper tells.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "Ev")]
+pub enum Event {
+    Welcome {
+        version: u32,
+        pid: i32,
+        tasks: Vec<Held>,
+    },
+    Started {
+        seq: u64,
+        pid: i32,
+        start_ticks: u64,
+    },
+    /// `running`: the task had not exited yet (a signal to an exited task is not sent: its group
+    /// was killed at its exit and its number may be another's by now).
+    Done {
+        seq: u64,
+        running: bool,
+    },
+    /// `errno` is the OS error when there is one (a failed exec), so the agent's message is the
+    /// same as for a process it would have started itself.
+    Failed {
+        seq: u64,
+        errno: Option<i32>,
+        message: String,
+    },
+    Exited {
+        pid: i32,
+        exit: Exit,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_one_line_of_json_each_way() {
+        let start = Request::Start {
+            seq: 7,
+            spec: Box::new(StartTask {
+                alloc_id: "a".into(),
+                task: "t".into(),
+                program: "/bin/sh".into(),
+                args: vec!["-c".into(), "echo\nhi".into()],
+                env: BTreeMap::from([("K".into(), "v\n".into())]),
+                cwd: "/".into(),
+                run_as: Some((1, 2, vec![2, 3])),
+                log_dir: "/l".into(),
+                log_name: "t".into(),
+                max_files: 2,
+                max_file_size_mb: 1,
+            }),
+        };
+        let line = serde_json::to_string(&start).unwrap();
+        assert!(!line.contains('\n'), "{line}");
+        assert!(line.starts_with(r#"{"Op":"Start","seq":7,"#), "{line}");
+        assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), start);
+        let ev = Event::Exited {
+            pid: 5,
+            exit: Exit {
+                exit_code: 7,
+                signal: 0,
+                at_nanos: 1,
+            },
+        };
+        let line = serde_json::to_string(&ev).unwrap();
+        assert_eq!(
+            line,
+            r#"{"Ev":"Exited","pid":5,"exit":{"exit_code":7,"signal":0,"at_nanos":1}}"#
+        );
+        assert_eq!(serde_json::from_str::<Event>(&line).unwrap(), ev);
+        assert!(serde_json::from_str::<Request>(r#"{"Op":"Nope"}"#).is_err());
+    }
+}

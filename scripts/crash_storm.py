@@ -18,8 +18,9 @@ checks run:
   - every job whose registration was acknowledged is registered and not stopped; an acknowledged stop
     is stopped (or gone, with purge); the agent knows no job nobody registered;
   - every job that should run has exactly one process carrying its marker once the agent has settled
-    (leftovers of the killed agent stopped, one new process started), and a stopped or unknown job
-    none; a count above one at any sample is a failure at once.
+    (tasks outlive the agent: the new agent re-attaches to the running one, or adopts it when its
+    start never reached the state file), and a stopped or unknown job none; a count above one at
+    any sample is a failure at once.
 
 A request that was in flight at the kill (or failed) may or may not have taken effect: after the
 check, the model adopts what the agent says for those.
@@ -242,7 +243,7 @@ class Agent:
         self.proc = None
 
     def shutdown(self):
-        """SIGTERM (the agent stops its tasks), SIGKILL after 30 s. Returns the exit status
+        """SIGTERM (the agent leaves its tasks running), SIGKILL after 30 s. Returns the exit status
         (negative: the signal that ended it; None: it needed the SIGKILL)."""
         if self.proc is None:
             return None

@@ -233,6 +233,11 @@ fn tasks_printing_gigabytes_keep_the_agent_small() {
         hwm_after < hwm_before + 128 * 1024,
         "peak RSS grew from {hwm_before} to {hwm_after} KiB"
     );
+    // The keeper read all of it, through one buffer: its peak stays small.
+    let keeper = agent.keeper_pid().expect("the keeper runs");
+    let keeper_hwm = status_kib(keeper, "VmHWM:");
+    println!("keeper peak RSS {keeper_hwm} KiB");
+    assert!(keeper_hwm < 32 * 1024, "keeper peak RSS {keeper_hwm} KiB");
     // Rotation bounds the disk too: 10 files of 10 MB per stream by default.
     let logs = agent.data_dir.join(format!("alloc/{alloc}/alloc/logs"));
     let total: u64 = std::fs::read_dir(&logs)

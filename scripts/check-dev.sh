@@ -121,7 +121,7 @@ marker="4242.$$"
 job=$(jq -n --arg m "$marker" '{Job: {ID: "dev-check", Name: "dev-check", TaskGroups: [{Name: "g",
   Tasks: [{Name: "t", Driver: "raw_exec", Config: {command: "sleep", args: [$m]}}]}]}}')
 curl -sS --max-time 10 -X PUT -d "$job" "$base/v1/jobs" >/dev/null || fail "PUT /v1/jobs"
-task_running() { pgrep -f "^sleep $marker\$"; }
+task_running() { pgrep -f "/sleep $marker\$"; }
 wait_until "the task running" "$timeout" task_running
 task=$(task_running)
 keeper=$(cat "$data_dir/keeper.pid" 2>/dev/null) || fail "no keeper.pid in $data_dir"

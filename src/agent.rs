@@ -102,9 +102,20 @@ impl Agent {
         lock: DataDirLock,
     ) -> Result<Arc<Agent>, AgentError> {
         let (store, state) = StateStore::open(&config.data_dir, fresh_state)?;
+        // The last checks that can fail before a task is adopted or started: the disk takes a
+        // state write, the keeper is installed.
+        store.check_writable()?;
+        let program = KeeperClient::locate();
+        if !program.is_file() {
+            return Err(AgentError::Start(format!(
+                "the task keeper {} is missing: install {} next to nodeward",
+                program.display(),
+                crate::driver::process::keeper::PROGRAM
+            )));
+        }
         // The tasks an earlier agent left with the keeper are taken over below; connecting
         // changes nothing, and a keeper is only started with the first task.
-        let keeper = KeeperClient::open(&config.data_dir, KeeperClient::locate())
+        let keeper = KeeperClient::open(&config.data_dir, program)
             .map_err(|e| AgentError::Start(e.to_string()))?;
         let shutdown = stop.receiver();
         // Volumes are restored before allocations, which wait for the ones they mount.

@@ -236,6 +236,22 @@ impl StateStore {
         Ok(())
     }
 
+    /// Checks, before the agent adopts or starts any task, that the state file can be written:
+    /// a probe file twice the state file's size (at least 64 KiB) is written next to it, synced
+    /// and removed. A full disk or a read-only data directory fails here, not after tasks ran.
+    pub fn check_writable(&self) -> Result<(), StateError> {
+        let err = |source| StateError::Write {
+            path: self.path.clone(),
+            source,
+        };
+        let size = fs::metadata(&self.path).map_or(0, |m| m.len());
+        let probe = self.path.with_file_name(".state.json.probe");
+        let bytes = vec![b' '; (2 * size).max(64 * 1024) as usize];
+        let written = write_atomic(&probe, &bytes);
+        let _ = fs::remove_file(&probe);
+        written.map_err(err)
+    }
+
     /// Marks the state dirty; the flusher writes it within about [`FLUSH_DELAY`].
     pub fn save_soon(&self) {
         let _ = self.dirty.try_send(());

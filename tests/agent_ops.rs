@@ -316,6 +316,8 @@ fn a_second_agent_on_the_same_data_directory_touches_nothing() {
         "{stderr}"
     );
     assert_eq!(pids_with(&marker), [pid], "the task was touched or copied");
+    let keepers = pids_with(&format!("nodeward-keeper {}", agent.data_dir.display()));
+    assert_eq!(keepers.len(), 1, "a second keeper was started: {keepers:?}");
     assert_eq!(
         std::fs::read(&state).unwrap(),
         before,

@@ -612,3 +612,87 @@ fn a_version_1_state_file_is_adopted() {
     assert_eq!(wait_running(&agent, &pend)["PID"], p1);
     assert_eq!(wait_running(&agent, &left)["PID"], p2);
 }
+
+/// A tmpfs mounted for one test, unmounted (lazily: the keeper may still hold a log file) when
+/// dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// A full disk found at start changes no task: the agent exits 1 before it adopts or starts
+/// anything, and the next agent, with room again, re-attaches to the same process.
+#[test]
+fn a_full_disk_at_start_changes_no_task() {
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIPPED a_full_disk_at_start_changes_no_task: needs root to mount a small tmpfs");
+        return;
+    }
+    let dir = TempDir::new("lr-full");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs"])
+        .arg(&data)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount tmpfs on {}", data.display());
+    let _tmpfs = Tmpfs(data.clone());
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    let (m, m2) = (marker(), marker());
+    let alloc = agent.alloc_id(&agent.run_hcl(&job("full", "", "", &format!("exec sleep {m}"))));
+    let other = agent.alloc_id(&agent.run_hcl(&job("other", "", "", &format!("exec sleep {m2}"))));
+    let pid = wait_running(&agent, &alloc)["PID"].as_i64().unwrap() as i32;
+    let pid2 = wait_running(&agent, &other)["PID"].as_i64().unwrap() as i32;
+    wait_persisted(&agent, pid);
+    wait_persisted(&agent, pid2);
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    // The second task waits to be started: a start-up that went ahead would start it.
+    unsafe { libc::kill(pid2, libc::SIGKILL) };
+    wait_for(WAIT, "the second task gone", || {
+        (!alive(pid2)).then_some(())
+    });
+    let path = data.join("state.json");
+    let mut state: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for a in state["Allocations"].as_array_mut().unwrap() {
+        if a["ID"] == other.as_str() {
+            a["TaskStates"]["t"] = serde_json::json!({"State": "pending", "Failed": false,
+                "Restarts": 0, "Events": []});
+        }
+    }
+    std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+    // Fill what is left of the disk.
+    let filler = data.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+    let _ = std::io::Write::write_all(&mut f, &[0]);
+    drop(f);
+    let state_before = std::fs::read(data.join("state.json")).unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["agent", "-config"])
+        .arg(&agent.config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot write state file"), "{stderr}");
+    assert_eq!(pids_with(&m), vec![pid], "a task was touched");
+    assert!(pids_with(&m2).is_empty(), "a task was started");
+    assert_eq!(
+        std::fs::read(data.join("state.json")).unwrap(),
+        state_before
+    );
+    std::fs::remove_file(&filler).unwrap();
+    agent.restart();
+    assert_eq!(wait_running(&agent, &alloc)["PID"], pid);
+    assert_eq!(pids_with(&m), vec![pid]);
+    wait_running(&agent, &other);
+    assert_eq!(pids_with(&m2).len(), 1);
+}

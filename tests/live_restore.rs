@@ -292,6 +292,30 @@ fn a_killed_keeper_takes_its_tasks_down_and_the_agent_reports_it() {
     let pid = wait_running(&agent, &alloc)["PID"].as_i64().unwrap() as i32;
     let child = wait_for(WAIT, "the task's child", || pids_with(&m).first().copied());
     let keeper = agent.keeper_pid().expect("a keeper runs");
+    // The OOM killer spares the keeper (it would take every task with it), not the tasks.
+    let oom = |pid: i32| -> i32 {
+        std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let agent_oom = oom(agent.pid());
+    assert_eq!(oom(pid), agent_oom, "the task's OOM score adjustment");
+    // Lowering it needs CAP_SYS_RESOURCE, which some containers withhold even from root.
+    let can_lower = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!("echo {} > /proc/self/oom_score_adj", agent_oom - 1))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    if can_lower {
+        assert_eq!(oom(keeper), (agent_oom - 900).max(-1000), "the keeper's");
+    } else {
+        assert_eq!(oom(keeper), agent_oom, "the keeper's");
+        println!("SKIPPED the keeper's OOM protection: this process may not lower oom_score_adj (no CAP_SYS_RESOURCE)");
+    }
     unsafe { libc::kill(keeper, libc::SIGKILL) };
     wait_for(WAIT, "the task restarted", || {
         let s = agent.task_state(&alloc, "t");

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use crate::logs::Stream;
 use crate::sys::{signal_group, DRAIN_AFTER_EXIT};
-use crate::task::{drain_timeout, Task};
+use crate::task::{drain_timeout, Inherit, Task};
 use crate::{Event, Exit, Request, PID_FILE, PROTOCOL_VERSION, SOCKET_FILE};
 
 /// The longest message the keeper takes from the agent (a task's environment and arguments).
@@ -165,8 +165,8 @@ struct Keeper {
     buf: Vec<u8>,
     started: Instant,
     ever_connected: bool,
-    /// The open-file limit tasks get (the keeper raises its own).
-    nofile: libc::rlimit,
+    /// What tasks get back of the keeper's own settings.
+    inherit: Inherit,
     uid: u32,
     pid: i32,
 }
@@ -208,7 +208,11 @@ impl Keeper {
         // SIGHUP is caught and ignored: the keeper has no terminal. Not SIG_IGN, which tasks would
         // inherit across exec; a caught signal is reset to its default there.
         signal_hook::flag::register(libc::SIGHUP, Arc::new(AtomicBool::new(false)))?;
-        let nofile = raise_nofile();
+        let inherit = Inherit {
+            keeper: pid,
+            nofile: raise_nofile(),
+            oom_score_adj: protect_from_oom(),
+        };
         let mut ready = File::from(ready);
         ready.write_all(b"1")?;
         drop(ready);
@@ -223,7 +227,7 @@ impl Keeper {
             buf: vec![0; CHUNK],
             started: Instant::now(),
             ever_connected: false,
-            nofile,
+            inherit,
             // SAFETY: geteuid has no preconditions.
             uid: unsafe { libc::geteuid() },
             pid,
@@ -440,7 +444,7 @@ impl Keeper {
                 });
             }
             Request::Start { seq, spec } => {
-                let ev = match Task::spawn(&spec, self.pid, self.nofile) {
+                let ev = match Task::spawn(&spec, self.inherit) {
                     Ok(task) => {
                         let ev = Event::Started {
                             seq,
@@ -628,6 +632,23 @@ fn raise_nofile() -> libc::rlimit {
         }
     }
     lim
+}
+
+/// How much less likely than a task the kernel's OOM killer is to pick the keeper: a keeper killed
+/// takes every task with it, a task killed takes only itself.
+const OOM_SCORE_PROTECTION: i32 = 900;
+
+/// Lowers the keeper's OOM score adjustment (needs CAP_SYS_RESOURCE; without it nothing changes)
+/// and answers the value it had, which tasks get back.
+fn protect_from_oom() -> Option<([u8; 16], usize)> {
+    let path = "/proc/self/oom_score_adj";
+    let original: i32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    let lowered = (original - OOM_SCORE_PROTECTION).max(-1000);
+    std::fs::write(path, lowered.to_string()).ok()?;
+    let text = original.to_string();
+    let mut value = [0u8; 16];
+    value[..text.len()].copy_from_slice(text.as_bytes());
+    Some((value, text.len()))
 }
 
 fn now_nanos() -> i64 {

@@ -38,8 +38,12 @@ impl Task {
 
 impl Task {
     /// Starts a task: its own process group, its credentials, the parent-death signal, its pipes.
-    /// `keeper` is this process's PID, `nofile` the open-file limit the task gets.
-    pub(crate) fn spawn(spec: &StartTask, keeper: i32, nofile: libc::rlimit) -> io::Result<Task> {
+    pub(crate) fn spawn(spec: &StartTask, inherit: Inherit) -> io::Result<Task> {
+        let Inherit {
+            keeper,
+            nofile,
+            oom_score_adj,
+        } = inherit;
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
             .env_clear()
@@ -83,6 +87,14 @@ impl Task {
                     return Err(io::Error::from_raw_os_error(libc::ESRCH));
                 }
                 libc::setrlimit(libc::RLIMIT_NOFILE, &nofile);
+                if let Some((value, len)) = &oom_score_adj {
+                    // Raising it back needs no privilege.
+                    let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
+                    if fd >= 0 {
+                        libc::write(fd, value.as_ptr().cast(), *len);
+                        libc::close(fd);
+                    }
+                }
                 // execve itself, not the execvp that would follow: execvp runs a file the kernel
                 // refuses to execute (ENOEXEC) with /bin/sh, where the task must fail to start.
                 Err(exec.exec())
@@ -141,6 +153,16 @@ impl Task {
             forgotten: false,
         })
     }
+}
+
+/// What a task gets back of what the keeper changed for itself: its PID (for the parent-death
+/// check), the open-file limit the keeper had before it raised its own, and the OOM score
+/// adjustment it had before it lowered its own (as the bytes written to `/proc`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Inherit {
+    pub keeper: i32,
+    pub nofile: libc::rlimit,
+    pub oom_score_adj: Option<([u8; 16], usize)>,
 }
 
 /// An `execve` prepared before the fork: the child only calls it.

@@ -473,6 +473,10 @@ impl KeeperClient {
 /// The first exchange on a connection: the keeper's PID and the tasks it holds.
 fn hello(stream: &UnixStream) -> Result<(BufReader<UnixStream>, ProcId, Vec<Held>), KeeperError> {
     let gone = |e: io::Error| KeeperError::Gone(e.to_string());
+    // A keeper that stops reading must not wedge the runners writing to it.
+    stream
+        .set_write_timeout(Some(REQUEST_TIMEOUT))
+        .map_err(gone)?;
     let read = stream.try_clone().map_err(gone)?;
     read.set_read_timeout(Some(REQUEST_TIMEOUT)).map_err(gone)?;
     let mut lines = BufReader::new(read);

@@ -14,7 +14,7 @@ Usage: scripts/bench/csi.py [--runs 20] [--plugins 100]   (needs `cargo build --
 """
 import argparse, os, signal, statistics, tempfile, time, shutil
 
-from benchlib import RELEASE_BIN, TARGET, cpu_ns, pct, req, start_agent
+from benchlib import RELEASE_BIN, TARGET, cpu_ns, pct, req, start_agent, stop_agent_and_tasks
 
 
 
@@ -65,7 +65,8 @@ def main():
             lat.append((healthy - ready) / 1e6)
             req(addr, "DELETE", f"/v1/job/{jid}?purge=true")
     finally:
-        agent.send_signal(signal.SIGTERM); agent.wait(timeout=120)
+        # SIGTERM leaves the tasks running (live restore); the keeper's SIGTERM kills them.
+        stop_agent_and_tasks(agent, data, timeout=120)
     print(f"socket ready -> Plugin became healthy over {len(lat)} runs: median {statistics.median(lat):.1f} ms, "
           f"p90 {pct(lat, 90):.1f} ms, max {max(lat):.1f} ms")
 
@@ -88,7 +89,7 @@ def main():
               f"({per_s / 10:.3f}% of a core), {threads(agent.pid)} threads; "
               f"at the default 30s interval that is about {per_s / 30:.3f} ms per second")
     finally:
-        agent.send_signal(signal.SIGTERM); agent.wait(timeout=180)
+        stop_agent_and_tasks(agent, data, timeout=180)
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(tmp2, ignore_errors=True)
 

@@ -22,7 +22,7 @@ Usage: scripts/bench/load.py [--bin PATH] [--duration 600] [--connections 64] [-
 """
 import argparse, json, os, shutil, signal, subprocess, sys, tempfile, threading, time, urllib.request, uuid
 
-from benchlib import procs_with
+from benchlib import alive, keeper_pid, procs_with
 
 MAX_DURATION = 3600
 
@@ -221,6 +221,12 @@ def main():
             code = "killed after 120 s"
         stop_s = time.monotonic() - t_stop
         left = procs_with(marker.encode())
+        # SIGTERM leaves running tasks to the keeper (live restore): its SIGTERM kills them.
+        kp = keeper_pid(os.path.join(tmp, "data"))
+        if kp:
+            os.kill(kp, signal.SIGTERM)
+            while alive(kp):
+                time.sleep(0.01)
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nagent stopped with SIGTERM in {stop_s:.2f} s, exit {code}; task processes left: {left}")
     if result:

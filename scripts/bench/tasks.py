@@ -16,7 +16,7 @@ Usage: scripts/bench/tasks.py [--bin PATH] [--sizes 100,1000] [--kills 30]
 """
 import argparse, json, os, signal, statistics, subprocess, tempfile, time, uuid, shutil
 
-from benchlib import RELEASE_BIN, cpu_ns, memory, pct, procs_with, req, start_agent
+from benchlib import RELEASE_BIN, cpu_ns, memory, pct, procs_with, req, start_agent, stop_agent_and_tasks
 
 
 
@@ -93,11 +93,8 @@ def run_size(binary, n, kills):
         if starts:
             res["agent_terminated_to_started_ms_median"] = statistics.median(starts)
     finally:
-        agent.send_signal(signal.SIGTERM)
-        try:
-            agent.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            agent.kill()
+        # SIGTERM leaves the tasks running (live restore); the keeper's SIGTERM kills them.
+        stop_agent_and_tasks(agent, data)
         shutil.rmtree(tmp, ignore_errors=True)
     return res
 

@@ -171,9 +171,13 @@ impl Driver for RawExec {
 
     fn destroy(&self, task: RunningTask) {
         let kept = Self::kept(&task);
-        // The keeper answers whether it still ran; an exited task's status was received already.
-        if let Ok(true) = self.keeper.signal(kept.pid, libc::SIGKILL) {
-            let _ = Self::wait(kept, process::SIGKILL_WAIT);
+        // A task whose exit the keeper reported is reaped: no round trip to kill it (this is on
+        // the path from a crash to the restart). Otherwise the keeper answers whether it still
+        // ran, and it is given SIGKILL_WAIT to go.
+        if !self.keeper.has_exited(kept.pid) {
+            if let Ok(true) = self.keeper.signal(kept.pid, libc::SIGKILL) {
+                let _ = Self::wait(kept, process::SIGKILL_WAIT);
+            }
         }
         self.keeper.forget(kept.pid);
     }

@@ -62,6 +62,8 @@ struct Watch {
     tx: Sender<KeptExit>,
     alloc_id: String,
     task: String,
+    /// The keeper reported its exit (it is reaped; its group was killed).
+    exited: bool,
 }
 
 /// A process named by PID and start time.
@@ -238,6 +240,7 @@ impl KeeperClient {
             held.pid,
             Watch {
                 tx,
+                exited: held.exit.is_some(),
                 alloc_id: held.alloc_id,
                 task: held.task,
             },
@@ -323,6 +326,11 @@ impl KeeperClient {
             }
             (other, _) => Err(KeeperError::Gone(format!("unexpected answer {other:?}"))),
         }
+    }
+
+    /// Whether the keeper reported the task's exit (it is reaped: nothing is left to kill).
+    pub fn has_exited(&self, pid: i32) -> bool {
+        self.shared.watches.lock().get(&pid).is_some_and(|w| w.exited)
     }
 
     /// The agent is done with the task `pid` (its exit was received, or it is killed and left).
@@ -528,9 +536,10 @@ impl Shared {
             }
             return;
         }
-        let watches = self.watches.lock();
+        let mut watches = self.watches.lock();
         for held in tasks {
-            if let (Some(exit), Some(w)) = (held.exit, watches.get(&held.pid)) {
+            if let (Some(exit), Some(w)) = (held.exit, watches.get_mut(&held.pid)) {
+                w.exited = true;
                 let _ = w.tx.try_send(KeptExit::Exited(exit));
             }
         }
@@ -596,7 +605,8 @@ impl Reader {
             };
             match ev {
                 Event::Exited { pid, exit } => {
-                    if let Some(w) = self.shared.watches.lock().get(&pid) {
+                    if let Some(w) = self.shared.watches.lock().get_mut(&pid) {
+                        w.exited = true;
                         let _ = w.tx.try_send(KeptExit::Exited(exit));
                     }
                 }
@@ -618,6 +628,7 @@ impl Reader {
                             tx: wtx,
                             alloc_id,
                             task,
+                            exited: false,
                         },
                     );
                     let started = Event::Started {

@@ -9,8 +9,10 @@ PSS summed over all its processes, and how many they are (nodeward: the agent an
 `nodeward-keeper`, the parent of every task; s6: s6-svscan and every s6-supervise; daemontools:
 svscan and every supervise); idle CPU over 10 s (summed over those processes' threads). Kills are
 1.2 s apart because s6 and daemontools delay the restart of a service that lived less than a
-second. Prints a table, the ratios and where nodeward's memory is (agent / keeper); asserts
-nothing.
+second. For nodeward, the probe's own events split each restart (read after it, outside the
+timing): kill -> `Terminated` (the keeper reaped it and the agent heard), `Terminated` -> `Started`
+(the restart decision and the keeper's fork and exec), `Started` -> PID written (the shell).
+Prints a table, the ratios and where nodeward's memory is (agent / keeper); asserts nothing.
 
 Everything started is stopped at the end: nodeward's agent with SIGTERM (which leaves the tasks
 running, live-restore.md), then its keeper with SIGTERM (which kills every task); s6's and
@@ -24,8 +26,8 @@ Usage: scripts/bench/supervisors.py [--bin PATH] [--services 100[,1000]] [--kill
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, tempfile, time, urllib.request
 
-from benchlib import (RELEASE_BIN, alive, cpu_ns, keeper_pid, pct, pids_with, pss_by_mapping, rollup, start_agent,
-                      stop_agent_and_tasks)
+from benchlib import (RELEASE_BIN, alive, cpu_ns, keeper_pid, pct, pids_with, pss_by_mapping, req, rollup,
+                      start_agent, stop_agent_and_tasks)
 
 
 def wrapper(pidfile, marker):
@@ -73,7 +75,7 @@ def wait_all_written(pidfiles):
             time.sleep(0.002)
 
 
-def measure(name, start, owned, pidfiles, n, kills):
+def measure(name, start, owned, pidfiles, n, kills, after_kill=None):
     t0 = time.perf_counter()
     start()
     wait_all_written(pidfiles)
@@ -87,7 +89,7 @@ def measure(name, start, owned, pidfiles, n, kills):
     for _ in range(kills):
         time.sleep(1.2)
         old = read_pid(probe)
-        t = time.perf_counter()
+        t, wall = time.perf_counter(), time.time_ns()
         os.kill(old, signal.SIGKILL)
         while True:
             p = read_pid(probe)
@@ -95,6 +97,8 @@ def measure(name, start, owned, pidfiles, n, kills):
                 break
             os.sched_yield()
         lat.append((time.perf_counter() - t) * 1000)
+        if after_kill:
+            after_kill(wall, wall + int(lat[-1] * 1e6))
     return {"name": name, "n": n, "start_s": started, "restart_med_ms": statistics.median(lat),
             "restart_p90_ms": pct(lat, 90), "pss_mb": mem,
             "idle_cpu_ms_10s": (c1 - c0) / 1e6, "procs": len(owned())}
@@ -116,8 +120,22 @@ def run_nodeward(binary, tmp, n, kills, jobs=1):
     def owned():
         kp = keeper_pid(data)
         return [agent.pid] + ([kp] if kp else [])
+    split = []
+    def after_kill(killed, seen):
+        # Outside the timed part: the probe's own events split the restart in three.
+        if "probe" not in state:
+            state["probe"] = next(x["ID"] for x in req(addr, "GET", "/v1/job/svc0/allocations")
+                                  if x["TaskGroup"] == "s0")
+        ev = req(addr, "GET", f"/v1/allocation/{state['probe']}")["TaskStates"]["t"]["Events"]
+        term = next((e["Time"] for e in ev if e["Type"] == "Terminated" and e["Time"] >= killed), None)
+        started = next((e["Time"] for e in ev if e["Type"] == "Started" and term and e["Time"] >= term), None)
+        if term and started:
+            split.append(((term - killed) / 1e6, (started - term) / 1e6, (seen - started) / 1e6))
+    state = {}
     try:
-        res = measure("nodeward", start, owned, pidfiles, n, kills)
+        res = measure("nodeward", start, owned, pidfiles, n, kills, after_kill)
+        if split:
+            res["split"] = [statistics.median(x[i] for x in split) for i in range(3)]
         kp = keeper_pid(data)
         res["parts"] = {"agent": rollup(agent.pid), "keeper": rollup(kp) if kp else {}}
         res["maps"] = {"agent": pss_by_mapping(agent.pid), "keeper": pss_by_mapping(kp) if kp else {}}
@@ -213,6 +231,10 @@ def main():
                 print(f"N={n} nodeward / {r['name']} (lower is better for nodeward): start "
                       f"{nw['start_s'] / r['start_s']:.2f}x, restart median {nw['restart_med_ms'] / r['restart_med_ms']:.2f}x, "
                       f"p90 {nw['restart_p90_ms'] / r['restart_p90_ms']:.2f}x, PSS {nw['pss_mb'] / r['pss_mb']:.2f}x")
+        if "split" in nw:
+            k, d, s_ = nw["split"]
+            print(f"N={n} nodeward restart, medians from the probe's events: kill -> Terminated {k:.2f} ms, "
+                  f"Terminated -> Started {d:.2f} ms, Started -> PID written {s_:.2f} ms")
         for who, d in nw["parts"].items():
             print(f"N={n} nodeward {who}: {part(d)}")
             top = ", ".join(f"{k} {v:.2f}" for k, v in list(nw["maps"][who].items())[:6])

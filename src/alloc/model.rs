@@ -179,8 +179,9 @@ impl Allocation {
         }))
     }
 
-    /// The allocation as the state file keeps it; `current` is the registered version of its job.
-    pub fn record(&self, current: Option<&Job>) -> AllocRecord {
+    /// The allocation as the state file keeps it; `is_current`: its job is the registered version
+    /// (the record then names it instead of holding a copy).
+    pub fn record(&self, is_current: bool) -> AllocRecord {
         let inner = self.inner.lock();
         AllocRecord {
             id: self.id.clone(),
@@ -191,7 +192,7 @@ impl Allocation {
             desired_status: inner.desired,
             create_time: self.create_time,
             modify_time: inner.modify_time,
-            job: (current != Some(&*self.job)).then(|| (*self.job).clone()),
+            job: (!is_current).then(|| (*self.job).clone()),
             task_states: self.task_states(),
         }
     }

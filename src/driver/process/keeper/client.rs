@@ -330,7 +330,11 @@ impl KeeperClient {
 
     /// Whether the keeper reported the task's exit (it is reaped: nothing is left to kill).
     pub fn has_exited(&self, pid: i32) -> bool {
-        self.shared.watches.lock().get(&pid).is_some_and(|w| w.exited)
+        self.shared
+            .watches
+            .lock()
+            .get(&pid)
+            .is_some_and(|w| w.exited)
     }
 
     /// The agent is done with the task `pid` (its exit was received, or it is killed and left).

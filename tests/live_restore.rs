@@ -720,3 +720,23 @@ fn a_full_disk_at_start_changes_no_task() {
     wait_running(&agent, &other);
     assert_eq!(pids_with(&m2).len(), 1);
 }
+
+/// A keeper whose socket is gone (its data directory was removed while no agent ran) can never
+/// be reached again: it stops its tasks and ends instead of holding them forever.
+#[test]
+fn a_keeper_no_agent_can_reach_stops_its_tasks_and_ends() {
+    let dir = TempDir::new("lr-gone");
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    let m = marker();
+    let alloc = agent.alloc_id(&agent.run_hcl(&job("gone", "", "", &format!("exec sleep {m}"))));
+    let pid = wait_running(&agent, &alloc)["PID"].as_i64().unwrap() as i32;
+    let keeper = agent.keeper_pid().unwrap();
+    assert_eq!(
+        agent.stop_with(libc::SIGTERM, Duration::from_secs(30)),
+        Some(0)
+    );
+    assert!(alive(pid));
+    std::fs::remove_file(agent.data_dir.join("keeper.sock")).unwrap();
+    wait_for(WAIT, "the keeper to end", || (!alive(keeper)).then_some(()));
+    assert!(!alive(pid), "the unreachable keeper left its task running");
+}

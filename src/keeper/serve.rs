@@ -21,7 +21,7 @@ use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -44,6 +44,8 @@ const FIRST_CONNECT: Duration = Duration::from_secs(30);
 const MAX_LOG: u64 = 1 << 20;
 /// How long a keeper stopped by SIGTERM waits for its killed tasks to be reaped.
 const STOP_WAIT: Duration = Duration::from_secs(5);
+/// While no agent is connected, how often the keeper checks that its socket is still there.
+const SOCKET_CHECK: Duration = Duration::from_secs(10);
 /// Bytes read from a pipe or the agent at a time (one buffer for the whole keeper).
 const CHUNK: usize = 64 * 1024;
 
@@ -169,6 +171,9 @@ struct Keeper {
     inherit: Inherit,
     uid: u32,
     pid: i32,
+    /// The socket's path and inode: a keeper whose socket is gone (its data directory removed, or
+    /// another keeper bound in its place) can never be reached by an agent again.
+    socket: (PathBuf, u64),
 }
 
 impl Keeper {
@@ -208,6 +213,8 @@ impl Keeper {
         // SIGHUP is caught and ignored: the keeper has no terminal. Not SIG_IGN, which tasks would
         // inherit across exec; a caught signal is reset to its default there.
         signal_hook::flag::register(libc::SIGHUP, Arc::new(AtomicBool::new(false)))?;
+        let sock = dir.join(SOCKET_FILE);
+        let socket_ino = std::fs::symlink_metadata(&sock)?.ino();
         let inherit = Inherit {
             keeper: pid,
             nofile: raise_nofile(),
@@ -231,6 +238,7 @@ impl Keeper {
             // SAFETY: geteuid has no preconditions.
             uid: unsafe { libc::geteuid() },
             pid,
+            socket: (sock, socket_ino),
         })
     }
 
@@ -293,6 +301,19 @@ impl Keeper {
                 let first = self.started + FIRST_CONNECT;
                 deadline = Some(deadline.map_or(first, |d| d.min(first)));
             }
+            if self.conn.is_none() {
+                if self.unreachable() {
+                    eprintln!(
+                        "nodeward-keeper {}: {} is gone: no agent can reach this keeper; stopping its tasks",
+                        self.pid,
+                        self.socket.0.display()
+                    );
+                    self.stop_all();
+                    return;
+                }
+                let look = now + SOCKET_CHECK;
+                deadline = Some(deadline.map_or(look, |d| d.min(look)));
+            }
             let timeout = deadline.map_or(-1, |d| {
                 let ms = d.saturating_duration_since(now).as_millis() + 1;
                 ms.min(i32::MAX as u128) as i32
@@ -329,6 +350,11 @@ impl Keeper {
                 }
             }
         }
+    }
+
+    /// Whether the socket this keeper listens on is no longer the file at its path.
+    fn unreachable(&self) -> bool {
+        std::fs::symlink_metadata(&self.socket.0).map_or(true, |m| m.ino() != self.socket.1)
     }
 
     fn accept(&mut self) {

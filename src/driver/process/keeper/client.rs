@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Event, Exit, Held, Request, StartTask, PROGRAM, PROTOCOL_VERSION, SOCKET_FILE};
-use crate::driver::process::{self, orphan, procfs, AfterExit, Drain, Sink, Supervision};
+use crate::driver::process::{self, procfs, AfterExit, Drain, Sink, Supervision};
 use crate::thread::Worker;
 
 /// How long a request to the keeper may take (a fork and exec, a signal).
@@ -58,46 +58,46 @@ pub enum KeptExit {
 }
 
 /// A task the keeper holds, as the agent tracks it.
-struct Watch {
-    tx: Sender<KeptExit>,
-    alloc_id: String,
-    task: String,
+pub(super) struct Watch {
+    pub(super) tx: Sender<KeptExit>,
+    pub(super) alloc_id: String,
+    pub(super) task: String,
     /// The keeper reported its exit (it is reaped; its group was killed).
-    exited: bool,
+    pub(super) exited: bool,
 }
 
 /// A process named by PID and start time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ProcId {
-    pid: i32,
-    start_ticks: u64,
+pub(super) struct ProcId {
+    pub(super) pid: i32,
+    pub(super) start_ticks: u64,
 }
 
 /// One connection to the keeper.
-struct Conn {
+pub(super) struct Conn {
     /// Guards: the write half; one request is written at a time.
-    writer: Mutex<UnixStream>,
-    keeper: ProcId,
+    pub(super) writer: Mutex<UnixStream>,
+    pub(super) keeper: ProcId,
     /// Set when the connection ended and the keeper is gone: the next start runs a new one.
-    dead: AtomicBool,
+    pub(super) dead: AtomicBool,
 }
 
 /// A caller waiting for an answer: a start also gets the exit channel the reader made for it.
-type Answer = (Event, Option<Receiver<KeptExit>>);
+pub(super) type Answer = (Event, Option<Receiver<KeptExit>>);
 /// A waiting caller's channel, and the allocation and task a start is for.
-type Waiting = (Sender<Answer>, Option<(String, String)>);
+pub(super) type Waiting = (Sender<Answer>, Option<(String, String)>);
 
 /// What the reader shares with callers.
-struct Shared {
-    dir: PathBuf,
+pub(super) struct Shared {
+    pub(super) dir: PathBuf,
     /// Set by [`KeeperClient::close`]: an ended connection is not repaired.
-    closing: AtomicBool,
+    pub(super) closing: AtomicBool,
     /// Guards: callers waiting for an answer, by `seq`, with the task a start is for.
-    pending: Mutex<HashMap<u64, Waiting>>,
+    pub(super) pending: Mutex<HashMap<u64, Waiting>>,
     /// Guards: the exit channels of the tasks the keeper holds, by PID.
-    watches: Mutex<HashMap<i32, Watch>>,
+    pub(super) watches: Mutex<HashMap<i32, Watch>>,
     /// Guards: the tasks the keeper held when this agent first connected, until claimed.
-    recovered: Mutex<HashMap<i32, (Held, Receiver<KeptExit>)>>,
+    pub(super) recovered: Mutex<HashMap<i32, (Held, Receiver<KeptExit>)>>,
 }
 
 pub struct KeeperClient {
@@ -461,7 +461,7 @@ impl KeeperClient {
             keeper,
             dead: AtomicBool::new(false),
         });
-        let reader = Reader {
+        let reader = super::reader::Reader {
             shared: self.shared.clone(),
             lines,
             conn: conn.clone(),
@@ -483,7 +483,9 @@ impl KeeperClient {
 }
 
 /// The first exchange on a connection: the keeper's PID and the tasks it holds.
-fn hello(stream: &UnixStream) -> Result<(BufReader<UnixStream>, ProcId, Vec<Held>), KeeperError> {
+pub(super) fn hello(
+    stream: &UnixStream,
+) -> Result<(BufReader<UnixStream>, ProcId, Vec<Held>), KeeperError> {
     let gone = |e: io::Error| KeeperError::Gone(e.to_string());
     // A keeper that stops reading must not wedge the runners writing to it.
     stream
@@ -528,7 +530,7 @@ fn hello(stream: &UnixStream) -> Result<(BufReader<UnixStream>, ProcId, Vec<Held
 impl Shared {
     /// The keeper's list of tasks at hello: on the first connection they wait for their runners
     /// to claim them; on a reconnection, exits the agent missed reach their watches.
-    fn take_over(&self, tasks: Vec<Held>, first: bool) {
+    pub(super) fn take_over(&self, tasks: Vec<Held>, first: bool) {
         if first {
             let mut recovered = self.recovered.lock();
             for held in tasks {
@@ -550,7 +552,7 @@ impl Shared {
     }
 }
 
-fn write_request(conn: &Conn, req: &Request) -> io::Result<()> {
+pub(super) fn write_request(conn: &Conn, req: &Request) -> io::Result<()> {
     let mut line = serde_json::to_vec(req).map_err(io::Error::other)?;
     line.push(b'\n');
     conn.writer.lock().write_all(&line)
@@ -566,147 +568,5 @@ impl Sink for Collect {
     }
     fn eof(&mut self) {
         let _ = self.1.try_send(std::mem::take(&mut self.0));
-    }
-}
-
-/// The reader thread of one connection.
-struct Reader {
-    shared: Arc<Shared>,
-    lines: BufReader<UnixStream>,
-    conn: Arc<Conn>,
-}
-
-impl Reader {
-    fn run(mut self) {
-        loop {
-            self.read_until_end();
-            if self.shared.closing.load(Ordering::Acquire) {
-                return;
-            }
-            if procfs::same_process_alive(self.conn.keeper.pid, self.conn.keeper.start_ticks)
-                && self.reconnect()
-            {
-                continue;
-            }
-            return self.keeper_died();
-        }
-    }
-
-    fn read_until_end(&mut self) {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match self.lines.read_line(&mut line) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            let ev = match serde_json::from_str::<Event>(&line) {
-                Ok(ev) => ev,
-                Err(e) => {
-                    log::warn!("a message from the task keeper does not parse: {e}");
-                    continue;
-                }
-            };
-            match ev {
-                Event::Exited { pid, exit } => {
-                    if let Some(w) = self.shared.watches.lock().get_mut(&pid) {
-                        w.exited = true;
-                        let _ = w.tx.try_send(KeptExit::Exited(exit));
-                    }
-                }
-                Event::Started {
-                    seq,
-                    pid,
-                    start_ticks,
-                } => {
-                    let Some((tx, name)) = self.shared.pending.lock().remove(&seq) else {
-                        continue;
-                    };
-                    // The watch exists before the caller hears of the task: an exit that
-                    // follows at once has its channel.
-                    let (alloc_id, task) = name.unwrap_or_default();
-                    let (wtx, wrx) = bounded(1);
-                    self.shared.watches.lock().insert(
-                        pid,
-                        Watch {
-                            tx: wtx,
-                            alloc_id,
-                            task,
-                            exited: false,
-                        },
-                    );
-                    let started = Event::Started {
-                        seq,
-                        pid,
-                        start_ticks,
-                    };
-                    if tx.send((started, Some(wrx))).is_err() {
-                        // The caller gave up waiting: nobody will supervise it.
-                        log::error!("task {pid} started after its start timed out: killing it");
-                        self.shared.watches.lock().remove(&pid);
-                        let _ = write_request(
-                            &self.conn,
-                            &Request::Signal {
-                                seq: 0,
-                                pid,
-                                signal: libc::SIGKILL,
-                            },
-                        );
-                        let _ = write_request(&self.conn, &Request::Forget { pid });
-                    }
-                }
-                ev @ (Event::Done { seq, .. } | Event::Failed { seq, .. }) => {
-                    if let Some((tx, _)) = self.shared.pending.lock().remove(&seq) {
-                        let _ = tx.send((ev, None));
-                    }
-                }
-                Event::Welcome { .. } => {}
-            }
-        }
-    }
-
-    /// The keeper dropped the connection but runs: connect again and catch up on exits.
-    fn reconnect(&mut self) -> bool {
-        let Ok(stream) = UnixStream::connect(self.shared.dir.join(SOCKET_FILE)) else {
-            return false;
-        };
-        let Ok((lines, _, tasks)) = hello(&stream) else {
-            return false;
-        };
-        log::warn!("the task keeper dropped this agent's connection: connected again");
-        self.shared.take_over(tasks, false);
-        self.lines = lines;
-        *self.conn.writer.lock() = stream;
-        true
-    }
-
-    /// The keeper died and its tasks with it.
-    fn keeper_died(self) {
-        self.conn.dead.store(true, Ordering::Release);
-        let lost: Vec<(i32, Watch)> = self.shared.watches.lock().drain().collect();
-        log::error!(
-            "the task keeper (pid {}) died: {} tasks died with it",
-            self.conn.keeper.pid,
-            lost.len()
-        );
-        // What is left of their groups (the parent-death signal reaches only the process the
-        // keeper started) is stopped before any of them starts again: never two runs of a task.
-        let ids: HashSet<String> = lost.iter().map(|(_, w)| w.alloc_id.clone()).collect();
-        let names: HashSet<(String, String)> = lost
-            .iter()
-            .map(|(_, w)| (w.alloc_id.clone(), w.task.clone()))
-            .collect();
-        let groups: BTreeMap<i32, i32> =
-            orphan::find_task_processes(&ids, &crate::util::allocdir::alloc_root(&self.shared.dir))
-                .into_iter()
-                .filter(|l| names.contains(&(l.alloc_id.clone(), l.task.clone())))
-                .map(|l| (l.pgid, libc::SIGKILL))
-                .collect();
-        orphan::stop_groups(&groups, Duration::ZERO);
-        for (_, w) in lost {
-            let _ = w.tx.try_send(KeptExit::KeeperDied);
-        }
-        // Callers waiting for an answer get a disconnected channel.
-        self.shared.pending.lock().clear();
     }
 }

@@ -4,6 +4,7 @@
 //! agent starts it, talks to it and takes over the tasks it holds.
 
 pub mod client;
+mod reader;
 
 pub use nodeward_keeper::{
     Event, Exit, Held, Request, StartTask, LOG_FILE, PID_FILE, PROGRAM, PROTOCOL_VERSION,

@@ -659,10 +659,32 @@ def storm(args):
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         agent.shutdown()
+        stop_keeper(f"{tmp}/data")
         reaper.stop.set()
         cleanup(token)
     print(f"storm took {time.monotonic() - began:.0f} s", flush=True)
     return passed, failed, tmp
+
+
+def stop_keeper(data_dir):
+    """Tasks outlive the agent: SIGTERM the data directory's keeper, which kills every task's
+    process group and exits, and wait up to 10 s for it to go."""
+    try:
+        with open(os.path.join(data_dir, "keeper.pid")) as f:
+            pid = int(f.read().strip())
+        os.kill(pid, signal.SIGTERM)
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except (OSError, ChildProcessError):
+            return
+        time.sleep(0.02)
 
 
 def cleanup(token):

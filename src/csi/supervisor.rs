@@ -420,13 +420,9 @@ impl Supervision {
     /// file recorded.
     fn resume(&self, client: &CsiClient) {
         let was_healthy = self.registry.is_healthy(&self.config.id, &self.alloc_id);
-        let (healthy, description) =
-            match client.probe(call_timeout(self.probe_interval), &self.stops()) {
-                Ok(()) => (true, HEALTHY.to_string()),
-                Err(e) if e.is_cancelled() => return,
-                Err(CsiError::NotReady) => (false, UNKNOWN_REASON.to_string()),
-                Err(e) => (false, format!("Error: {e}")),
-            };
+        let Some((healthy, description)) = self.probe_health(client) else {
+            return;
+        };
         log::info!(
             "CSI plugin {} (alloc {}) re-attached: {}",
             self.config.id,
@@ -631,6 +627,17 @@ impl Supervision {
         Ok(records)
     }
 
+    /// One probe of a running plugin: its health and the description the registry shows.
+    /// `None` when the probe was cancelled (the run ended, the agent stops).
+    fn probe_health(&self, client: &CsiClient) -> Option<(bool, String)> {
+        match client.probe(call_timeout(self.probe_interval), &self.stops()) {
+            Ok(()) => Some((true, HEALTHY.to_string())),
+            Err(e) if e.is_cancelled() => None,
+            Err(CsiError::NotReady) => Some((false, UNKNOWN_REASON.to_string())),
+            Err(e) => Some((false, format!("Error: {e}"))),
+        }
+    }
+
     /// Phase 3: probe every interval; report changes of health, never restart.
     fn watch(&self, client: &CsiClient, mut healthy: bool) {
         let ticks = tick(self.probe_interval);
@@ -646,13 +653,9 @@ impl Supervision {
                 recv(self.retire) -> _ => return,
                 recv(ticks) -> _ => {}
             }
-            let (now_healthy, now_description) =
-                match client.probe(call_timeout(self.probe_interval), &self.stops()) {
-                    Ok(()) => (true, HEALTHY.to_string()),
-                    Err(e) if e.is_cancelled() => return,
-                    Err(CsiError::NotReady) => (false, UNKNOWN_REASON.to_string()),
-                    Err(e) => (false, format!("Error: {e}")),
-                };
+            let Some((now_healthy, now_description)) = self.probe_health(client) else {
+                return;
+            };
             if now_healthy != healthy {
                 let event = if now_healthy {
                     TaskEvent::plugin_healthy(now_nanos(), &self.config.id)

@@ -403,6 +403,10 @@ fn a_restart_delay_continues_to_its_deadline_across_an_agent_restart() {
     agent.restart();
     let s = wait_running(&agent, &alloc);
     assert_eq!(s["Restarts"], 1);
+    // Running comes with the PID, before the shell has written it.
+    wait_for(WAIT, "the second run's PID in the file", || {
+        (lines(&pidfile).len() >= 2).then_some(())
+    });
     assert_eq!(lines(&pidfile).len(), 2, "one restart, not two");
     let events = s["Events"].as_array().unwrap();
     let started = events

@@ -1,6 +1,6 @@
 //! Task drivers: the interface every driver implements, in the shape of Nomad's driver plugins
 //! (`plugins/drivers/driver.go`), and the drivers. nodeward has one today, [`RawExec`]: a local
-//! process with no isolation.
+//! process with no isolation, started and held by the data directory's task keeper.
 //!
 //! - [`Driver`]: start, wait (the exit channel of [`RunningTask`]), stop, destroy, recover,
 //!   inspect, signal, stats.

@@ -7,9 +7,13 @@
 //!   belong to; a request for a run that is over, or that arrives once a kill began, is dropped.
 //! - The driver (see [`crate::driver`]) sends one exit status per run on the [`RunningTask`]'s exit
 //!   channel; the runner hands each finished run back to [`Driver::destroy`].
-//! - The agent's shutdown channel disconnects when the agent stops: the runner stops the process
-//!   with its kill signal and timeout, leaves the task `pending` (it starts again when the agent
-//!   restarts), runs the stop hooks and returns.
+//! - The agent's shutdown channel disconnects when the agent stops: the runner leaves the task
+//!   running (its state `running`, its handle recorded) for the next agent to re-attach to, or,
+//!   with `stop_tasks_on_shutdown` (always with `-dev`), stops it with its kill signal and
+//!   timeout and leaves it `pending`; it runs the stop hooks and returns.
+//! - Restored from the state file, a runner first re-attaches ([`TaskRunner::reattach`],
+//!   live-restore.md): to its running task, to the end of a run that exited while no agent
+//!   watched, to a restart delay in progress, or it reports the task lost.
 //!
 //! Every wait is a `select!` over the awaited thing, the command channel, the hook channel and the
 //! shutdown channel, so nothing blocks beyond a kill or a shutdown. *Kill* (the task ends for good)

@@ -11,7 +11,7 @@
 //!   running (its state `running`, its handle recorded) for the next agent to re-attach to, or,
 //!   with `stop_tasks_on_shutdown` (always with `-dev`), stops it with its kill signal and
 //!   timeout and leaves it `pending`; it runs the stop hooks and returns.
-//! - Restored from the state file, a runner first re-attaches ([`TaskRunner::reattach`],
+//! - Restored from the state file, a runner first re-attaches (`TaskRunner::reattach`,
 //!   live-restore.md): to its running task, to the end of a run that exited while no agent
 //!   watched, to a restart delay in progress, or it reports the task lost.
 //!

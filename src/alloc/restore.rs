@@ -16,7 +16,7 @@ use super::manager::AllocManager;
 use super::model::Allocation;
 use crate::driver::process::keeper::{client::Kept, Held};
 use crate::driver::{self, KeeperClient};
-use crate::jobspec::Job;
+use crate::jobspec::{Job, TaskGroup};
 use crate::records::{AllocRecord, DesiredStatus, JobRecord, TaskStatus};
 use crate::state::StateFile;
 use crate::util::allocdir;
@@ -88,6 +88,15 @@ fn restored_alloc(rec: &AllocRecord, current: Option<&Arc<Job>>) -> Option<Alloc
     Allocation::from_record(rec, job)
 }
 
+/// The task group a recorded allocation runs: from its own copy of an older job version, or from
+/// the registered job.
+fn group_of<'a>(a: &'a AllocRecord, jobs: &'a [JobRecord]) -> Option<&'a TaskGroup> {
+    a.job
+        .as_ref()
+        .or_else(|| jobs.iter().find(|j| j.job.id == a.job_id).map(|j| &j.job))
+        .and_then(|job| job.task_groups.iter().find(|g| g.name == a.task_group))
+}
+
 /// The allocations and tasks whose runners start again: their allocation should run and the task
 /// is not dead.
 fn resumed_tasks(allocs: &[AllocRecord], jobs: &[JobRecord]) -> HashSet<(String, String)> {
@@ -95,12 +104,7 @@ fn resumed_tasks(allocs: &[AllocRecord], jobs: &[JobRecord]) -> HashSet<(String,
         .iter()
         .filter(|a| a.desired_status == DesiredStatus::Run)
         .flat_map(|a| {
-            let group = a
-                .job
-                .as_ref()
-                .or_else(|| jobs.iter().find(|j| j.job.id == a.job_id).map(|j| &j.job))
-                .and_then(|job| job.task_groups.iter().find(|g| g.name == a.task_group));
-            group
+            group_of(a, jobs)
                 .into_iter()
                 .flat_map(|g| g.tasks.iter())
                 .filter(|t| {
@@ -124,13 +128,7 @@ fn kill_settings(
     allocs
         .iter()
         .find(|a| a.id == alloc_id)
-        .and_then(|a| {
-            let job = a
-                .job
-                .as_ref()
-                .or_else(|| jobs.iter().find(|j| j.job.id == a.job_id).map(|j| &j.job))?;
-            job.task_groups.iter().find(|g| g.name == a.task_group)
-        })
+        .and_then(|a| group_of(a, jobs))
         .and_then(|g| g.tasks.iter().find(|t| t.name == task))
         .map(|t| (t.kill_signal.number(), t.kill_timeout))
         .unwrap_or((libc::SIGINT, Duration::from_secs(5)))

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use crate::jobspec::LogConfig;
 pub use handle::{HandleState, TaskHandle};
-pub use process::keeper::client::{KeeperClient, KeeperError, KeptExit as TaskExit};
+pub use process::keeper::client::{KeeperClient, KeeperError, TaskExit};
 pub use process::{
     find_task_processes, live_groups, lookup_user, process_start_ticks, same_process_alive,
     signal_group, start_time_nanos, stop_foreign_group, stop_groups, ExitStatus, Leftover,

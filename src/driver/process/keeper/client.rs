@@ -46,7 +46,7 @@ pub enum KeeperError {
 
 /// How a task held by the keeper ended, as its runner receives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeptExit {
+pub enum TaskExit {
     Exited(Exit),
     /// The keeper died: the task died with it, its status unknown.
     KeeperDied,
@@ -59,7 +59,7 @@ pub enum KeptExit {
 
 /// A task the keeper holds, as the agent tracks it.
 pub(super) struct Watch {
-    pub(super) tx: Sender<KeptExit>,
+    pub(super) tx: Sender<TaskExit>,
     pub(super) alloc_id: String,
     pub(super) task: String,
     /// The keeper reported its exit (it is reaped; its group was killed).
@@ -83,7 +83,7 @@ pub(super) struct Conn {
 }
 
 /// A caller waiting for an answer: a start also gets the exit channel the reader made for it.
-pub(super) type Answer = (Event, Option<Receiver<KeptExit>>);
+pub(super) type Answer = (Event, Option<Receiver<TaskExit>>);
 /// A waiting caller's channel, and the allocation and task a start is for.
 pub(super) type Waiting = (Sender<Answer>, Option<(String, String)>);
 
@@ -97,7 +97,7 @@ pub(super) struct Shared {
     /// Guards: the exit channels of the tasks the keeper holds, by PID.
     pub(super) watches: Mutex<HashMap<i32, Watch>>,
     /// Guards: the tasks the keeper held when this agent first connected, until claimed.
-    pub(super) recovered: Mutex<HashMap<i32, (Held, Receiver<KeptExit>)>>,
+    pub(super) recovered: Mutex<HashMap<i32, (Held, Receiver<TaskExit>)>>,
 }
 
 pub struct KeeperClient {
@@ -116,7 +116,7 @@ pub struct KeeperClient {
 pub struct Kept {
     pub pid: i32,
     pub start_ticks: u64,
-    pub exited: Receiver<KeptExit>,
+    pub exited: Receiver<TaskExit>,
 }
 
 impl KeeperClient {
@@ -197,7 +197,7 @@ impl KeeperClient {
     /// already are forgotten: their end was either recorded with the run or belongs to a run the
     /// state file never knew.
     pub fn claim_by_name(&self, alloc_id: &str, task: &str) -> Option<Kept> {
-        let (running, exited): (Vec<(Held, Receiver<KeptExit>)>, Vec<_>) = {
+        let (running, exited): (Vec<(Held, Receiver<TaskExit>)>, Vec<_>) = {
             let mut recovered = self.shared.recovered.lock();
             let pids: Vec<i32> = recovered
                 .values()
@@ -230,7 +230,7 @@ impl KeeperClient {
     }
 
     /// A claimed task joins the watched ones (a keeper that dies reports it lost).
-    fn watch(&self, held: Held, exited: Receiver<KeptExit>) -> Kept {
+    fn watch(&self, held: Held, exited: Receiver<TaskExit>) -> Kept {
         // The recovered channel's sender lives in the watch from now on.
         let (tx, rx) = bounded(1);
         if let Ok(exit) = exited.try_recv() {
@@ -255,7 +255,7 @@ impl KeeperClient {
     /// The tasks the keeper held at connection time that `wanted` does not want: what a crashed
     /// agent left of allocations it no longer has. Taken out and watched: the caller stops them.
     pub fn unwanted(&self, wanted: impl Fn(&Held) -> bool) -> Vec<(Held, Kept)> {
-        let drained: Vec<(Held, Receiver<KeptExit>)> = {
+        let drained: Vec<(Held, Receiver<TaskExit>)> = {
             let mut recovered = self.shared.recovered.lock();
             let pids: Vec<i32> = recovered
                 .values()
@@ -536,7 +536,7 @@ impl Shared {
             for held in tasks {
                 let (tx, rx) = bounded(1);
                 if let Some(exit) = held.exit {
-                    let _ = tx.send(KeptExit::Exited(exit));
+                    let _ = tx.send(TaskExit::Exited(exit));
                 }
                 recovered.insert(held.pid, (held, rx));
             }
@@ -546,7 +546,7 @@ impl Shared {
         for held in tasks {
             if let (Some(exit), Some(w)) = (held.exit, watches.get_mut(&held.pid)) {
                 w.exited = true;
-                let _ = w.tx.try_send(KeptExit::Exited(exit));
+                let _ = w.tx.try_send(TaskExit::Exited(exit));
             }
         }
     }

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::client::{hello, write_request, Conn, KeptExit, Shared, Watch};
+use super::client::{hello, write_request, Conn, Shared, TaskExit, Watch};
 use super::{Event, Request, SOCKET_FILE};
 use crate::driver::process::{orphan, procfs};
 
@@ -56,7 +56,7 @@ impl Reader {
                 Event::Exited { pid, exit } => {
                     if let Some(w) = self.shared.watches.lock().get_mut(&pid) {
                         w.exited = true;
-                        let _ = w.tx.try_send(KeptExit::Exited(exit));
+                        let _ = w.tx.try_send(TaskExit::Exited(exit));
                     }
                 }
                 Event::Started {
@@ -149,7 +149,7 @@ impl Reader {
                 .collect();
         orphan::stop_groups(&groups, Duration::ZERO);
         for (_, w) in lost {
-            let _ = w.tx.try_send(KeptExit::KeeperDied);
+            let _ = w.tx.try_send(TaskExit::KeeperDied);
         }
         // Callers waiting for an answer get a disconnected channel.
         self.shared.pending.lock().clear();

@@ -6,7 +6,7 @@
 //! no HTTP: `scripts/check-keeper.sh` checks the binary):
 //!
 //! - [`serve`] is the keeper process itself (`nodeward-keeper`, `src/bin/nodeward-keeper.rs`): one
-//!   thread, one `poll(2)` over its socket, the agent's connection, and every task's pidfd and
+//!   thread, one `epoll(7)` set over its socket, the agent's connection, and every task's pidfd and
 //!   pipes.
 //! - [`logs`]: task log files and their rotation (the keeper writes them, the agent's API reads
 //!   them); [`procfs`]: what both read about processes from `/proc`; [`sys`]: the few system
@@ -37,6 +37,7 @@
 //!   failed.
 
 pub mod logs;
+mod poller;
 pub mod procfs;
 pub mod serve;
 pub mod sys;

@@ -7,8 +7,9 @@
 //! session (`setsid`), sends its stderr to `<data_dir>/keeper.log`, writes `keeper.pid`, raises
 //! its own open-file limit (five descriptors per task) and serves.
 //!
-//! The loop: one `poll(2)` over the listening socket, the agent's connection, a signal pipe, and
-//! each task's pidfd and output pipes, with a timeout at the next drain deadline. Every descriptor
+//! The loop: one `epoll(7)` set ([`crate::poller`]) over the listening socket, the agent's
+//! connection, a signal pipe, and each task's pidfd and output pipes, each registered once and
+//! removed before it is closed; the wait times out at the next drain deadline. Every descriptor
 //! but the listener is non-blocking; output to the agent is queued, so a slow agent never stops
 //! the keeper from draining tasks' output into their log files. One read buffer serves all tasks.
 //!
@@ -17,10 +18,11 @@
 //! open then are held by a process that left the group, which is killed, and drained
 //! [`DRAIN_AFTER_EXIT`] more at most.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::ExitStatusExt;
@@ -30,6 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::logs::Stream;
+use crate::poller::{Poller, READ, WRITE};
 use crate::sys::{signal_group, DRAIN_AFTER_EXIT};
 use crate::task::{drain_timeout, Inherit, Task};
 use crate::{Event, Exit, Request, PID_FILE, PROTOCOL_VERSION, SOCKET_FILE};
@@ -146,24 +149,29 @@ fn daemonize(dir: &Path, listener: UnixListener) -> i32 {
     }
 }
 
-/// What a `poll` slot watches.
-#[derive(Clone, Copy)]
-enum Slot {
-    Listener,
-    Conn,
-    Signals,
-    Exit(usize),
-    Out(usize),
-    Err(usize),
-}
+/// The tokens of the keeper's own descriptors in its epoll set; a task's are
+/// `id * TASK_TOKENS + EXIT | OUT | ERR`, ids counting from 1.
+const LISTENER: u64 = 0;
+const SIGNALS: u64 = 1;
+const CONN: u64 = 2;
+const TASK_TOKENS: u64 = 4;
+const EXIT: u64 = 1;
+const OUT: u64 = 2;
+const ERR: u64 = 3;
 
 struct Keeper {
     listener: UnixListener,
     conn: Option<UnixStream>,
     inbuf: Vec<u8>,
     outbuf: Vec<u8>,
-    signals: UnixStream,
-    tasks: Vec<Task>,
+    /// Whether the connection is watched for writing (while output to it is queued).
+    conn_writing: bool,
+    /// The reading end of the signal pipe, watched by the poller (a signal arrived: stop).
+    _signals: UnixStream,
+    /// By id (the token base of the task's descriptors).
+    tasks: BTreeMap<u64, Task>,
+    next_id: u64,
+    poller: Poller,
     buf: Vec<u8>,
     started: Instant,
     ever_connected: bool,
@@ -220,6 +228,9 @@ impl Keeper {
             nofile: raise_nofile(),
             oom_score_adj: protect_from_oom(),
         };
+        let poller = Poller::new()?;
+        poller.add(listener.as_raw_fd(), READ, LISTENER)?;
+        poller.add(signals.as_raw_fd(), READ, SIGNALS)?;
         let mut ready = File::from(ready);
         ready.write_all(b"1")?;
         drop(ready);
@@ -229,8 +240,11 @@ impl Keeper {
             conn: None,
             inbuf: Vec::new(),
             outbuf: Vec::new(),
-            signals,
-            tasks: Vec::new(),
+            conn_writing: false,
+            _signals: signals,
+            tasks: BTreeMap::new(),
+            next_id: 1,
+            poller,
             buf: vec![0; CHUNK],
             started: Instant::now(),
             ever_connected: false,
@@ -243,10 +257,9 @@ impl Keeper {
     }
 
     fn run(&mut self) {
-        let mut fds: Vec<libc::pollfd> = Vec::new();
-        let mut slots: Vec<Slot> = Vec::new();
+        let mut ready: Vec<(u64, u32)> = Vec::new();
         loop {
-            self.tasks.retain(|t| !t.done());
+            self.tasks.retain(|_, t| !t.done());
             if self.tasks.is_empty()
                 && self.conn.is_none()
                 && (self.ever_connected || self.started.elapsed() > FIRST_CONNECT)
@@ -257,44 +270,17 @@ impl Keeper {
                 );
                 return;
             }
-            fds.clear();
-            slots.clear();
-            let mut add = |fd: RawFd, events: i16, slot: Slot| {
-                fds.push(libc::pollfd {
-                    fd,
-                    events,
-                    revents: 0,
-                });
-                slots.push(slot);
-            };
-            add(self.listener.as_raw_fd(), libc::POLLIN, Slot::Listener);
-            add(self.signals.as_raw_fd(), libc::POLLIN, Slot::Signals);
-            if let Some(conn) = &self.conn {
-                let out = if self.outbuf.is_empty() {
-                    0
-                } else {
-                    libc::POLLOUT
-                };
-                add(conn.as_raw_fd(), libc::POLLIN | out, Slot::Conn);
-            }
+            self.watch_conn_writes();
             let now = Instant::now();
             let mut deadline: Option<Instant> = None;
-            for (i, t) in self.tasks.iter_mut().enumerate() {
+            for t in self.tasks.values_mut() {
                 if let Some(until) = t.drain_until {
                     if until <= now {
-                        drain_timeout(t);
-                    } else {
+                        drain_timeout(t, &self.poller);
+                    }
+                    if let Some(until) = t.drain_until {
                         deadline = Some(deadline.map_or(until, |d| d.min(until)));
                     }
-                }
-                if let Some(fd) = &t.pidfd {
-                    add(fd.as_raw_fd(), libc::POLLIN, Slot::Exit(i));
-                }
-                if let Some((p, _)) = &t.out {
-                    add(p.as_raw_fd(), libc::POLLIN, Slot::Out(i));
-                }
-                if let Some((p, _)) = &t.err {
-                    add(p.as_raw_fd(), libc::POLLIN, Slot::Err(i));
                 }
             }
             if !self.ever_connected && self.conn.is_none() {
@@ -318,36 +304,52 @@ impl Keeper {
                 let ms = d.saturating_duration_since(now).as_millis() + 1;
                 ms.min(i32::MAX as u128) as i32
             });
-            // SAFETY: fds is a valid array of pollfd for the duration of the call.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    eprintln!("nodeward-keeper: poll: {e}");
+            ready.clear();
+            match self.poller.wait(timeout) {
+                Ok(events) => ready.extend(events),
+                Err(e) => {
+                    eprintln!("nodeward-keeper: epoll_wait: {e}");
                     std::thread::sleep(Duration::from_millis(100));
-                }
-                continue;
-            }
-            for k in 0..fds.len() {
-                let revents = fds[k].revents;
-                if revents == 0 {
                     continue;
                 }
-                match slots[k] {
-                    Slot::Listener => self.accept(),
-                    Slot::Signals => {
+            }
+            for &(token, events) in &ready {
+                match token {
+                    LISTENER => self.accept(),
+                    SIGNALS => {
                         self.stop_all();
                         return;
                     }
-                    Slot::Conn => self.serve_conn(revents),
-                    Slot::Exit(i) => self.reaped(i),
-                    Slot::Out(i) => {
-                        self.pump(i, Stream::Stdout);
-                    }
-                    Slot::Err(i) => {
-                        self.pump(i, Stream::Stderr);
+                    CONN => self.serve_conn(events),
+                    _ => {
+                        let id = token / TASK_TOKENS;
+                        match token % TASK_TOKENS {
+                            EXIT => self.reaped(id),
+                            OUT => {
+                                self.pump(id, Stream::Stdout);
+                            }
+                            ERR => {
+                                self.pump(id, Stream::Stderr);
+                            }
+                            _ => {}
+                        }
                     }
                 }
+            }
+        }
+    }
+
+    /// Watches the agent's connection for writing while output to it is queued, and only then (a
+    /// writable socket would wake every wait).
+    fn watch_conn_writes(&mut self) {
+        let Some(conn) = &self.conn else {
+            return;
+        };
+        let want = !self.outbuf.is_empty();
+        if want != self.conn_writing {
+            let events = if want { READ | WRITE } else { READ };
+            if self.poller.modify(conn.as_raw_fd(), events, CONN).is_ok() {
+                self.conn_writing = want;
             }
         }
     }
@@ -369,23 +371,31 @@ impl Keeper {
             return;
         }
         // One agent at a time (the data directory's lock makes sure there is one): the newest.
+        self.drop_conn();
+        if let Err(e) = self.poller.add(conn.as_raw_fd(), READ, CONN) {
+            eprintln!("nodeward-keeper: cannot watch the agent's connection: {e}");
+            return;
+        }
         self.conn = Some(conn);
+        self.conn_writing = false;
         self.ever_connected = true;
         self.inbuf.clear();
         self.outbuf.clear();
     }
 
     fn drop_conn(&mut self) {
-        self.conn = None;
+        if let Some(conn) = self.conn.take() {
+            self.poller.remove(&conn);
+        }
         self.inbuf = Vec::new();
         self.outbuf = Vec::new();
     }
 
-    fn serve_conn(&mut self, revents: i16) {
-        if revents & libc::POLLOUT != 0 {
+    fn serve_conn(&mut self, events: u32) {
+        if events & WRITE != 0 {
             self.flush();
         }
-        if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) == 0 {
+        if events & !WRITE == 0 {
             return;
         }
         let Some(conn) = self.conn.as_mut() else {
@@ -459,7 +469,7 @@ impl Keeper {
                 }
                 let tasks = self
                     .tasks
-                    .iter()
+                    .values()
                     .filter(|t| !t.forgotten)
                     .map(|t| t.held.clone())
                     .collect();
@@ -477,7 +487,7 @@ impl Keeper {
                             pid: task.held.pid,
                             start_ticks: task.held.start_ticks,
                         };
-                        self.tasks.push(task);
+                        self.hold(task);
                         ev
                     }
                     Err(e) => Event::Failed {
@@ -491,7 +501,7 @@ impl Keeper {
             Request::Signal { seq, pid, signal } => {
                 let ev = match self
                     .tasks
-                    .iter()
+                    .values()
                     .find(|t| t.held.pid == pid && !t.forgotten)
                 {
                     None => Event::Failed {
@@ -516,15 +526,44 @@ impl Keeper {
                 self.send(&ev);
             }
             Request::Forget { pid } => {
-                if let Some(t) = self.tasks.iter_mut().find(|t| t.held.pid == pid) {
+                if let Some(t) = self.tasks.values_mut().find(|t| t.held.pid == pid) {
                     t.forgotten = true;
                 }
             }
         }
     }
 
-    fn reaped(&mut self, i: usize) {
-        let t = &mut self.tasks[i];
+    /// Takes a task started for the agent and watches its exit and its pipes.
+    fn hold(&mut self, task: Task) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let base = id * TASK_TOKENS;
+        let fds = [
+            (task.pidfd.as_ref().map(|f| f.as_raw_fd()), EXIT),
+            (task.out.as_ref().map(|(p, _)| p.as_raw_fd()), OUT),
+            (task.err.as_ref().map(|(p, _)| p.as_raw_fd()), ERR),
+        ];
+        for (fd, kind) in fds {
+            if let Some(fd) = fd {
+                if let Err(e) = self.poller.add(fd, READ, base + kind) {
+                    // Without a watch its end or output would never be seen: that is the
+                    // keeper's limit on descriptors (or memory), not the task's fault, but it
+                    // cannot be kept.
+                    eprintln!(
+                        "nodeward-keeper: cannot watch task {}: {e}; killing it",
+                        task.held.pid
+                    );
+                    let _ = signal_group(task.held.pid, libc::SIGKILL);
+                }
+            }
+        }
+        self.tasks.insert(id, task);
+    }
+
+    fn reaped(&mut self, id: u64) {
+        let Some(t) = self.tasks.get_mut(&id) else {
+            return;
+        };
         let Some(child) = t.child.as_mut() else {
             return;
         };
@@ -537,7 +576,9 @@ impl Keeper {
             }
         };
         t.child = None;
-        t.pidfd = None;
+        if let Some(fd) = t.pidfd.take() {
+            self.poller.remove(&fd);
+        }
         // Nothing a task started outlives it.
         let _ = signal_group(t.held.pid, libc::SIGKILL);
         let (exit_code, signal) = match (status.code(), status.signal()) {
@@ -559,8 +600,10 @@ impl Keeper {
     }
 
     /// Copies what one pipe holds (up to one buffer) into its log; answers whether it read any.
-    fn pump(&mut self, i: usize, stream: Stream) -> bool {
-        let t = &mut self.tasks[i];
+    fn pump(&mut self, id: u64, stream: Stream) -> bool {
+        let Some(t) = self.tasks.get_mut(&id) else {
+            return false;
+        };
         let slot = match stream {
             Stream::Stdout => &mut t.out,
             Stream::Stderr => &mut t.err,
@@ -570,6 +613,7 @@ impl Keeper {
         };
         match pipe.read(&mut self.buf) {
             Ok(0) => {
+                self.poller.remove(pipe);
                 *slot = None;
                 false
             }
@@ -585,6 +629,7 @@ impl Keeper {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
             Err(_) => {
+                self.poller.remove(pipe);
                 *slot = None;
                 false
             }
@@ -599,16 +644,17 @@ impl Keeper {
             self.pid,
             self.tasks.len()
         );
-        for t in &self.tasks {
+        for t in self.tasks.values() {
             if t.child.is_some() {
                 let _ = signal_group(t.held.pid, libc::SIGKILL);
             }
         }
         let deadline = Instant::now() + STOP_WAIT;
-        for i in 0..self.tasks.len() {
-            while self.tasks[i].child.is_some() && Instant::now() < deadline {
+        let ids: Vec<u64> = self.tasks.keys().copied().collect();
+        for i in ids {
+            while self.tasks[&i].child.is_some() && Instant::now() < deadline {
                 self.reaped(i);
-                if self.tasks[i].child.is_some() {
+                if self.tasks[&i].child.is_some() {
                     std::thread::sleep(Duration::from_millis(2));
                 }
             }

@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use crate::logs::{RotatingFile, Stream};
+use crate::poller::Poller;
 use crate::procfs;
 use crate::sys::{pidfd_open, signal_group, DRAIN_AFTER_EXIT};
 use crate::{Held, StartTask};
@@ -227,14 +228,15 @@ impl Exec {
 }
 
 /// A task's drain deadline passed: kill the holders of its pipes once, then give up on them.
-pub(crate) fn drain_timeout(t: &mut Task) {
+pub(crate) fn drain_timeout(t: &mut Task, poller: &Poller) {
     if t.out.is_none() && t.err.is_none() {
         t.drain_until = None;
         return;
     }
     if t.hunted {
-        t.out = None;
-        t.err = None;
+        for (pipe, _) in [t.out.take(), t.err.take()].into_iter().flatten() {
+            poller.remove(&pipe);
+        }
         t.drain_until = None;
         return;
     }

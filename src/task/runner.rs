@@ -733,7 +733,9 @@ mod tests {
             node_id: "node".to_string(),
             node_name: "node".to_string(),
         };
+        // No task directory hook here: the keeper refuses a start without a log directory.
         std::fs::create_dir_all(&ctx.task_dir).unwrap();
+        std::fs::create_dir_all(ctx.log_dir()).unwrap();
         let (_shutdown_tx, shutdown) = bounded::<Never>(0);
         let keeper = driver::KeeperClient::open(&dir, keeper_program()).unwrap();
         let deps = RunnerDeps {

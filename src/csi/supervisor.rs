@@ -291,6 +291,10 @@ impl TaskHook for CsiPluginHook {
         _task: &TaskContext,
         env: &mut BTreeMap<String, String>,
     ) -> Result<(), HookError> {
+        // Registration refuses such an id; this holds for a job recorded by an older agent too:
+        // the id is joined into the staging path, which is created and chmod'ed.
+        crate::jobspec::validate::csi_plugin_id(&self.config.id)
+            .map_err(|e| HookError(e.to_string()))?;
         for dir in [&self.socket_dir, &self.staging_dir] {
             create_private_dir(dir).map_err(|e| {
                 HookError(format!(

@@ -49,12 +49,8 @@ impl Task {
         // Opened before the task runs, so a log directory that cannot be used (a link a task put
         // in its place) is a failed start that says why, not output silently lost. No errno: the
         // agent would print it as the command's own error.
-        let logs = open_log_dir(alloc_root, &spec.log_dir).map_err(|e| {
-            io::Error::other(format!(
-                "cannot open the task's log directory {}: {e}",
-                spec.log_dir.display()
-            ))
-        })?;
+        let logs = open_log_dir(alloc_root, &spec.log_dir)
+            .map_err(|e| io::Error::other(format!("cannot open the task's log directory: {e}")))?;
         let out_dir = logs.try_clone()?;
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)

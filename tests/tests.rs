@@ -21,5 +21,6 @@ mod csi_supervisor;
 mod live_restore;
 mod misbehaving;
 mod security;
+mod task_fs;
 mod volumes;
 mod volumes_agent;

@@ -5,11 +5,19 @@
 //! the end of the newest file it waits for more (checking every [`FOLLOW_POLL`], or at once when the
 //! agent shuts down) and moves on when the task rotates to a new file; it ends when the task is dead
 //! and everything was read.
+//!
+//! The log directory is inside the allocation directory, where a task can plant links: it is
+//! opened beneath the allocation root and its files through it (`nodeward_keeper::logs`), so a
+//! link named like a log file (`t.stdout.0 -> /etc/shadow`) is not a log file and is never served,
+//! and a link in place of the log directory is an error that names it.
 
 use crossbeam_channel::{select, Receiver};
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::PathBuf;
+
+use nodeward_keeper::beneath::Dir;
+use nodeward_keeper::logs::open_log_dir;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,7 +41,10 @@ pub struct Follow {
 }
 
 pub struct LogReader {
-    dir: PathBuf,
+    /// The allocation root and the log directory below it, opened when it exists.
+    alloc_root: PathBuf,
+    log_dir: PathBuf,
+    dir: Option<Dir>,
     task: String,
     stream: Stream,
     index: Option<u64>,
@@ -42,58 +53,82 @@ pub struct LogReader {
 }
 
 impl LogReader {
+    /// Reads the logs of `task` in `log_dir`, which is beneath `alloc_root` (`<data_dir>/alloc`).
     /// `origin_end` with `offset` starts `offset` bytes before the end of everything kept;
     /// otherwise `offset` bytes after the start.
     pub fn open(
-        dir: PathBuf,
+        alloc_root: PathBuf,
+        log_dir: PathBuf,
         task: &str,
         stream: Stream,
         origin_end: bool,
         offset: u64,
         follow: Option<Follow>,
     ) -> io::Result<LogReader> {
-        let files = log_files(&dir, task, stream);
-        let sizes: Vec<u64> = files
-            .iter()
-            .map(|(_, p)| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
-            .collect();
-        let total: u64 = sizes.iter().sum();
-        let mut skip = if origin_end {
-            total.saturating_sub(offset)
-        } else {
-            offset.min(total)
-        };
         let mut reader = LogReader {
-            dir,
+            alloc_root,
+            log_dir,
+            dir: None,
             task: task.to_string(),
             stream,
             index: None,
             file: None,
             follow,
         };
-        for ((index, path), size) in files.iter().zip(&sizes) {
-            if skip >= *size && Some(index) != files.last().map(|(i, _)| i) {
-                skip -= size;
+        let Some(dir) = reader.dir()? else {
+            return Ok(reader);
+        };
+        let files = log_files(dir, task, stream);
+        let total: u64 = files.iter().map(|f| f.len).sum();
+        let mut skip = if origin_end {
+            total.saturating_sub(offset)
+        } else {
+            offset.min(total)
+        };
+        let last = files.last().map(|f| f.index);
+        let mut first = None;
+        for f in &files {
+            if skip >= f.len && Some(f.index) != last {
+                skip -= f.len;
                 continue;
             }
-            let mut f = File::open(path)?;
-            f.seek(SeekFrom::Start(skip.min(*size)))?;
-            reader.index = Some(*index);
-            reader.file = Some(f);
+            let mut file = dir.open_read(&f.name)?;
+            file.seek(SeekFrom::Start(skip.min(f.len)))?;
+            first = Some((f.index, file));
             break;
+        }
+        if let Some((index, file)) = first {
+            reader.index = Some(index);
+            reader.file = Some(file);
         }
         Ok(reader)
     }
 
+    /// The log directory, once it exists (a task that has not started yet has none).
+    fn dir(&mut self) -> io::Result<Option<&Dir>> {
+        if self.dir.is_none() {
+            match open_log_dir(&self.alloc_root, &self.log_dir) {
+                Ok(d) => self.dir = Some(d),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(self.dir.as_ref())
+    }
+
     /// Moves to the next newer file, if the task has rotated to one.
     fn advance(&mut self) -> io::Result<bool> {
-        let next = log_files(&self.dir, &self.task, self.stream)
+        let (task, stream, current) = (self.task.clone(), self.stream, self.index);
+        let Some(dir) = self.dir()? else {
+            return Ok(false);
+        };
+        let next = log_files(dir, &task, stream)
             .into_iter()
-            .find(|(i, _)| self.index.is_none_or(|cur| *i > cur));
+            .find(|f| current.is_none_or(|cur| f.index > cur));
         match next {
-            Some((i, p)) => {
-                self.file = Some(File::open(p)?);
-                self.index = Some(i);
+            Some(f) => {
+                self.file = Some(dir.open_read(&f.name)?);
+                self.index = Some(f.index);
                 Ok(true)
             }
             None => Ok(false),
@@ -183,8 +218,9 @@ fn logs(agent: &Agent, req: &Request) -> Result<Response, ApiError> {
         alive: Arc::new(move || state.lock().state != TaskStatus::Dead),
         shutdown: req.shutdown(),
     });
+    let root = allocdir::alloc_root(&agent.config.data_dir);
     let dir = allocdir::log_dir(&allocdir::alloc_dir(&agent.config.data_dir, &id));
-    let reader = LogReader::open(dir, &task, stream, origin_end, offset, follow)
+    let reader = LogReader::open(root, dir, &task, stream, origin_end, offset, follow)
         .map_err(|e| ApiError::Internal(format!("cannot read logs: {e}")))?;
     Ok(Response::Stream(Box::new(reader)))
 }

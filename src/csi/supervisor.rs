@@ -290,7 +290,11 @@ impl TaskHook for CsiPluginHook {
         &self,
         _task: &TaskContext,
         env: &mut BTreeMap<String, String>,
-    ) -> Result<(), HookError> {
+    ) -> Result<Vec<String>, HookError> {
+        // Registration refuses such an id; this holds for a job recorded by an older agent too:
+        // the id is joined into the staging path, which is created and chmod'ed.
+        crate::jobspec::validate::csi_plugin_id(&self.config.id)
+            .map_err(|e| HookError(e.to_string()))?;
         for dir in [&self.socket_dir, &self.staging_dir] {
             create_private_dir(dir).map_err(|e| {
                 HookError(format!(
@@ -325,7 +329,7 @@ impl TaskHook for CsiPluginHook {
             }
         };
         self.current.lock().socket = Some(socket);
-        Ok(())
+        Ok(Vec::new())
     }
 
     fn poststart(&self, _task: &TaskContext, run: RunHandle) {

@@ -228,21 +228,28 @@ fn validate_restart_policy(ctx: &str, policy: &RestartPolicy) -> Result<(), Jobs
 /// A job, group, task or volume name: 1–128 characters of `[A-Za-z0-9_.-]`, not `.` or `..`.
 /// `kind` names what the name is for in the message (`"task"`, `"job ID"`).
 pub fn validate_name(kind: &str, name: &str) -> Result<(), JobspecError> {
-    let reason = if name.is_empty() {
-        "must not be empty"
+    match name_problem(name) {
+        None => Ok(()),
+        Some(reason) => Err(invalid(format!("invalid {kind} name {name:?}: {reason}"))),
+    }
+}
+
+/// What makes `name` unfit to be a path component, if anything.
+fn name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("must not be empty")
     } else if name.len() > MAX_NAME_LEN {
-        "must be at most 128 characters long"
+        Some("must be at most 128 characters long")
     } else if name == "." || name == ".." {
-        "must not be \".\" or \"..\""
+        Some("must not be \".\" or \"..\"")
     } else if !name
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
     {
-        "may only contain the characters A-Z a-z 0-9 _ . -"
+        Some("may only contain the characters A-Z a-z 0-9 _ . -")
     } else {
-        return Ok(());
-    };
-    Err(invalid(format!("invalid {kind} name {name:?}: {reason}")))
+        None
+    }
 }
 
 /// The job `type` spelled in a jobspec.
@@ -266,12 +273,17 @@ pub fn restart_mode(raw: &str) -> Result<RestartMode, JobspecError> {
     }
 }
 
-/// The `csi_plugin` id; csi.md checks it before the type.
+/// The `csi_plugin` id; csi.md checks it before the type. It is a path component (the staging
+/// directory is `<data_dir>/client/csi/<type>/<id>`), so it follows the rules of names: an id such
+/// as `/etc` or `../../usr` would have the agent create and chmod a directory anywhere.
 pub fn csi_plugin_id(id: &str) -> Result<(), JobspecError> {
     if id.is_empty() {
         return Err(invalid("csi_plugin must have a non-empty id"));
     }
-    Ok(())
+    match name_problem(id) {
+        None => Ok(()),
+        Some(reason) => Err(invalid(format!("invalid csi_plugin id {id:?}: {reason}"))),
+    }
 }
 
 /// The `csi_plugin` type spelled in a jobspec.
@@ -605,6 +617,19 @@ mod tests {
             err(&with(&|c| c.id = String::new())),
             "csi_plugin must have a non-empty id"
         );
+        // Path components: the staging directory is <data_dir>/client/csi/<type>/<id>.
+        for bad in ["/etc", "../../../../usr", "a/b", "..", "."] {
+            let reason = if bad.len() <= 2 {
+                "must not be \".\" or \"..\""
+            } else {
+                "may only contain the characters A-Z a-z 0-9 _ . -"
+            };
+            assert_eq!(
+                err(&with(&|c| c.id = bad.to_string())),
+                format!("invalid csi_plugin id {bad:?}: {reason}")
+            );
+        }
+        validate_job(&with(&|c| c.id = "org.example.csi-1_a".to_string())).unwrap();
         assert_eq!(
             csi_plugin_type("storage"),
             Err(JobspecError::Invalid(

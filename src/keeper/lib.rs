@@ -9,7 +9,9 @@
 //!   thread, one `epoll(7)` set over its socket, the agent's connection, and every task's pidfd and
 //!   pipes.
 //! - [`logs`]: task log files and their rotation (the keeper writes them, the agent's API reads
-//!   them); [`procfs`]: what both read about processes from `/proc`; [`sys`]: the few system
+//!   them); [`beneath`]: paths inside an allocation directory, reached without following a link
+//!   (the keeper's log files, the agent's task directories, volume links and log reads);
+//!   [`procfs`]: what both read about processes from `/proc`; [`sys`]: the few system
 //!   calls both make (signalling a process group, `pidfd_open`).
 //! - The agent's side is `nodeward::driver::process::keeper::client`: it starts the keeper when
 //!   none runs, connects, and turns the keeper's messages into the exit channels the task runners
@@ -36,6 +38,7 @@
 //!   tasks with it (each task has the parent-death signal SIGKILL), and the agent reports them
 //!   failed.
 
+pub mod beneath;
 pub mod logs;
 mod poller;
 pub mod procfs;
@@ -55,6 +58,9 @@ pub const SOCKET_FILE: &str = "keeper.sock";
 pub const PID_FILE: &str = "keeper.pid";
 /// The keeper's own diagnostics (it has no terminal once started).
 pub const LOG_FILE: &str = "keeper.log";
+/// The allocation root, `<data_dir>/alloc`: every allocation directory is in it. Below it nothing
+/// follows a link ([`beneath`]); the keeper writes task logs only there.
+pub const ALLOC_ROOT: &str = "alloc";
 /// The keeper's file name, installed next to `nodeward`.
 pub const PROGRAM: &str = "nodeward-keeper";
 

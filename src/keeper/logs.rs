@@ -4,11 +4,19 @@
 //! A [`RotatingFile`] appends to the highest-numbered file and moves to the next index when the
 //! current one would pass the size limit; files that fall out of the window are removed. A restart
 //! of the task continues the newest file, so `alloc logs` shows one continuous stream.
+//!
+//! The log directory is inside the allocation directory, where a task (one run as root) can put
+//! links: it is opened with [`open_log_dir`] and every file in it through its [`Dir`]
+//! ([`crate::beneath`]), so neither the keeper writing nor the agent's API reading ever follows a
+//! link out. A log file is a regular file with one link; anything else under a log file's name is
+//! not listed, not served, and replaced when the keeper writes that file.
 
-use std::fs::{self, File, OpenOptions};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use crate::beneath::Dir;
 
 /// `stdout` or `stderr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,26 +34,53 @@ impl Stream {
     }
 }
 
-/// The log files of one stream of one task, oldest first, with their indices.
-pub fn log_files(dir: &Path, task: &str, stream: Stream) -> Vec<(u64, PathBuf)> {
+/// One log file of a stream: its index and name in the log directory, and its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogFile {
+    pub index: u64,
+    pub name: OsString,
+    pub len: u64,
+}
+
+/// Opens the log directory `log_dir`, which must be beneath `alloc_root` (the allocation root,
+/// `<data_dir>/alloc`, opened as the operator named it): below it, no link is followed.
+pub fn open_log_dir(alloc_root: &Path, log_dir: &Path) -> io::Result<Dir> {
+    let rel = log_dir.strip_prefix(alloc_root).map_err(|_| {
+        io::Error::other(format!(
+            "log directory {} is not inside the allocation root {}",
+            log_dir.display(),
+            alloc_root.display()
+        ))
+    })?;
+    Dir::open(alloc_root)?.open_dir(rel)
+}
+
+/// The log files of one stream of one task, oldest first. Only regular files with one link count:
+/// a link (or anything else) a task put there under a log file's name is not a log file.
+pub fn log_files(dir: &Dir, task: &str, stream: Stream) -> Vec<LogFile> {
     let prefix = format!("{task}.{}.", stream.as_str());
-    let mut files: Vec<(u64, PathBuf)> = fs::read_dir(dir)
+    let mut files: Vec<LogFile> = dir
+        .names()
+        .unwrap_or_default()
         .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let index = name.strip_prefix(&prefix)?.parse::<u64>().ok()?;
-            Some((index, e.path()))
+        .filter_map(|name| {
+            let index = name.to_str()?.strip_prefix(&prefix)?.parse::<u64>().ok()?;
+            let entry = dir.entry(&name).ok().filter(|e| e.is_plain_file())?;
+            Some(LogFile {
+                index,
+                name,
+                len: entry.len,
+            })
         })
         .collect();
-    files.sort();
+    files.sort_by_key(|f| f.index);
     files
 }
 
 pub struct RotatingFile {
-    dir: PathBuf,
-    prefix: String,
+    dir: Dir,
+    task: String,
+    stream: Stream,
     max_size: u64,
     max_files: u64,
     index: u64,
@@ -54,21 +89,22 @@ pub struct RotatingFile {
 }
 
 impl RotatingFile {
+    /// Writes the files of `task`'s `stream` in `dir` (from [`open_log_dir`]).
     pub fn open(
-        dir: &Path,
+        dir: Dir,
         task: &str,
         stream: Stream,
         max_files: u32,
         max_file_size_mb: u32,
     ) -> RotatingFile {
-        let existing = log_files(dir, task, stream);
-        let (index, size) = existing
+        let (index, size) = log_files(&dir, task, stream)
             .last()
-            .map(|(i, p)| (*i, fs::metadata(p).map(|m| m.len()).unwrap_or(0)))
+            .map(|f| (f.index, f.len))
             .unwrap_or((0, 0));
         RotatingFile {
-            dir: dir.to_path_buf(),
-            prefix: format!("{task}.{}.", stream.as_str()),
+            dir,
+            task: task.to_string(),
+            stream,
             max_size: u64::from(max_file_size_mb.max(1)) * 1024 * 1024,
             max_files: u64::from(max_files.max(1)),
             index,
@@ -77,17 +113,23 @@ impl RotatingFile {
         }
     }
 
-    fn path(&self, index: u64) -> PathBuf {
-        self.dir.join(format!("{}{index}", self.prefix))
+    fn name(&self, index: u64) -> OsString {
+        OsString::from(format!("{}.{}.{index}", self.task, self.stream.as_str()))
     }
 
     fn current(&mut self) -> io::Result<&mut File> {
         if self.file.is_none() {
-            let f = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o640)
-                .open(self.path(self.index))?;
+            let name = self.name(self.index);
+            let (f, replaced) = self.dir.open_append(OsStr::new(&name), 0o640)?;
+            if let Some(r) = replaced {
+                // The keeper's stderr is its log, `<data_dir>/keeper.log`.
+                eprintln!(
+                    "nodeward-keeper: log file of task {}: {r}, and wrote a new file in its place",
+                    self.task
+                );
+                // What was there may have had a size: this file starts empty.
+                self.size = 0;
+            }
             self.file = Some(f);
         }
         Ok(self.file.as_mut().expect("just opened"))
@@ -99,27 +141,11 @@ impl RotatingFile {
         self.size = 0;
         if self.index >= self.max_files {
             let oldest_kept = self.index + 1 - self.max_files;
-            for (i, p) in log_files(&self.dir, self.prefix_task(), self.stream()) {
-                if i < oldest_kept {
-                    let _ = fs::remove_file(p);
+            for f in log_files(&self.dir, &self.task, self.stream) {
+                if f.index < oldest_kept {
+                    let _ = self.dir.remove_file(&f.name);
                 }
             }
-        }
-    }
-
-    fn prefix_task(&self) -> &str {
-        self.prefix
-            .trim_end_matches('.')
-            .rsplit_once('.')
-            .map(|(t, _)| t)
-            .unwrap_or("")
-    }
-
-    fn stream(&self) -> Stream {
-        if self.prefix.ends_with(".stderr.") {
-            Stream::Stderr
-        } else {
-            Stream::Stdout
         }
     }
 
@@ -142,31 +168,80 @@ impl RotatingFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
-    #[test]
-    fn rotates_and_keeps_max_files() {
+    fn tempdir(tag: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!(
-            "nodeward-logs-{}-{:?}",
+            "nodeward-logs-{tag}-{}-{:?}",
             std::process::id(),
             std::time::SystemTime::now()
         ));
-        fs::create_dir_all(&dir).unwrap();
-        let mut f = RotatingFile::open(&dir, "web", Stream::Stdout, 3, 1);
+        fs::create_dir_all(dir.join("a/alloc/logs")).unwrap();
+        dir
+    }
+
+    #[test]
+    fn rotates_and_keeps_max_files() {
+        let root = tempdir("rotate");
+        let logs = root.join("a/alloc/logs");
+        let dir = || open_log_dir(&root, &logs).unwrap();
+        let mut f = RotatingFile::open(dir(), "web", Stream::Stdout, 3, 1);
         let chunk = vec![b'x'; 700 * 1024];
         for _ in 0..10 {
             f.write(&chunk).unwrap();
         }
-        let files = log_files(&dir, "web", Stream::Stdout);
-        let indices: Vec<u64> = files.iter().map(|(i, _)| *i).collect();
+        let files = log_files(&dir(), "web", Stream::Stdout);
+        let indices: Vec<u64> = files.iter().map(|f| f.index).collect();
         // 7000 KiB over 1 MiB files is 7 files (0..=6); the newest 3 stay.
         assert_eq!(indices, vec![4, 5, 6]);
-        for (i, p) in &files[..2] {
-            assert_eq!(fs::metadata(p).unwrap().len(), 1024 * 1024, "file {i}");
+        for f in &files[..2] {
+            let len = fs::metadata(logs.join(&f.name)).unwrap().len();
+            assert_eq!((f.len, len), (1024 * 1024, 1024 * 1024), "file {}", f.index);
         }
         // A new writer (a restarted task) continues the newest file.
-        let mut again = RotatingFile::open(&dir, "web", Stream::Stdout, 3, 1);
+        let mut again = RotatingFile::open(dir(), "web", Stream::Stdout, 3, 1);
         again.write(b"more").unwrap();
-        assert_eq!(log_files(&dir, "web", Stream::Stdout).last().unwrap().0, 6);
-        assert!(log_files(&dir, "web", Stream::Stderr).is_empty());
+        assert_eq!(
+            log_files(&dir(), "web", Stream::Stdout)
+                .last()
+                .unwrap()
+                .index,
+            6
+        );
+        assert!(log_files(&dir(), "web", Stream::Stderr).is_empty());
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    /// A task (run as root) that links the next log file, or the log directory, somewhere else
+    /// must not make the keeper write there.
+    #[test]
+    fn links_in_the_log_directory_are_never_followed() {
+        let root = tempdir("links");
+        let logs = root.join("a/alloc/logs");
+        let outside = root.join("outside");
+        fs::write(&outside, "keep").unwrap();
+        std::os::unix::fs::symlink(&outside, logs.join("web.stdout.1")).unwrap();
+        let dir = open_log_dir(&root, &logs).unwrap();
+        // Not a log file: not listed (so not served, not counted).
+        assert!(log_files(&dir, "web", Stream::Stdout).is_empty());
+        let mut f = RotatingFile::open(dir, "web", Stream::Stdout, 3, 1);
+        f.write(&vec![b'x'; 1024 * 1024 + 5]).unwrap();
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "keep");
+        assert_eq!(fs::metadata(logs.join("web.stdout.1")).unwrap().len(), 5);
+        assert!(!fs::symlink_metadata(logs.join("web.stdout.1"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        // The log directory itself replaced by a link: refused, with the reason.
+        fs::rename(&logs, root.join("a/alloc/old")).unwrap();
+        std::os::unix::fs::symlink(root.join("a/alloc/old"), &logs).unwrap();
+        let e = open_log_dir(&root, &logs).unwrap_err().to_string();
+        assert!(e.contains("logs is a symbolic link"), "{e}");
+        let e = open_log_dir(&root.join("a/alloc"), Path::new("/etc")).unwrap_err();
+        assert!(
+            e.to_string().contains("is not inside the allocation root"),
+            "{e}"
+        );
+        let _ = fs::remove_dir_all(&root);
     }
 }

@@ -182,6 +182,8 @@ struct Keeper {
     /// The socket's path and inode: a keeper whose socket is gone (its data directory removed, or
     /// another keeper bound in its place) can never be reached by an agent again.
     socket: (PathBuf, u64),
+    /// `<data_dir>/alloc`: task log directories must be beneath it.
+    alloc_root: PathBuf,
 }
 
 impl Keeper {
@@ -253,6 +255,7 @@ impl Keeper {
             uid: unsafe { libc::geteuid() },
             pid,
             socket: (sock, socket_ino),
+            alloc_root: dir.join(crate::ALLOC_ROOT),
         })
     }
 
@@ -480,7 +483,7 @@ impl Keeper {
                 });
             }
             Request::Start { seq, spec } => {
-                let ev = match Task::spawn(&spec, self.inherit) {
+                let ev = match Task::spawn(&spec, self.inherit, &self.alloc_root) {
                     Ok(task) => {
                         let ev = Event::Started {
                             seq,

@@ -7,10 +7,11 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
-use crate::logs::{RotatingFile, Stream};
+use crate::logs::{open_log_dir, RotatingFile, Stream};
 use crate::poller::Poller;
 use crate::procfs;
 use crate::sys::{pidfd_open, signal_group, DRAIN_AFTER_EXIT};
@@ -39,12 +40,19 @@ impl Task {
 
 impl Task {
     /// Starts a task: its own process group, its credentials, the parent-death signal, its pipes.
-    pub(crate) fn spawn(spec: &StartTask, inherit: Inherit) -> io::Result<Task> {
+    /// `alloc_root` is `<data_dir>/alloc`: the log directory must be beneath it.
+    pub(crate) fn spawn(spec: &StartTask, inherit: Inherit, alloc_root: &Path) -> io::Result<Task> {
         let Inherit {
             keeper,
             nofile,
             oom_score_adj,
         } = inherit;
+        // Opened before the task runs, so a log directory that cannot be used (a link a task put
+        // in its place) is a failed start that says why, not output silently lost. No errno: the
+        // agent would print it as the command's own error.
+        let logs = open_log_dir(alloc_root, &spec.log_dir)
+            .map_err(|e| io::Error::other(format!("cannot open the task's log directory: {e}")))?;
+        let out_dir = logs.try_clone()?;
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
             .env_clear()
@@ -112,9 +120,9 @@ impl Task {
             }
         };
         let start_ticks = procfs::process_start_ticks(pid).unwrap_or(0);
-        let log = |stream| {
+        let log = |dir, stream| {
             RotatingFile::open(
-                &spec.log_dir,
+                dir,
                 &spec.log_name,
                 stream,
                 spec.max_files,
@@ -124,12 +132,12 @@ impl Task {
         let out = child.stdout.take().map(|s| {
             let f = File::from(OwnedFd::from(s));
             set_nonblocking(&f);
-            (f, log(Stream::Stdout))
+            (f, log(out_dir, Stream::Stdout))
         });
         let err = child.stderr.take().map(|s| {
             let f = File::from(OwnedFd::from(s));
             set_nonblocking(&f);
-            (f, log(Stream::Stderr))
+            (f, log(logs, Stream::Stderr))
         });
         let inodes = [&out, &err]
             .into_iter()

@@ -61,6 +61,13 @@ impl TaskEvent {
         e.detail("message", "Building Task Directory")
     }
 
+    /// A `Task Setup` event for what a prestart hook had to repair (`note` says what).
+    pub fn task_setup_note(time: i64, note: &str) -> TaskEvent {
+        let mut e = TaskEvent::new(TASK_SETUP, time, note.to_string());
+        e.message = note.to_string();
+        e.detail("message", note)
+    }
+
     pub fn started(time: i64) -> TaskEvent {
         TaskEvent::new(STARTED, time, "Task started by client".into())
     }

@@ -11,7 +11,9 @@
 //!
 //! Guarantees a hook can rely on:
 //! - `prestart` runs before every start, on the runner thread; it may add environment variables.
-//!   An error is a `Setup Failure` event and the task fails without running.
+//!   It answers notes on what it had to repair (a link a task put where nodeward keeps a directory
+//!   of its own), each a `Task Setup` event. An error is a `Setup Failure` event and the task
+//!   fails without running.
 //! - `poststart` runs after every successful start with a [`RunHandle`] for that run. Long work
 //!   (the CSI supervisor) goes on a thread of the hook's own; it must end when
 //!   [`RunHandle::done`] or [`RunHandle::shutdown`] disconnects.
@@ -74,13 +76,14 @@ pub struct HookError(pub String);
 pub trait TaskHook: Send + Sync {
     fn name(&self) -> &'static str;
 
-    /// Before every start. May add to the task's environment.
+    /// Before every start. May add to the task's environment; answers what it repaired, for the
+    /// task's events.
     fn prestart(
         &self,
         _task: &TaskContext,
         _env: &mut BTreeMap<String, String>,
-    ) -> Result<(), HookError> {
-        Ok(())
+    ) -> Result<Vec<String>, HookError> {
+        Ok(Vec::new())
     }
 
     /// After every successful start.

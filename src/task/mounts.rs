@@ -3,15 +3,25 @@
 //! `raw_exec` has no filesystem isolation, so a mount is a symlink `<task dir>/<destination>` to the
 //! volume's host path, plus `NOMAD_VOLUME_<NAME>` (the host path) in the environment. A volume that
 //! vanished between scheduling and start is a `Setup Failure`.
+//!
+//! The task owns its task directory, so the directories on the way to a destination, and the
+//! destination itself, may be links it planted: they are reached from the allocation root
+//! without following a link ([`nodeward_keeper::beneath`]). A link where a directory of the path
+//! belongs is removed and the directory made again (reported as a `Task Setup` event); a link at
+//! the destination is the previous run's volume link and is replaced; anything else there is the
+//! task's own file and an error.
 
 use std::collections::BTreeMap;
-use std::fs;
+use std::ffi::OsStr;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
+
+use nodeward_keeper::beneath::Kind;
 
 use crossbeam_channel::Receiver;
 
 use crate::task::hooks::{HookError, TaskContext, TaskHook};
+use crate::task::taskdir::open_alloc_root;
 
 /// A host volume as allocations see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,12 +63,60 @@ pub fn volume_env_name(label: &str) -> String {
     s
 }
 
-fn inside(base: &Path, rel: &str) -> Option<PathBuf> {
+/// `rel` as plain names (a `.` dropped), or `None` when it would leave the directory it is in.
+fn inside(rel: &str) -> Option<PathBuf> {
     let rel = Path::new(rel);
-    if rel.is_absolute() || rel.components().any(|c| !matches!(c, Component::Normal(_))) {
-        return None;
+    let mut out = PathBuf::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            _ => return None,
+        }
     }
-    Some(base.join(rel))
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
+/// Makes `<task dir>/<rel>` a link to `target`; answers what had to be replaced on the way.
+fn link_volume(
+    task: &TaskContext,
+    source: &str,
+    rel: &Path,
+    target: &Path,
+) -> Result<Vec<String>, HookError> {
+    let shown = task.task_dir.join(rel);
+    let fail = |e: std::io::Error| {
+        HookError(format!(
+            "cannot link volume {source:?} at {}: {e}",
+            shown.display()
+        ))
+    };
+    let root = open_alloc_root(&task.alloc_dir)?;
+    let task_rel = task.task_dir.strip_prefix(root.path()).map_err(|_| {
+        fail(std::io::Error::other(
+            "the task directory is outside its allocation root",
+        ))
+    })?;
+    let task_dir = root.open_dir(task_rel).map_err(fail)?;
+    let name = rel.file_name().unwrap_or(OsStr::new(""));
+    let parent_rel = rel.parent().unwrap_or(Path::new(""));
+    let (parent, replaced) = task_dir.make_dirs(parent_rel, 0o755).map_err(fail)?;
+    match parent.entry(name) {
+        Ok(e) if e.kind == Kind::Symlink => parent.remove_file(name).map_err(fail)?,
+        Ok(_) => {
+            return Err(HookError(format!(
+                "volume_mount destination {} exists and is not a volume link",
+                shown.display()
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(e)),
+    }
+    parent.symlink(target, name).map_err(fail)?;
+    Ok(replaced
+        .into_iter()
+        .map(|r| format!("{r}, and made the directory again for a volume_mount"))
+        .collect())
 }
 
 impl TaskHook for VolumeMountHook {
@@ -70,7 +128,8 @@ impl TaskHook for VolumeMountHook {
         &self,
         task: &TaskContext,
         env: &mut BTreeMap<String, String>,
-    ) -> Result<(), HookError> {
+    ) -> Result<Vec<String>, HookError> {
+        let mut notes = Vec::new();
         let group = task
             .job
             .task_groups
@@ -88,42 +147,20 @@ impl TaskHook for VolumeMountHook {
                 .volumes
                 .lookup(&request.source)
                 .ok_or_else(|| HookError(format!("missing host volume {:?}", request.source)))?;
-            let link = inside(&task.task_dir, &mount.destination).ok_or_else(|| {
+            let rel = inside(&mount.destination).ok_or_else(|| {
                 HookError(format!(
                     "volume_mount destination {:?} must be a relative path inside the task directory",
                     mount.destination
                 ))
             })?;
-            if let Some(parent) = link.parent() {
-                fs::create_dir_all(parent)
-                    .map_err(|e| HookError(format!("cannot create {}: {e}", parent.display())))?;
-            }
-            match fs::symlink_metadata(&link) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    let _ = fs::remove_file(&link);
-                }
-                Ok(_) => {
-                    return Err(HookError(format!(
-                        "volume_mount destination {} exists and is not a volume link",
-                        link.display()
-                    )))
-                }
-                Err(_) => {}
-            }
-            std::os::unix::fs::symlink(&volume.path, &link).map_err(|e| {
-                HookError(format!(
-                    "cannot link volume {:?} at {}: {e}",
-                    request.source,
-                    link.display()
-                ))
-            })?;
+            notes.extend(link_volume(task, &request.source, &rel, &volume.path)?);
             env.insert(
                 volume_env_name(&mount.volume),
                 volume.path.display().to_string(),
             );
             self.volumes.claim(&request.source, &task.alloc_id);
         }
-        Ok(())
+        Ok(notes)
     }
 }
 
@@ -139,14 +176,12 @@ mod tests {
 
     #[test]
     fn destinations_stay_inside() {
-        let base = Path::new("/t");
-        assert_eq!(inside(base, "data"), Some(PathBuf::from("/t/data")));
-        assert_eq!(
-            inside(base, "local/data"),
-            Some(PathBuf::from("/t/local/data"))
-        );
-        assert_eq!(inside(base, "../x"), None);
-        assert_eq!(inside(base, "/etc"), None);
-        assert_eq!(inside(base, "a/../../b"), None);
+        assert_eq!(inside("data"), Some(PathBuf::from("data")));
+        assert_eq!(inside("local/data"), Some(PathBuf::from("local/data")));
+        assert_eq!(inside("./a/b/"), Some(PathBuf::from("a/b")));
+        assert_eq!(inside("../x"), None);
+        assert_eq!(inside("/etc"), None);
+        assert_eq!(inside("a/../../b"), None);
+        assert_eq!(inside("."), None);
     }
 }

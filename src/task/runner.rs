@@ -323,15 +323,15 @@ impl TaskRunner {
         let agent_env: BTreeMap<String, String> = std::env::vars().collect();
         let mut env = crate::task::env::base_env(&self.ctx, &agent_env);
         for hook in &self.hooks {
-            if let Err(e) = hook.prestart(&self.ctx, &mut env) {
-                log::warn!(
-                    "task {} of alloc {}: {} hook failed: {e}",
-                    self.ctx.task.name,
-                    self.ctx.alloc_id,
-                    hook.name()
-                );
+            let (task, alloc, name) = (&self.ctx.task.name, &self.ctx.alloc_id, hook.name());
+            let notes = hook.prestart(&self.ctx, &mut env).map_err(|e| {
+                log::warn!("task {task} of alloc {alloc}: {name} hook failed: {e}");
                 self.emit(TaskEvent::setup_failure(now_nanos(), &e.0, true));
-                return Err(None);
+                None
+            })?;
+            for note in notes {
+                log::warn!("task {task} of alloc {alloc}: {name} hook: {note}");
+                self.emit(TaskEvent::task_setup_note(now_nanos(), &note));
             }
         }
         let spec = crate::task::env::start_spec(&self.ctx, env, &agent_env);
@@ -733,7 +733,9 @@ mod tests {
             node_id: "node".to_string(),
             node_name: "node".to_string(),
         };
+        // No task directory hook here: the keeper refuses a start without a log directory.
         std::fs::create_dir_all(&ctx.task_dir).unwrap();
+        std::fs::create_dir_all(ctx.log_dir()).unwrap();
         let (_shutdown_tx, shutdown) = bounded::<Never>(0);
         let keeper = driver::KeeperClient::open(&dir, keeper_program()).unwrap();
         let deps = RunnerDeps {

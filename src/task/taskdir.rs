@@ -2,34 +2,78 @@
 //!
 //! Layout (tasks.md): `<data_dir>/alloc/<alloc_id>/` with `alloc/` (shared, `NOMAD_ALLOC_DIR`),
 //! `alloc/logs/`, and one `<task>/` per task holding `local/` (`NOMAD_TASK_DIR`) and `secrets/`.
-//! `secrets/` is 0700; the rest 0755 so a task run as another `user` can use it.
+//! `secrets/` is 0700; the rest 0755 so a task run as another `user` can use it, and that user owns
+//! its task directory, `local/` and `secrets/`.
+//!
+//! A task owns those directories, so between two runs it can replace them with links. Everything
+//! here is reached from the allocation root without following a link
+//! ([`nodeward_keeper::beneath`]), modes and owners are set on the open directories, and a link
+//! found where one of these directories belongs is removed (not followed) and the directory made
+//! again: the next run gets the layout it is promised, the link's target is never touched, and
+//! the hook answers what it removed (a `Task Setup` event).
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::ffi::OsStr;
 use std::path::Path;
 
+use nodeward_keeper::beneath::{Dir, Replaced};
+
 use crate::task::hooks::{HookError, TaskContext, TaskHook};
-use crate::util::allocdir;
 
 pub struct TaskDirHook;
 
-fn make(dir: &Path, mode: u32) -> Result<(), HookError> {
-    fs::create_dir_all(dir)
-        .and_then(|_| fs::set_permissions(dir, fs::Permissions::from_mode(mode)))
-        .map_err(|e| {
-            HookError(format!(
-                "failed to build task directory {}: {e}",
-                dir.display()
-            ))
-        })
+fn failed(what: &Path, e: impl std::fmt::Display) -> HookError {
+    HookError(format!(
+        "failed to build task directory {}: {e}",
+        what.display()
+    ))
 }
 
-/// Creates the allocation's shared directories (also used before any task starts).
-pub fn build_alloc_dir(alloc_dir: &Path) -> Result<(), HookError> {
-    make(alloc_dir, 0o755)?;
-    make(&allocdir::shared_dir(alloc_dir), 0o755)?;
-    make(&allocdir::log_dir(alloc_dir), 0o755)
+/// The allocation root (`<data_dir>/alloc`, the parent of `alloc_dir`), created if missing and
+/// opened as the operator named it: the top below which no link is followed.
+pub fn open_alloc_root(alloc_dir: &Path) -> Result<Dir, HookError> {
+    let root = alloc_dir
+        .parent()
+        .ok_or_else(|| failed(alloc_dir, "an allocation directory has a parent"))?;
+    std::fs::create_dir_all(root)
+        .and_then(|_| Dir::open(root))
+        .map_err(|e| failed(root, e))
+}
+
+/// One directory of the layout, made if missing (a link in its place replaced). Answers it and
+/// whether anything was made or replaced.
+fn make(
+    parent: &Dir,
+    name: &OsStr,
+    mode: u32,
+    notes: &mut Vec<Replaced>,
+) -> Result<(Dir, bool), HookError> {
+    let made = parent
+        .make_dir(name, mode)
+        .map_err(|e| failed(&parent.path().join(name), e))?;
+    notes.extend(made.replaced);
+    if made.created {
+        // mkdir's mode went through the umask; the layout's modes are exact.
+        made.dir
+            .chmod(mode)
+            .map_err(|e| failed(made.dir.path(), e))?;
+    }
+    Ok((made.dir, made.created))
+}
+
+/// Creates the allocation's shared directories; answers the allocation directory.
+fn build_alloc_dir(
+    root: &Dir,
+    alloc_dir: &Path,
+    notes: &mut Vec<Replaced>,
+) -> Result<Dir, HookError> {
+    let id = alloc_dir
+        .file_name()
+        .ok_or_else(|| failed(alloc_dir, "no allocation ID in the path"))?;
+    let (alloc, _) = make(root, id, 0o755, notes)?;
+    let (shared, _) = make(&alloc, OsStr::new("alloc"), 0o755, notes)?;
+    make(&shared, OsStr::new("logs"), 0o755, notes)?;
+    Ok(alloc)
 }
 
 impl TaskHook for TaskDirHook {
@@ -41,37 +85,60 @@ impl TaskHook for TaskDirHook {
         &self,
         task: &TaskContext,
         _env: &mut BTreeMap<String, String>,
-    ) -> Result<(), HookError> {
-        // Restarts find the directories in place: one stat instead of eight system calls.
-        let built = [task.log_dir(), task.local_dir(), task.secrets_dir()];
-        if built.iter().all(|d| d.is_dir()) {
-            return Ok(());
+    ) -> Result<Vec<String>, HookError> {
+        let mut replaced = Vec::new();
+        let root = open_alloc_root(&task.alloc_dir)?;
+        let alloc = build_alloc_dir(&root, &task.alloc_dir, &mut replaced)?;
+        let name = task
+            .task_dir
+            .strip_prefix(&task.alloc_dir)
+            .ok()
+            .and_then(|p| p.to_str())
+            .filter(|p| !p.is_empty() && !p.contains('/'))
+            .ok_or_else(|| failed(&task.task_dir, "not a directory of its allocation"))?;
+        let (task_dir, a) = make(&alloc, OsStr::new(name), 0o755, &mut replaced)?;
+        let (local, b) = make(&task_dir, OsStr::new("local"), 0o755, &mut replaced)?;
+        let (secrets, c) = make(&task_dir, OsStr::new("secrets"), 0o700, &mut replaced)?;
+        // Restarts find the directories in place: their owners were set when they were made.
+        if a || b || c {
+            if let Some(user) = &task.task.user {
+                chown_to(user, &[&task_dir, &local, &secrets])?;
+            }
         }
-        build_alloc_dir(&task.alloc_dir)?;
-        make(&task.task_dir, 0o755)?;
-        make(&task.local_dir(), 0o755)?;
-        make(&task.secrets_dir(), 0o700)?;
-        if let Some(user) = &task.task.user {
-            chown_to(user, &task.task_dir)?;
-        }
-        Ok(())
+        Ok(replaced
+            .into_iter()
+            .map(|r| {
+                format!(
+                    "{r}, and made the directory again (a task may not replace the directories nodeward keeps for it)"
+                )
+            })
+            .collect())
     }
 }
 
-/// Gives a task run as `user` its own directories, as Nomad does.
-fn chown_to(user: &str, dir: &Path) -> Result<(), HookError> {
+/// Gives a task run as `user` its own directories, as Nomad does: on the open directories, so a
+/// link can never redirect the change. A directory owned by anyone but root (nodeward made it)
+/// or the user already is not nodeward's to give away.
+fn chown_to(user: &str, dirs: &[&Dir]) -> Result<(), HookError> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Ok(());
     }
     let (uid, gid) = crate::driver::lookup_user(user).map_err(|e| HookError(e.to_string()))?;
-    for d in [
-        dir.to_path_buf(),
-        allocdir::local_dir(dir),
-        allocdir::secrets_dir(dir),
-    ] {
-        std::os::unix::fs::chown(&d, Some(uid), Some(gid))
-            .map_err(|e| HookError(format!("failed to chown {} to {user}: {e}", d.display())))?;
+    for d in dirs {
+        let chown = |e: std::io::Error| {
+            HookError(format!(
+                "failed to chown {} to {user}: {e}",
+                d.path().display()
+            ))
+        };
+        let (owner, _, _) = d.owner_and_mode().map_err(chown)?;
+        if owner != 0 && owner != uid {
+            return Err(chown(std::io::Error::other(format!(
+                "it is owned by uid {owner}, neither root nor {user}"
+            ))));
+        }
+        d.chown(uid, gid).map_err(chown)?;
     }
     Ok(())
 }

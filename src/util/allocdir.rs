@@ -11,14 +11,16 @@
 //! ```
 //!
 //! Only paths: the task directory hook creates the directories, leftover stopping and the log API
-//! find things in them. Like Nomad's `client/allocdir`, it depends on nothing, so the allocation
+//! find things in them. Below [`alloc_root`] a task can plant links, so nothing opens these paths
+//! by name: they are walked from the allocation root with `nodeward_keeper::beneath`. Like Nomad's `client/allocdir`, it depends on nothing, so the allocation
 //! manager, the task runner and the API can all use it.
 
 use std::path::{Path, PathBuf};
 
 /// `<data_dir>/alloc`: the directories of every allocation of the agent on `data_dir`.
 pub fn alloc_root(data_dir: &Path) -> PathBuf {
-    data_dir.join("alloc")
+    // The keeper's constant: it writes task logs only beneath this directory.
+    data_dir.join(nodeward_keeper::ALLOC_ROOT)
 }
 
 /// `<data_dir>/alloc/<alloc_id>`.

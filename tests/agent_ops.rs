@@ -183,7 +183,7 @@ job "sig" {{
 fn the_readme_tour_works_from_the_cli() {
     let dir = TempDir::new("tour");
     let agent = TestAgent::start_in(dir.path(), "");
-    let port = 20_000 + fastrand::u16(0..30_000);
+    let port = free_port();
     let spec = dir.path().join("web.nomad.hcl");
     std::fs::write(
         &spec,

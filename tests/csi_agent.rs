@@ -29,7 +29,7 @@ fn plugin_that_never_becomes_healthy_is_restarted_then_given_up() {
     let busybox = which("busybox").expect("busybox is installed by scripts/test.sh");
     let dir = TempDir::new("csi-seed");
     let agent = TestAgent::start_in(dir.path(), "");
-    let port = 20_000 + fastrand::u16(0..30_000);
+    let port = free_port();
     let job = agent.run_hcl(&format!(
         r#"
 job "plugin" {{

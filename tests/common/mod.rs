@@ -358,6 +358,16 @@ pub fn alone_in_process(name: &str) -> bool {
     false
 }
 
+/// A loopback TCP port that was free a moment ago, chosen by the kernel, for a task to listen on.
+/// Never a random number: a random port can be one the machine already uses (another test's
+/// agent, an outgoing connection's ephemeral port), and the task then fails to bind.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
 /// Polls `f` until it returns `Some` or `timeout` passes.
 pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;

@@ -1,4 +1,5 @@
-//! The API server over real HTTP on loopback: routing, limits, tokens, slow clients, streams, stop.
+//! The API server over real HTTP on loopback: routing, limits, tokens, slow clients, deadlines,
+//! streams, stop.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -274,10 +275,11 @@ fn slow_clients_do_not_block_other_requests() {
     });
     let addr = server.local_addr();
 
-    // Half a request head: stays with tiny_http's connection thread, never reaches the worker.
+    // Half a request head: stays with its connection's thread, never reaches the worker.
     let mut half_head = connect(addr);
     half_head.write_all(b"GET /v1/jobs HTTP/1.1\r\nHo").unwrap();
-    // A body that never completes: holds the worker until the body deadline, then 408.
+    // A body that never completes: read by its connection's thread until the body deadline, then
+    // 408; the worker never waits for it.
     let mut half_body = connect(addr);
     half_body
         .write_all(b"PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{\"Job\":")
@@ -291,7 +293,8 @@ fn slow_clients_do_not_block_other_requests() {
         (status, body.as_str()),
         (408, "timed out reading the request body")
     );
-    // The half head is dropped after the socket timeout: the server closes the connection.
+    // The half head is dropped after the socket timeout (before the head's deadline): the server
+    // closes the connection.
     let mut rest = Vec::new();
     let n = half_head.read_to_end(&mut rest).unwrap_or(0);
     assert!(
@@ -452,7 +455,7 @@ fn a_refused_request_leaves_its_keep_alive_connection_usable() {
     });
     let addr = server.local_addr();
     let mut s = connect(addr);
-    // Over 1 KiB, so tiny_http leaves the body for the worker to read.
+    // Refused before its body is read: the connection skips the body and reads the next request.
     let body = format!("{{\"Job\": \"{}\"}}", "x".repeat(5000));
     let raw = format!(
         "PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
@@ -528,4 +531,99 @@ fn a_burst_of_keep_alive_connections_is_served_while_all_stay_open() {
         std::thread::sleep(Duration::from_millis(200));
     }
     server.stop();
+}
+
+/// Sends `first`, then one byte every 100 ms (each well within the socket's 5 s timeout) until the
+/// server answers or closes; what it answered, or `None` if it was still reading after 20 s.
+fn trickle_until_cut_off(addr: SocketAddr, first: &[u8]) -> Option<String> {
+    let mut s = connect(addr);
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    s.write_all(first).unwrap();
+    let mut buf = [0u8; 1024];
+    for _ in 0..200 {
+        if s.write_all(b"a").is_err() {
+            return Some(String::new());
+        }
+        match s.read(&mut buf) {
+            Ok(n) => return Some(String::from_utf8_lossy(&buf[..n]).into_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return Some(String::new()),
+        }
+    }
+    None
+}
+
+/// Issue 11, item 6: each read had a timeout, but a client sending a byte before each ran out kept
+/// a head (or a body) open for as long as it liked. Heads and bodies have deadlines of their own.
+#[test]
+fn a_trickled_head_or_body_is_cut_off_at_its_deadline() {
+    let server = start(ServerConfig {
+        io_timeout: Duration::from_secs(5),
+        head_timeout: Duration::from_secs(1),
+        body_timeout: Duration::from_secs(1),
+        ..ServerConfig::default()
+    });
+    let addr = server.local_addr();
+    let head = trickle_until_cut_off(
+        addr,
+        b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\nX-Slow: ",
+    )
+    .expect("a trickled head is still read after 20 s");
+    assert!(
+        head.is_empty() || head.starts_with("HTTP/1.1 408"),
+        "{head:?}"
+    );
+    let body = trickle_until_cut_off(
+        addr,
+        b"PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\n",
+    )
+    .expect("a trickled body is still read after 20 s");
+    assert!(body.starts_with("HTTP/1.1 408"), "{body:?}");
+    assert!(
+        body.ends_with("timed out reading the request body"),
+        "{body:?}"
+    );
+    assert_eq!(get(addr, "/v1/jobs", "").0, 200);
+    server.stop();
+}
+
+/// A keep-alive connection that stays idle is closed at the head's deadline, without an answer
+/// (a 408 there could be read as the answer to the request the client is about to send).
+#[test]
+fn an_idle_keep_alive_connection_is_closed_without_an_answer() {
+    let server = start(ServerConfig {
+        head_timeout: Duration::from_millis(300),
+        ..ServerConfig::default()
+    });
+    let addr = server.local_addr();
+    let mut s = connect(addr);
+    s.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_answer_keep_alive(&mut s), 200);
+    let mut rest = Vec::new();
+    assert_eq!(s.read_to_end(&mut rest).unwrap(), 0, "{rest:?}");
+    server.stop();
+}
+
+/// The status of one answer with a `Content-Length`, leaving the connection open.
+fn read_answer_keep_alive(s: &mut TcpStream) -> u16 {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 1];
+    while find(&out, b"\r\n\r\n").is_none() {
+        assert_eq!(s.read(&mut buf).unwrap(), 1, "closed mid-answer");
+        out.push(buf[0]);
+    }
+    let head = String::from_utf8_lossy(&out).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap();
+    let mut body = vec![0u8; length];
+    s.read_exact(&mut body).unwrap();
+    head.split(' ').nth(1).unwrap().parse().unwrap()
 }

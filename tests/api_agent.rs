@@ -1,5 +1,5 @@
-//! The API through the real agent: slow and idle clients, running out of file descriptors, and
-//! followers of a log that went away.
+//! The API through the real agent: who may call it (`Host`, `Origin`, `Content-Type`), slow and
+//! idle clients, running out of file descriptors, and followers of a log that went away.
 //!
 //! Raw sockets where the test needs a header or a timing that an HTTP client would not send.
 
@@ -70,6 +70,157 @@ fn job(id: &str) -> String {
         "Name": "g", "Count": 1,
         "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"}}]}]}})
     .to_string()
+}
+
+/// Whether the agent has the job (its GET is not a 404).
+fn has_job(agent: &TestAgent, id: &str) -> bool {
+    agent.request("GET", &format!("/v1/job/{id}"), None).0 == 200
+}
+
+/// agent.md: a write whose Content-Type is not JSON, or from another site's page, is a 403 with or
+/// without ACLs, and changes nothing. Issue 11, item 2: `POST /v1/jobs` with `text/plain` and
+/// `Origin: http://evil.example` answered 200 and the job ran as root.
+#[test]
+fn a_write_from_another_site_is_refused_and_changes_nothing() {
+    let dir = TempDir::new("api-csrf");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let refused: [(&str, &str); 6] = [
+        (
+            "the web page of the issue",
+            "Content-Type: text/plain\r\nOrigin: http://evil.example\r\n",
+        ),
+        ("a text body", "Content-Type: text/plain;charset=UTF-8\r\n"),
+        (
+            "a form, as curl -d sends it",
+            "Content-Type: application/x-www-form-urlencoded\r\n",
+        ),
+        (
+            "a multipart form",
+            "Content-Type: multipart/form-data; boundary=x\r\n",
+        ),
+        (
+            "JSON from another origin",
+            "Content-Type: application/json\r\nOrigin: http://evil.example\r\n",
+        ),
+        (
+            "JSON from a cross-site fetch",
+            "Content-Type: application/json\r\nSec-Fetch-Site: cross-site\r\n",
+        ),
+    ];
+    for (i, (what, headers)) in refused.iter().enumerate() {
+        let id = format!("csrf{i}");
+        let (status, body) = send(&agent, "POST", "/v1/jobs", headers, &job(&id));
+        assert_eq!(status, 403, "{what}: {body}");
+        assert!(body.starts_with("Permission denied: "), "{what}: {body}");
+        assert!(!has_job(&agent, &id), "{what}: the job was registered");
+    }
+    let (_, body) = send(&agent, "POST", "/v1/jobs", refused[0].1, &job("x"));
+    assert_eq!(
+        body,
+        "Permission denied: writes from a web page of another site are refused (Origin \"http://evil.example\")"
+    );
+    let (_, body) = send(&agent, "POST", "/v1/jobs", refused[2].1, &job("x"));
+    assert_eq!(
+        body,
+        "Permission denied: a write must be sent as Content-Type: application/json, not \"application/x-www-form-urlencoded\""
+    );
+    // A write without a body from another site (stopping an allocation) is refused too.
+    let (status, _) = send(
+        &agent,
+        "DELETE",
+        "/v1/job/none",
+        "Origin: http://evil.example\r\n",
+        "",
+    );
+    assert_eq!(status, 403);
+
+    // What the CLI, curl --json and Nomad's API client (no Content-Type at all) send is accepted.
+    let own = format!("Origin: http://{}\r\n", agent.addr);
+    let accepted: [(&str, &str); 4] = [
+        ("JSON", "Content-Type: application/json\r\n"),
+        (
+            "JSON with a charset",
+            "Content-Type: application/json; charset=utf-8\r\n",
+        ),
+        ("no Content-Type", ""),
+        ("the agent's own origin", &own),
+    ];
+    for (i, (what, headers)) in accepted.iter().enumerate() {
+        let id = format!("ok{i}");
+        let (status, body) = send(&agent, "PUT", "/v1/jobs", headers, &job(&id));
+        assert_eq!(status, 200, "{what}: {body}");
+        assert!(has_job(&agent, &id), "{what}");
+    }
+    assert!(
+        !agent.log_text().contains("no ACL token is set"),
+        "a loopback agent warns about nothing"
+    );
+}
+
+/// agent.md: `Host` must be the agent's own address or a name configured for it, so that a page
+/// whose name an attacker points at 127.0.0.1 (DNS rebinding) cannot read or write.
+#[test]
+fn a_host_that_is_not_the_agent_is_refused() {
+    let dir = TempDir::new("api-host");
+    let agent = TestAgent::start_in(dir.path(), "http_allowed_hosts = [\"nodeward.internal\"]");
+    let port = agent.addr.rsplit_once(':').unwrap().1.to_string();
+    let get = |host: &str| {
+        let raw = format!("GET /v1/jobs HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        exchange(&agent, &raw).unwrap_or_else(|| panic!("Host {host}: no answer"))
+    };
+    let (status, body) = get(&format!("evil.example:{port}"));
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        body,
+        format!("Permission denied: Host \"evil.example:{port}\" is not an address or a name of this agent (add it to http_allowed_hosts)")
+    );
+    assert_eq!(get("127.0.0.1.evil.example").0, 403);
+    for ok in [
+        agent.addr.clone(),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        "test-node".to_string(),
+        format!("nodeward.internal:{port}"),
+        "NODEWARD.INTERNAL".to_string(),
+    ] {
+        let (status, body) = get(&ok);
+        assert_eq!(status, 200, "Host {ok}: {body}");
+    }
+    // A write with a foreign Host changes nothing either.
+    let raw = format!(
+        "PUT /v1/jobs HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+        job("rebound").len(),
+        job("rebound")
+    );
+    assert_eq!(exchange(&agent, &raw).unwrap().0, 403);
+    assert!(!has_job(&agent, "rebound"));
+}
+
+/// agent.md: `bind_addr` other than loopback without an ACL token is allowed, and warned about at
+/// start.
+#[test]
+fn an_open_api_without_a_token_is_warned_about() {
+    let warning = "can be reached from other machines and no ACL token is set";
+    let dir = TempDir::new("api-open");
+    let agent = TestAgent::start_in(dir.path(), "bind_addr = \"0.0.0.0\"");
+    wait_for(WAIT, "the warning", || {
+        agent.log_text().contains(warning).then_some(())
+    });
+    assert_eq!(agent.request("GET", "/v1/agent/health", None).0, 200);
+    drop(agent);
+
+    let dir = TempDir::new("api-opentok");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "a-token\n").unwrap();
+    let agent = TestAgent::start_in(
+        dir.path(),
+        &format!(
+            "bind_addr = \"0.0.0.0\"\nacl {{ token_file = \"{}\" }}",
+            token.display()
+        ),
+    );
+    assert_eq!(agent.request("GET", "/v1/agent/health", None).0, 200);
+    assert!(!agent.log_text().contains(warning), "{}", agent.log_text());
 }
 
 /// Sends `head` (a request head that declares a body), then one byte of body every 200 ms until

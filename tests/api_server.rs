@@ -122,13 +122,13 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 fn get(addr: SocketAddr, path: &str, extra: &str) -> (u16, String) {
-    let raw = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n");
+    let raw = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{extra}\r\n");
     exchange(addr, raw.as_bytes())
 }
 
 fn send(addr: SocketAddr, method: &str, path: &str, extra: &str, body: &str) -> (u16, String) {
     let raw = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n{extra}\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n{extra}\r\n{body}",
         body.len()
     );
     exchange(addr, raw.as_bytes())
@@ -186,7 +186,7 @@ fn bodies_over_the_limit_are_413_and_a_huge_declared_length_is_harmless() {
     // Declared too large: refused before reading.
     let (status, body) = exchange(
         addr,
-        b"PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n{}",
+        b"PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2097152\r\n\r\n{}",
     );
     assert_eq!(
         (status, body.as_str()),
@@ -196,7 +196,7 @@ fn bodies_over_the_limit_are_413_and_a_huge_declared_length_is_harmless() {
     // Chunked, no length: counted while reading.
     let chunk = "a".repeat(64 * 1024);
     let mut raw =
-        b"PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        b"PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..17 {
         raw.extend_from_slice(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes());
     }
@@ -207,14 +207,18 @@ fn bodies_over_the_limit_are_413_and_a_huge_declared_length_is_harmless() {
     // A terabyte declared, a few bytes sent, then the client hangs up. Unpatched tiny_http
     // allocated the declared size when dropping the request and aborted the whole process.
     let mut s = connect(addr);
-    s.write_all(b"PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000\r\n\r\n{\"a\"")
-        .unwrap();
+    s.write_all(
+        b"PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000000000\r\n\r\n{\"a\"",
+    )
+    .unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     let (status, _) = read_answer(&mut s);
     assert_eq!(status, 413);
     let mut s = connect(addr);
-    s.write_all(b"PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{\"a\"")
-        .unwrap();
+    s.write_all(
+        b"PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\n{\"a\"",
+    )
+    .unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     let (status, body) = read_answer(&mut s);
     assert_eq!(
@@ -282,7 +286,9 @@ fn slow_clients_do_not_block_other_requests() {
     // 408; the worker never waits for it.
     let mut half_body = connect(addr);
     half_body
-        .write_all(b"PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{\"Job\":")
+        .write_all(
+            b"PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5000\r\n\r\n{\"Job\":",
+        )
         .unwrap();
 
     for _ in 0..3 {
@@ -315,13 +321,13 @@ fn connections_beyond_the_bound_get_503() {
     // Wait until both are counted: a request on one of them proves it was accepted.
     let mut first = &idle[0];
     first
-        .write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     let mut buf = [0u8; 12];
     first.read_exact(&mut buf).unwrap();
     let mut second = &idle[1];
     second
-        .write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     second.read_exact(&mut buf).unwrap();
     let (status, body) = get(addr, "/v1/jobs", "");
@@ -342,7 +348,7 @@ fn streams_run_beside_the_workers_and_end_at_stop() {
     let addr = server.local_addr();
     let mut stream = connect(addr);
     stream
-        .write_all(b"GET /v1/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /v1/stream HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     let mut seen = Vec::new();
     let mut buf = [0u8; 1024];
@@ -420,7 +426,7 @@ fn answers_are_not_held_back_by_nagle() {
     let addr = server.local_addr();
     let mut client = connect(addr);
     client
-        .write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     assert_eq!(read_answer(&mut client).0, 200);
     let mine = client.local_addr().unwrap();
@@ -458,12 +464,12 @@ fn a_refused_request_leaves_its_keep_alive_connection_usable() {
     // Refused before its body is read: the connection skips the body and reads the next request.
     let body = format!("{{\"Job\": \"{}\"}}", "x".repeat(5000));
     let raw = format!(
-        "PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        "PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(raw.as_bytes()).unwrap();
     assert_eq!(read_answer(&mut s), (403, "Permission denied".into()));
-    s.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     assert_eq!(read_answer(&mut s).0, 200);
     server.stop();
@@ -514,7 +520,7 @@ fn a_burst_of_keep_alive_connections_is_served_while_all_stay_open() {
             c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         }
         for c in conns.iter_mut() {
-            c.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+            c.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n")
                 .unwrap();
         }
         let unanswered = conns

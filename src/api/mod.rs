@@ -8,7 +8,7 @@
 //! - one file per resource, each registering its routes: [`agent`] (self, health), [`node`],
 //!   [`jobs`], [`allocations`], [`logs`], [`volumes`], [`plugins`];
 //! - [`routes`]: the agent's route table, assembled from those files;
-//! - [`admission`]: who may call (upgrades, the token);
+//! - [`admission`]: who may call (`Host`, `Origin`, `Content-Type`, upgrades, the token);
 //! - [`server`]: the threads that serve a [`Router`].
 //!
 //! Imports run one way: `router` ← `ids` ← the resource files ← `routes`, and `router` ←

@@ -25,6 +25,10 @@ pub enum ApiError {
     /// 403: the token is missing or wrong. The reason never repeats the token.
     #[error("Permission denied")]
     Forbidden,
+    /// 403: the request may not come from where it comes from (another web site, a name that is
+    /// not the agent's); the reason says which.
+    #[error("Permission denied: {0}")]
+    Denied(String),
     /// 404: an unknown ID or route.
     #[error("{0}")]
     NotFound(String),
@@ -49,7 +53,7 @@ impl ApiError {
     pub fn status(&self) -> u16 {
         match self {
             ApiError::BadRequest(_) => 400,
-            ApiError::Forbidden => 403,
+            ApiError::Forbidden | ApiError::Denied(_) => 403,
             ApiError::NotFound(_) => 404,
             ApiError::MethodNotAllowed { .. } => 405,
             ApiError::RequestTimeout => 408,

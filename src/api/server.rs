@@ -2,9 +2,9 @@
 //!
 //! Protocol. tiny_http's accept thread gives each connection a thread of its own (vendored,
 //! patched: `from_listener_with_handler`), which runs [`serve`] for each of its requests in turn:
-//! it reads the head (within `head_timeout` in all), checks it (upgrade 400, route 404/405, a
-//! write while shutting down 503, the token 403, a declared body over the limit 413:
-//! [`super::admission`]), and only then reads the
+//! it reads the head (within `head_timeout` in all), checks it (upgrade 400, `Host` 403, route
+//! 404/405, a write from another site or not in JSON 403, a write while shutting down 503, the
+//! token 403, a declared body over the limit 413: [`super::admission`]), and only then reads the
 //! body (within `body_timeout` in all: 408, 413). The request then goes to the workers' queue; one
 //! of the `workers` threads runs the route's handler (a panic in it is a 500) and hands the answer
 //! back, and the connection's thread writes it. A [`Response::Stream`] (a followed log) is
@@ -63,6 +63,8 @@ pub struct ServerConfig {
     pub token: Option<String>,
     /// With a token: reads need it too.
     pub acl_reads: bool,
+    /// Names the API answers to in `Host`, besides IP addresses and `localhost`.
+    pub allowed_hosts: Vec<String>,
     /// Read and write timeout of every socket call.
     pub io_timeout: Duration,
     /// A whole request head must arrive within this.
@@ -82,6 +84,7 @@ impl Default for ServerConfig {
             workers: 4,
             token: None,
             acl_reads: false,
+            allowed_hosts: Vec::new(),
             io_timeout: Duration::from_secs(10),
             head_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
@@ -100,6 +103,7 @@ impl fmt::Debug for ServerConfig {
             .field("workers", &self.workers)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("acl_reads", &self.acl_reads)
+            .field("allowed_hosts", &self.allowed_hosts)
             .field("io_timeout", &self.io_timeout)
             .field("head_timeout", &self.head_timeout)
             .field("body_timeout", &self.body_timeout)
@@ -203,7 +207,7 @@ impl ApiServer {
         let (jobs_tx, jobs_rx) = unbounded::<Job>();
         let core = Arc::new(Core {
             router,
-            admission: Admission::new(config.token, config.acl_reads),
+            admission: Admission::new(config.token, config.acl_reads, &config.allowed_hosts),
             body_timeout: config.body_timeout,
             max_body: config.max_body,
             max_streams: config.max_streams,
@@ -340,8 +344,8 @@ fn dispatch(router: &Router, request: &mut Request) -> Result<Response, ApiError
     }
 }
 
-/// Everything before the handler, in this order: what the head allows (upgrade, route,
-/// shutdown, token, declared size), then the body.
+/// Everything before the handler, in this order: what the head allows (upgrade, host, route,
+/// origin, content type, shutdown, token, declared size), then the body.
 ///
 /// Nothing of the body is read until the head passed: a request about to be refused costs no
 /// wait for a body that may never come. The connection skips the body of a refused request
@@ -355,7 +359,10 @@ fn admit(
 ) -> Result<Request, ApiError> {
     let policy = &core.admission;
     policy.check_upgrade(rq.headers())?;
+    policy.check_host(rq.headers())?;
     core.router.check(method, path)?;
+    policy.check_origin(method, rq.headers())?;
+    policy.check_content_type(method, rq.headers())?;
     if method.is_write() && core.draining.load(Ordering::SeqCst) {
         return Err(ApiError::Unavailable("agent is shutting down".into()));
     }

@@ -120,7 +120,8 @@ grep -qF "dev mode: data in $data_dir" "$log" || fail "no 'dev mode: data in $da
 marker="4242.$$"
 job=$(jq -n --arg m "$marker" '{Job: {ID: "dev-check", Name: "dev-check", TaskGroups: [{Name: "g",
   Tasks: [{Name: "t", Driver: "raw_exec", Config: {command: "sleep", args: [$m]}}]}]}}')
-curl -sS --max-time 10 -X PUT -d "$job" "$base/v1/jobs" >/dev/null || fail "PUT /v1/jobs"
+curl -sS --max-time 10 -X PUT -H 'Content-Type: application/json' -d "$job" "$base/v1/jobs" >/dev/null \
+  || fail "PUT /v1/jobs"
 task_running() { pgrep -f "/sleep $marker\$"; }
 wait_until "the task running" "$timeout" task_running
 task=$(task_running)

@@ -40,6 +40,9 @@ pub struct AgentConfig {
     pub token: Option<String>,
     /// With a token: reads need it too.
     pub acl_reads: bool,
+    /// Names the API answers to in `Host` besides IP addresses, `localhost`, the node's name and
+    /// the host name (DNS rebinding: a page's own name pointed at this host is refused).
+    pub http_allowed_hosts: Vec<String>,
     pub host_volume_plugin_dir: PathBuf,
     pub host_volumes_dir: PathBuf,
     pub csi_probe_interval: Duration,
@@ -64,6 +67,7 @@ struct RawConfig {
     bind_addr: Option<String>,
     ports: Option<RawPorts>,
     log_level: Option<String>,
+    http_allowed_hosts: Option<Vec<String>>,
     acl: Option<RawAcl>,
     client: Option<RawClient>,
 }
@@ -106,7 +110,14 @@ impl RawConfig {
         macro_rules! take {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
         }
-        take!(data_dir, name, node_pool, bind_addr, log_level);
+        take!(
+            data_dir,
+            name,
+            node_pool,
+            bind_addr,
+            log_level,
+            http_allowed_hosts
+        );
         if let Some(p) = other.ports {
             self.ports.get_or_insert_with(Default::default).http =
                 p.http.or(self.ports.as_ref().and_then(|x| x.http));
@@ -199,7 +210,8 @@ pub fn load(paths: &[PathBuf], dev: bool) -> Result<AgentConfig, ConfigError> {
     Ok(config)
 }
 
-fn host_name() -> String {
+/// The machine's host name (`localhost` when it has none).
+pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok()
@@ -259,6 +271,14 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         }
         _ => (None, false),
     };
+    let http_allowed_hosts = raw.http_allowed_hosts.unwrap_or_default();
+    for h in &http_allowed_hosts {
+        if !is_host_name(h) {
+            return Err(ConfigError::Invalid(format!(
+                "http_allowed_hosts: {h:?} is not a host name (write the name alone, without a scheme or a port)"
+            )));
+        }
+    }
     let client = raw.client.unwrap_or_default();
     let csi_probe_interval = match &client.csi_probe_interval {
         Some(s) => duration::parse(s)
@@ -304,6 +324,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         log_level,
         token,
         acl_reads,
+        http_allowed_hosts,
         csi_probe_interval,
         host_volumes,
         dev,
@@ -311,6 +332,20 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         stop_tasks_on_shutdown: dev || client.stop_tasks_on_shutdown.unwrap_or(false),
         sources: Vec::new(),
     })
+}
+
+/// A DNS name: dot-separated labels of letters, digits and dashes (a trailing dot allowed).
+fn is_host_name(s: &str) -> bool {
+    let s = s.strip_suffix('.').unwrap_or(s);
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
 }
 
 #[cfg(test)]
@@ -376,5 +411,23 @@ client {
         );
         let bad = write("bad2.hcl", "log_level = \"loud\"\n");
         assert!(load(&[bad], false).is_err());
+    }
+
+    #[test]
+    fn allowed_hosts_are_host_names() {
+        let p = write(
+            "hosts.hcl",
+            "http_allowed_hosts = [\"node-1.example.com\", \"nodeward.\"]\n",
+        );
+        let c = load(&[p], false).unwrap();
+        assert_eq!(c.http_allowed_hosts, ["node-1.example.com", "nodeward."]);
+        for bad in ["http://node-1", "node-1:4656", "", "a b", "a..b"] {
+            let p = write("bad.hcl", &format!("http_allowed_hosts = [{bad:?}]\n"));
+            let err = load(&[p], false).unwrap_err().to_string();
+            assert!(
+                err.contains("http_allowed_hosts") && err.contains("is not a host name"),
+                "{bad}: {err}"
+            );
+        }
     }
 }

@@ -11,6 +11,9 @@
 //!   before it returns.
 //!
 //! Shutdown order: stop taking API writes, [`Agent::shutdown`], stop the API, exit 0.
+//!
+//! At start [`run`] raises the soft limit on open files to the hard one, before anything opens a
+//! file or starts the keeper (which inherits it).
 
 use crossbeam_channel::bounded;
 
@@ -71,10 +74,45 @@ pub fn tune_allocator() {
     }
 }
 
+/// Raises the soft limit on open files to the hard limit. Every task holds several descriptors in
+/// the agent and the keeper (pipes, a pidfd, its log files), and every API connection one: the
+/// usual soft limit of 1024 ran out at a few hundred tasks, and the API stopped accepting
+/// connections. The hard limit is the operator's (systemd: `LimitNOFILE=` in the unit); the keeper
+/// and the tasks inherit the raised limit, as under Nomad.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        let e = std::io::Error::last_os_error();
+        log::warn!("cannot read the open files limit: {e}");
+        return;
+    }
+    if lim.rlim_cur >= lim.rlim_max {
+        log::debug!("open files limit: {}", lim.rlim_cur);
+        return;
+    }
+    let soft = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: setrlimit reads one rlimit we own.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        let e = std::io::Error::last_os_error();
+        log::warn!(
+            "cannot raise the open files limit from {soft} to {}: {e}",
+            lim.rlim_max
+        );
+        return;
+    }
+    log::debug!("open files limit raised from {soft} to {}", lim.rlim_max);
+}
+
 /// Runs the agent until SIGINT or SIGTERM. Returns once the shutdown is complete.
 pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     init_logging(&config.log_level);
+    raise_open_files_limit();
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
         .map_err(|e| AgentError::Start(format!("cannot install signal handlers: {e}")))?;
     let (sig_tx, sig_rx) = bounded::<i32>(16);

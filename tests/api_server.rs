@@ -1,4 +1,5 @@
-//! The API server over real HTTP on loopback: routing, limits, tokens, slow clients, streams, stop.
+//! The API server over real HTTP on loopback: routing, limits, tokens, slow clients, deadlines,
+//! streams, stop.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -121,13 +122,13 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 fn get(addr: SocketAddr, path: &str, extra: &str) -> (u16, String) {
-    let raw = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n");
+    let raw = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{extra}\r\n");
     exchange(addr, raw.as_bytes())
 }
 
 fn send(addr: SocketAddr, method: &str, path: &str, extra: &str, body: &str) -> (u16, String) {
     let raw = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n{extra}\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n{extra}\r\n{body}",
         body.len()
     );
     exchange(addr, raw.as_bytes())
@@ -185,7 +186,7 @@ fn bodies_over_the_limit_are_413_and_a_huge_declared_length_is_harmless() {
     // Declared too large: refused before reading.
     let (status, body) = exchange(
         addr,
-        b"PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n{}",
+        b"PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2097152\r\n\r\n{}",
     );
     assert_eq!(
         (status, body.as_str()),
@@ -195,7 +196,7 @@ fn bodies_over_the_limit_are_413_and_a_huge_declared_length_is_harmless() {
     // Chunked, no length: counted while reading.
     let chunk = "a".repeat(64 * 1024);
     let mut raw =
-        b"PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        b"PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..17 {
         raw.extend_from_slice(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes());
     }
@@ -206,14 +207,18 @@ fn bodies_over_the_limit_are_413_and_a_huge_declared_length_is_harmless() {
     // A terabyte declared, a few bytes sent, then the client hangs up. Unpatched tiny_http
     // allocated the declared size when dropping the request and aborted the whole process.
     let mut s = connect(addr);
-    s.write_all(b"PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000000\r\n\r\n{\"a\"")
-        .unwrap();
+    s.write_all(
+        b"PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000000000\r\n\r\n{\"a\"",
+    )
+    .unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     let (status, _) = read_answer(&mut s);
     assert_eq!(status, 413);
     let mut s = connect(addr);
-    s.write_all(b"PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{\"a\"")
-        .unwrap();
+    s.write_all(
+        b"PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\n{\"a\"",
+    )
+    .unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     let (status, body) = read_answer(&mut s);
     assert_eq!(
@@ -274,13 +279,16 @@ fn slow_clients_do_not_block_other_requests() {
     });
     let addr = server.local_addr();
 
-    // Half a request head: stays with tiny_http's connection thread, never reaches the worker.
+    // Half a request head: stays with its connection's thread, never reaches the worker.
     let mut half_head = connect(addr);
     half_head.write_all(b"GET /v1/jobs HTTP/1.1\r\nHo").unwrap();
-    // A body that never completes: holds the worker until the body deadline, then 408.
+    // A body that never completes: read by its connection's thread until the body deadline, then
+    // 408; the worker never waits for it.
     let mut half_body = connect(addr);
     half_body
-        .write_all(b"PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{\"Job\":")
+        .write_all(
+            b"PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5000\r\n\r\n{\"Job\":",
+        )
         .unwrap();
 
     for _ in 0..3 {
@@ -291,7 +299,8 @@ fn slow_clients_do_not_block_other_requests() {
         (status, body.as_str()),
         (408, "timed out reading the request body")
     );
-    // The half head is dropped after the socket timeout: the server closes the connection.
+    // The half head is dropped after the socket timeout (before the head's deadline): the server
+    // closes the connection.
     let mut rest = Vec::new();
     let n = half_head.read_to_end(&mut rest).unwrap_or(0);
     assert!(
@@ -312,13 +321,13 @@ fn connections_beyond_the_bound_get_503() {
     // Wait until both are counted: a request on one of them proves it was accepted.
     let mut first = &idle[0];
     first
-        .write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     let mut buf = [0u8; 12];
     first.read_exact(&mut buf).unwrap();
     let mut second = &idle[1];
     second
-        .write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     second.read_exact(&mut buf).unwrap();
     let (status, body) = get(addr, "/v1/jobs", "");
@@ -339,7 +348,7 @@ fn streams_run_beside_the_workers_and_end_at_stop() {
     let addr = server.local_addr();
     let mut stream = connect(addr);
     stream
-        .write_all(b"GET /v1/stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /v1/stream HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     let mut seen = Vec::new();
     let mut buf = [0u8; 1024];
@@ -417,7 +426,7 @@ fn answers_are_not_held_back_by_nagle() {
     let addr = server.local_addr();
     let mut client = connect(addr);
     client
-        .write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     assert_eq!(read_answer(&mut client).0, 200);
     let mine = client.local_addr().unwrap();
@@ -452,15 +461,15 @@ fn a_refused_request_leaves_its_keep_alive_connection_usable() {
     });
     let addr = server.local_addr();
     let mut s = connect(addr);
-    // Over 1 KiB, so tiny_http leaves the body for the worker to read.
+    // Refused before its body is read: the connection skips the body and reads the next request.
     let body = format!("{{\"Job\": \"{}\"}}", "x".repeat(5000));
     let raw = format!(
-        "PUT /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        "PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(raw.as_bytes()).unwrap();
     assert_eq!(read_answer(&mut s), (403, "Permission denied".into()));
-    s.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     assert_eq!(read_answer(&mut s).0, 200);
     server.stop();
@@ -511,7 +520,7 @@ fn a_burst_of_keep_alive_connections_is_served_while_all_stay_open() {
             c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         }
         for c in conns.iter_mut() {
-            c.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n\r\n")
+            c.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n")
                 .unwrap();
         }
         let unanswered = conns
@@ -528,4 +537,99 @@ fn a_burst_of_keep_alive_connections_is_served_while_all_stay_open() {
         std::thread::sleep(Duration::from_millis(200));
     }
     server.stop();
+}
+
+/// Sends `first`, then one byte every 100 ms (each well within the socket's 5 s timeout) until the
+/// server answers or closes; what it answered, or `None` if it was still reading after 20 s.
+fn trickle_until_cut_off(addr: SocketAddr, first: &[u8]) -> Option<String> {
+    let mut s = connect(addr);
+    s.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    s.write_all(first).unwrap();
+    let mut buf = [0u8; 1024];
+    for _ in 0..200 {
+        if s.write_all(b"a").is_err() {
+            return Some(String::new());
+        }
+        match s.read(&mut buf) {
+            Ok(n) => return Some(String::from_utf8_lossy(&buf[..n]).into_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return Some(String::new()),
+        }
+    }
+    None
+}
+
+/// Issue 11, item 6: each read had a timeout, but a client sending a byte before each ran out kept
+/// a head (or a body) open for as long as it liked. Heads and bodies have deadlines of their own.
+#[test]
+fn a_trickled_head_or_body_is_cut_off_at_its_deadline() {
+    let server = start(ServerConfig {
+        io_timeout: Duration::from_secs(5),
+        head_timeout: Duration::from_secs(1),
+        body_timeout: Duration::from_secs(1),
+        ..ServerConfig::default()
+    });
+    let addr = server.local_addr();
+    let head = trickle_until_cut_off(
+        addr,
+        b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\nX-Slow: ",
+    )
+    .expect("a trickled head is still read after 20 s");
+    assert!(
+        head.is_empty() || head.starts_with("HTTP/1.1 408"),
+        "{head:?}"
+    );
+    let body = trickle_until_cut_off(
+        addr,
+        b"PUT /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000\r\n\r\n",
+    )
+    .expect("a trickled body is still read after 20 s");
+    assert!(body.starts_with("HTTP/1.1 408"), "{body:?}");
+    assert!(
+        body.ends_with("timed out reading the request body"),
+        "{body:?}"
+    );
+    assert_eq!(get(addr, "/v1/jobs", "").0, 200);
+    server.stop();
+}
+
+/// A keep-alive connection that stays idle is closed at the head's deadline, without an answer
+/// (a 408 there could be read as the answer to the request the client is about to send).
+#[test]
+fn an_idle_keep_alive_connection_is_closed_without_an_answer() {
+    let server = start(ServerConfig {
+        head_timeout: Duration::from_millis(300),
+        ..ServerConfig::default()
+    });
+    let addr = server.local_addr();
+    let mut s = connect(addr);
+    s.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_answer_keep_alive(&mut s), 200);
+    let mut rest = Vec::new();
+    assert_eq!(s.read_to_end(&mut rest).unwrap(), 0, "{rest:?}");
+    server.stop();
+}
+
+/// The status of one answer with a `Content-Length`, leaving the connection open.
+fn read_answer_keep_alive(s: &mut TcpStream) -> u16 {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 1];
+    while find(&out, b"\r\n\r\n").is_none() {
+        assert_eq!(s.read(&mut buf).unwrap(), 1, "closed mid-answer");
+        out.push(buf[0]);
+    }
+    let head = String::from_utf8_lossy(&out).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap();
+    let mut body = vec![0u8; length];
+    s.read_exact(&mut body).unwrap();
+    head.split(' ').nth(1).unwrap().parse().unwrap()
 }

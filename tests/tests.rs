@@ -13,6 +13,7 @@ mod common;
 
 mod agent_ops;
 mod agent_tasks;
+mod api_agent;
 mod api_server;
 mod cli;
 mod crash_storm;

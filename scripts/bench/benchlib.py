@@ -8,7 +8,9 @@ RELEASE_BIN = os.path.join(TARGET, "release", "nodeward")
 def req(addr, method, path, body=None, timeout=300):
     """One API call; the answer as JSON (None for an empty body)."""
     data = json.dumps(body).encode() if body is not None else None
-    r = urllib.request.Request(f"http://{addr}{path}", data=data, method=method)
+    # urllib would label a body as a form, which the API refuses: writes are JSON (agent.md).
+    headers = {"Content-Type": "application/json"} if data is not None else {}
+    r = urllib.request.Request(f"http://{addr}{path}", data=data, method=method, headers=headers)
     with urllib.request.urlopen(r, timeout=timeout) as resp:
         return json.loads(resp.read() or b"null")
 

@@ -28,7 +28,9 @@ MAX_DURATION = 3600
 
 def req(addr, method, path, body=None):
     data = json.dumps(body).encode() if body is not None else None
-    r = urllib.request.Request(f"http://{addr}{path}", data=data, method=method)
+    # urllib would label a body as a form, which the API refuses: writes are JSON (agent.md).
+    headers = {"Content-Type": "application/json"} if data is not None else {}
+    r = urllib.request.Request(f"http://{addr}{path}", data=data, method=method, headers=headers)
     with urllib.request.urlopen(r, timeout=60) as resp:
         return json.loads(resp.read() or b"null")
 

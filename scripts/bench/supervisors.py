@@ -116,7 +116,8 @@ def run_nodeward(binary, tmp, n, kills, jobs=1):
                   for i in range(n)]
         for j in range(jobs):
             body = json.dumps({"Job": {"ID": f"svc{j}", "Name": f"svc{j}", "TaskGroups": groups[j::jobs]}}).encode()
-            urllib.request.urlopen(urllib.request.Request(f"http://{addr}/v1/jobs", data=body, method="PUT"), timeout=60).read()
+            urllib.request.urlopen(urllib.request.Request(f"http://{addr}/v1/jobs", data=body, method="PUT",
+                                                          headers={"Content-Type": "application/json"}), timeout=60).read()
     def owned():
         kp = keeper_pid(data)
         return [agent.pid] + ([kp] if kp else [])

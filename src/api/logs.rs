@@ -4,7 +4,9 @@
 //! [`LogReader`] walks `<task>.<type>.N` from the oldest kept file to the newest. With `follow`, at
 //! the end of the newest file it waits for more (checking every [`FOLLOW_POLL`], or at once when the
 //! agent shuts down) and moves on when the task rotates to a new file; it ends when the task is dead
-//! and everything was read.
+//! and everything was read, and with an error when the client has gone away (checked before each
+//! wait: a follower nobody reads would otherwise hold a stream slot for as long as the task is
+//! quiet).
 //!
 //! The log directory is inside the allocation directory, where a task can plant links: it is
 //! opened beneath the allocation root and its files through it (`nodeward_keeper::logs`), so a
@@ -22,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::allocations::alloc_id;
-use super::router::{ApiError, Request, Response, Router};
+use super::router::{ApiError, PeerGone, Request, Response, Router};
 use crate::agent::Agent;
 use crate::driver::logs::{log_files, Stream};
 use crate::task::events::TaskStatus;
@@ -38,6 +40,8 @@ pub type Alive = Arc<dyn Fn() -> bool + Send + Sync>;
 pub struct Follow {
     pub alive: Alive,
     pub shutdown: Receiver<Never>,
+    /// The client closed its connection: nobody reads what follows.
+    pub peer_gone: PeerGone,
 }
 
 pub struct LogReader {
@@ -163,6 +167,12 @@ impl Read for LogReader {
             if !alive {
                 return Ok(0);
             }
+            if (follow.peer_gone)() {
+                return Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "the client closed the connection",
+                ));
+            }
             select! {
                 recv(shutdown) -> _ => return Ok(0),
                 default(FOLLOW_POLL) => {}
@@ -217,6 +227,7 @@ fn logs(agent: &Agent, req: &Request) -> Result<Response, ApiError> {
     let follow = req.query_bool("follow")?.then(|| Follow {
         alive: Arc::new(move || state.lock().state != TaskStatus::Dead),
         shutdown: req.shutdown(),
+        peer_gone: req.peer_gone(),
     });
     let root = allocdir::alloc_root(&agent.config.data_dir);
     let dir = allocdir::log_dir(&allocdir::alloc_dir(&agent.config.data_dir, &id));

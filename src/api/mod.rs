@@ -8,11 +8,13 @@
 //! - one file per resource, each registering its routes: [`agent`] (self, health), [`node`],
 //!   [`jobs`], [`allocations`], [`logs`], [`volumes`], [`plugins`];
 //! - [`routes`]: the agent's route table, assembled from those files;
+//! - [`admission`]: who may call (`Host`, `Origin`, `Content-Type`, upgrades, the token);
 //! - [`server`]: the threads that serve a [`Router`].
 //!
-//! Imports run one way: `router` ← `ids` ← the resource files ← `routes`, and `router` ← `server`
-//! ← `routes`; no file imports one that imports it.
+//! Imports run one way: `router` ← `ids` ← the resource files ← `routes`, and `router` ←
+//! `admission` ← `server` ← `routes`; no file imports one that imports it.
 
+pub mod admission;
 pub mod agent;
 pub mod allocations;
 pub mod ids;
@@ -26,6 +28,6 @@ pub mod server;
 pub mod volumes;
 
 pub use ids::{resolve, IdKind};
-pub use router::{ApiError, Handler, Method, Request, Response, Router};
+pub use router::{ApiError, Handler, Method, PeerGone, Request, Response, Router};
 pub use routes::{bind, serve};
 pub use server::{ApiServer, ServerConfig, ServerError, DEFAULT_PORT, MAX_BODY};

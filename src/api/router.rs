@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read;
+use std::sync::Arc;
 
 use crate::thread::Never;
 
@@ -24,6 +25,10 @@ pub enum ApiError {
     /// 403: the token is missing or wrong. The reason never repeats the token.
     #[error("Permission denied")]
     Forbidden,
+    /// 403: the request may not come from where it comes from (another web site, a name that is
+    /// not the agent's); the reason says which.
+    #[error("Permission denied: {0}")]
+    Denied(String),
     /// 404: an unknown ID or route.
     #[error("{0}")]
     NotFound(String),
@@ -48,7 +53,7 @@ impl ApiError {
     pub fn status(&self) -> u16 {
         match self {
             ApiError::BadRequest(_) => 400,
-            ApiError::Forbidden => 403,
+            ApiError::Forbidden | ApiError::Denied(_) => 403,
             ApiError::NotFound(_) => 404,
             ApiError::MethodNotAllowed { .. } => 405,
             ApiError::RequestTimeout => 408,
@@ -107,6 +112,10 @@ impl fmt::Display for Method {
     }
 }
 
+/// Whether the client of a request has gone away (closed its connection). A stream that waits
+/// for more to send (a followed log) asks between waits, so that nobody's follower holds a slot.
+pub type PeerGone = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// One API request as a handler sees it: the body is already read and within the limit.
 pub struct Request {
     method: Method,
@@ -116,6 +125,7 @@ pub struct Request {
     body: Vec<u8>,
     token: Option<String>,
     shutdown: Receiver<Never>,
+    peer_gone: PeerGone,
 }
 
 impl Request {
@@ -132,13 +142,23 @@ impl Request {
             query,
             body,
             token,
-            // Outside a server (tests, fuzzing) nothing ever stops a request.
+            // Outside a server (tests, fuzzing) nothing ever stops a request, and no client leaves.
             shutdown: crossbeam_channel::never(),
+            peer_gone: Arc::new(|| false),
         }
     }
 
     pub(super) fn set_shutdown(&mut self, shutdown: Receiver<Never>) {
         self.shutdown = shutdown;
+    }
+
+    pub(super) fn set_peer_gone(&mut self, peer_gone: PeerGone) {
+        self.peer_gone = peer_gone;
+    }
+
+    /// Tells whether the client has closed its connection (see [`PeerGone`]).
+    pub fn peer_gone(&self) -> PeerGone {
+        self.peer_gone.clone()
     }
 
     /// Disconnects when the server stops: a [`Response::Stream`] reader that waits for more data
@@ -231,9 +251,10 @@ pub enum Response {
     Json(String),
     /// `text/plain`.
     Text(String),
-    /// A body of unknown length sent chunked as it is read, on a thread of its own so that a long
-    /// stream (`alloc logs -f`) never holds a worker. The stream ends when the reader returns EOF
-    /// or an error, or when the client stops reading.
+    /// A body of unknown length sent chunked as it is read, by the connection's own thread so that
+    /// a long stream (`alloc logs -f`) never holds a worker. The stream ends when the reader returns
+    /// EOF or an error, or when the client stops reading; a reader that waits for more asks
+    /// [`Request::peer_gone`] between waits.
     Stream(Box<dyn Read + Send>),
 }
 
@@ -347,9 +368,25 @@ impl Router {
             .any(|r| matches(&r.pattern, &segments).is_some())
     }
 
+    /// Whether a route serves `method` on `path`: the 404 or 405 [`Router::dispatch`] would
+    /// answer, known before a body is read.
+    pub fn check(&self, method: &Method, path: &str) -> Result<(), ApiError> {
+        self.find(method, path).map(|_| ())
+    }
+
     /// Finds the handler for the request, fills its path parameters and runs it.
     pub fn dispatch(&self, request: &mut Request) -> Result<Response, ApiError> {
-        let segments: Vec<&str> = split_path(&request.path).collect();
+        let (route, params) = self.find(&request.method, &request.path)?;
+        request.params = params;
+        (route.handler)(request)
+    }
+
+    fn find(
+        &self,
+        method: &Method,
+        path: &str,
+    ) -> Result<(&Route, BTreeMap<String, String>), ApiError> {
+        let segments: Vec<&str> = split_path(path).collect();
         let mut best: Option<(usize, &Route, BTreeMap<String, String>)> = None;
         let mut path_known = false;
         for route in &self.routes {
@@ -357,7 +394,7 @@ impl Router {
                 continue;
             };
             path_known = true;
-            if route.method != request.method {
+            if route.method != *method {
                 continue;
             }
             let literals = route
@@ -370,18 +407,12 @@ impl Router {
             }
         }
         match best {
-            Some((_, route, params)) => {
-                request.params = params;
-                (route.handler)(request)
-            }
+            Some((_, route, params)) => Ok((route, params)),
             None if path_known => Err(ApiError::MethodNotAllowed {
-                method: request.method.to_string(),
-                path: request.path.clone(),
+                method: method.to_string(),
+                path: path.to_string(),
             }),
-            None => Err(ApiError::NotFound(format!(
-                "no such API path: {}",
-                request.path
-            ))),
+            None => Err(ApiError::NotFound(format!("no such API path: {path}"))),
         }
     }
 }
@@ -495,6 +526,14 @@ mod tests {
         );
         assert!(r.knows_path("/v1/volume/host/x"));
         assert!(!r.knows_path("/v1/volume/x/y/z"));
+        assert!(r.check(&Method::Put, "/v1/volume/host/create").is_ok());
+        assert_eq!(
+            r.check(&Method::Post, "/v1/volume/host/abc")
+                .unwrap_err()
+                .status(),
+            405
+        );
+        assert_eq!(r.check(&Method::Get, "/v1/x").unwrap_err().status(), 404);
     }
 
     #[test]

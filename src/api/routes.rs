@@ -22,12 +22,26 @@ pub fn bind(config: &AgentConfig) -> Result<TcpListener, ServerError> {
 
 /// Starts the API server of `agent` on the listener [`bind`] returned.
 pub fn serve(agent: Arc<Agent>, listener: TcpListener) -> Result<ApiServer, ServerError> {
+    let c = &agent.config;
+    // The names `Host` may carry besides IP addresses and localhost: the node's, the machine's,
+    // and the configured ones.
+    let mut allowed_hosts = vec![c.name.clone(), crate::config::host_name()];
+    allowed_hosts.extend(c.http_allowed_hosts.iter().cloned());
     let config = ServerConfig {
-        addr: SocketAddr::new(agent.config.bind_addr, agent.config.http_port),
-        token: agent.config.token.clone(),
-        acl_reads: agent.config.acl_reads,
+        addr: SocketAddr::new(c.bind_addr, c.http_port),
+        token: c.token.clone(),
+        acl_reads: c.acl_reads,
+        allowed_hosts,
         ..ServerConfig::default()
     };
+    if !c.bind_addr.is_loopback() && c.token.is_none() {
+        log::warn!(
+            "the API on {} can be reached from other machines and no ACL token is set: anyone \
+             who can connect to it can run jobs as root; set acl {{ token_file = ... }} or \
+             bind_addr = \"127.0.0.1\"",
+            config.addr
+        );
+    }
     ApiServer::start_on(listener, config, router(agent))
 }
 

@@ -1,42 +1,50 @@
-//! The HTTP/1.1 server under the API: listening, workers, limits, tokens, streams, shutdown.
+//! The HTTP/1.1 server under the API: listening, connections, workers, limits, streams, shutdown.
 //!
-//! Protocol. tiny_http's accept thread hands each connection to a connection thread of its own,
-//! which reads request heads (and bodies up to 1 KiB) and queues requests. A fixed pool of
-//! `workers` threads pulls them from that queue; per request a worker reads the body within the
-//! size and time limits (413, 408), refuses unknown paths (404), writes while shutting down (503)
-//! and bad tokens (403), runs the route's handler (a panic in it is a 500) and writes the answer. A [`Response::Stream`] is handed to a
-//! thread of its own (at most `max_streams`), so a log that is followed for hours never holds a worker.
+//! Protocol. tiny_http's accept thread gives each connection a thread of its own (vendored,
+//! patched: `from_listener_with_handler`), which runs [`serve`] for each of its requests in turn:
+//! it reads the head (within `head_timeout` in all), checks it (upgrade 400, `Host` 403, route
+//! 404/405, a write from another site or not in JSON 403, a write while shutting down 503, the
+//! token 403, a declared body over the limit 413: [`super::admission`]), and only then reads the
+//! body (within `body_timeout` in all: 408, 413). The request then goes to the workers' queue; one
+//! of the `workers` threads runs the route's handler (a panic in it is a 500) and hands the answer
+//! back, and the connection's thread writes it. A [`Response::Stream`] (a followed log) is
+//! written by the connection's thread too, at most `max_streams` at once. So a worker only ever
+//! runs handlers: a client that is slow to send its head or body, or to read its answer, holds its
+//! own connection's thread and nothing else, and `/v1/agent/health` is answered whatever a handful
+//! of slow clients do.
 //!
 //! Stopping: [`ApiServer::stop_writes`] makes every later write a 503 `agent is shutting down`.
-//! [`ApiServer::stop`] queues one wake-up per worker behind the requests already queued (so they
-//! are answered), joins the workers, closes the shutdown channel that stream readers watch, waits a
-//! bounded time for streams to end, and closes the listener.
+//! [`ApiServer::stop`] closes the listener, closes the workers' queue (each worker ends once the
+//! requests already queued are answered; a request after that is a 503) and joins them, closes the
+//! shutdown channel that stream readers watch, and waits a bounded time for streams to end.
 //!
-//! Limits, and what they do not cover (upstream tiny_http has no timeouts or line limits of its
-//! own; vendor/tiny_http/NODEWARD-PATCHES.md lists the six patches this relies on: unread bodies
-//! not drained, socket timeouts and a connection bound, poisoned connections after a refused
-//! body, `TCP_NODELAY`, bounded request lines, and the connection pool's queueing):
-//! - every socket has a read and write timeout (`io_timeout`): a client that goes silent mid-head or
-//!   mid-body, a half-open connection, or an idle keep-alive connection is closed after it;
-//! - a body must arrive within `body_timeout` in total, so a client trickling bytes holds a worker
-//!   for at most `body_timeout + io_timeout`;
+//! Limits (upstream tiny_http has no timeouts or line limits of its own; the patches this relies
+//! on are listed in vendor/tiny_http/NODEWARD-PATCHES.md):
+//! - every socket has a read and write timeout (`io_timeout`) on each call, and deadlines on the
+//!   whole head (`head_timeout`, counted from the moment the connection waits for it, so an idle
+//!   keep-alive connection closes after it too) and on the whole body (`body_timeout`): a client
+//!   sending a byte now and then gains nothing;
 //! - at most `max_connections` connections are open; more are answered 503 and closed at once.
-//!   A client trickling its request *head* holds one connection (not a worker) for as long as it
-//!   keeps trickling; that is what the bound is for;
-//! - a response is written under the write timeout per write call; a client reading very slowly
-//!   can still hold a worker while a large answer is written.
+//!   A slow client holds one of them for at most `head_timeout` + `body_timeout` per request;
+//! - a request refused before its body was read: the connection skips the body when it arrives
+//!   (within `head_timeout`, at most `max_body` bytes) and goes on; otherwise it closes;
+//! - a stream notices a client that went away between two waits ([`Request::peer_gone`]) and ends;
+//! - accept errors (out of file descriptors, out of memory) are retried with a pause that doubles
+//!   up to a second, logged once per streak.
 
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use parking_lot::Mutex;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener};
+use std::os::unix::io::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::router::{ApiError, Method, Request, Response, Router};
+use super::admission::{request_token, Admission};
+use super::router::{ApiError, Method, PeerGone, Request, Response, Router};
 use crate::thread::{Never, Worker};
 
 /// The API port when the configuration names none.
@@ -49,14 +57,18 @@ pub const MAX_BODY: usize = 1024 * 1024;
 pub struct ServerConfig {
     /// `bind_addr:port`; port 0 picks a free port (tests).
     pub addr: SocketAddr,
-    /// Worker threads answering requests.
+    /// Worker threads running handlers.
     pub workers: usize,
     /// When set, every write (PUT/POST/DELETE) needs this token.
     pub token: Option<String>,
     /// With a token: reads need it too.
     pub acl_reads: bool,
-    /// Read and write timeout of every socket.
+    /// Names the API answers to in `Host`, besides IP addresses and `localhost`.
+    pub allowed_hosts: Vec<String>,
+    /// Read and write timeout of every socket call.
     pub io_timeout: Duration,
+    /// A whole request head must arrive within this.
+    pub head_timeout: Duration,
     /// The whole body must arrive within this.
     pub body_timeout: Duration,
     pub max_connections: usize,
@@ -72,7 +84,9 @@ impl Default for ServerConfig {
             workers: 4,
             token: None,
             acl_reads: false,
+            allowed_hosts: Vec::new(),
             io_timeout: Duration::from_secs(10),
+            head_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
             max_connections: 256,
             max_streams: 32,
@@ -89,7 +103,9 @@ impl fmt::Debug for ServerConfig {
             .field("workers", &self.workers)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("acl_reads", &self.acl_reads)
+            .field("allowed_hosts", &self.allowed_hosts)
             .field("io_timeout", &self.io_timeout)
+            .field("head_timeout", &self.head_timeout)
             .field("body_timeout", &self.body_timeout)
             .field("max_connections", &self.max_connections)
             .field("max_streams", &self.max_streams)
@@ -116,26 +132,57 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
 
 /// A running API server. Dropping it without [`ApiServer::stop`] leaves its threads running.
 pub struct ApiServer {
-    shared: Arc<Shared>,
+    /// tiny_http's accept thread; dropping it closes the listener.
+    http: Option<tiny_http::Server>,
+    core: Arc<Core>,
     workers: Vec<Worker<()>>,
     addr: SocketAddr,
 }
 
-struct Shared {
-    http: tiny_http::Server,
+/// What connection threads and workers share.
+struct Core {
     router: Router,
-    token: Option<Vec<u8>>,
-    acl_reads: bool,
+    admission: Admission,
     body_timeout: Duration,
     max_body: usize,
     max_streams: usize,
     draining: AtomicBool,
-    stopping: AtomicBool,
-    /// Streams running now; a stream thread decrements it when it ends.
+    /// Guards the sender of the workers' queue; `None` once the server stops (dropping it ends
+    /// each worker when the queue is empty). Held only for a send that cannot block (unbounded).
+    jobs: Mutex<Option<Sender<Job>>>,
+    /// Streams running now; a stream decrements it when it ends.
     streams: AtomicUsize,
     /// Guards the sender whose drop tells stream readers the agent is stopping.
     shutdown_tx: Mutex<Option<Sender<Never>>>,
     shutdown_rx: Receiver<Never>,
+}
+
+/// A request for a worker, and where its answer goes.
+struct Job {
+    request: Request,
+    reply: Sender<Result<Response, ApiError>>,
+}
+
+/// Serves each connection's requests on the connection's thread (tiny_http's handler mode).
+struct Connections(Arc<Core>);
+
+impl tiny_http::ConnectionHandler for Connections {
+    fn handle(&self, request: tiny_http::Request) {
+        serve(&self.0, request);
+    }
+
+    fn accept_failed(&self, error: &io::Error, streak: u64) {
+        if streak == 1 {
+            log::warn!(
+                "API cannot accept connections: {error}; trying again with a pause of up to 1s \
+                 (not logged again until it works)"
+            );
+        }
+    }
+
+    fn accept_recovered(&self, streak: u64) {
+        log::info!("API accepts connections again, after {streak} failed attempts");
+    }
 }
 
 impl ApiServer {
@@ -156,45 +203,52 @@ impl ApiServer {
             addr: config.addr,
             source,
         })?;
-        let limits = tiny_http::ConnectionLimits {
-            io_timeout: Some(config.io_timeout),
-            max_connections: config.max_connections,
-        };
-        let http =
-            tiny_http::Server::from_listener_with_limits(listener, None, limits).map_err(|e| {
-                ServerError::Serve {
-                    addr,
-                    reason: e.to_string(),
-                }
-            })?;
         let (shutdown_tx, shutdown_rx) = bounded(0);
-        let shared = Arc::new(Shared {
-            http,
+        let (jobs_tx, jobs_rx) = unbounded::<Job>();
+        let core = Arc::new(Core {
             router,
-            token: config.token.map(String::into_bytes),
-            acl_reads: config.acl_reads,
+            admission: Admission::new(config.token, config.acl_reads, &config.allowed_hosts),
             body_timeout: config.body_timeout,
             max_body: config.max_body,
             max_streams: config.max_streams,
             draining: AtomicBool::new(false),
-            stopping: AtomicBool::new(false),
+            jobs: Mutex::new(Some(jobs_tx)),
             streams: AtomicUsize::new(0),
             shutdown_tx: Mutex::new(Some(shutdown_tx)),
             shutdown_rx,
         });
         let mut server = ApiServer {
-            shared,
+            http: None,
+            core,
             workers: Vec::new(),
             addr,
         };
         for i in 0..config.workers.max(1) {
-            let shared = server.shared.clone();
-            match crate::thread::spawn(format!("api-worker-{i}"), move || worker(&shared)) {
+            let core = server.core.clone();
+            let jobs = jobs_rx.clone();
+            match crate::thread::spawn(format!("api-worker-{i}"), move || worker(&core, &jobs)) {
                 Ok(handle) => server.workers.push(handle),
                 Err(e) => {
                     server.stop();
                     return Err(ServerError::Spawn(e));
                 }
+            }
+        }
+        let limits = tiny_http::ConnectionLimits {
+            io_timeout: Some(config.io_timeout),
+            max_connections: config.max_connections,
+            head_timeout: Some(config.head_timeout),
+            max_skip: config.max_body as u64,
+        };
+        let handler = Arc::new(Connections(server.core.clone()));
+        match tiny_http::Server::from_listener_with_handler(listener, limits, handler) {
+            Ok(http) => server.http = Some(http),
+            Err(e) => {
+                server.stop();
+                return Err(ServerError::Serve {
+                    addr,
+                    reason: e.to_string(),
+                });
             }
         }
         log::info!("API listening on http://{addr}");
@@ -208,52 +262,66 @@ impl ApiServer {
 
     /// From now on every write is answered 503 `agent is shutting down`; reads still work.
     pub fn stop_writes(&self) {
-        self.shared.draining.store(true, Ordering::SeqCst);
+        self.core.draining.store(true, Ordering::SeqCst);
     }
 
-    /// Answers what is queued, stops and joins the workers, ends streams, closes the listener.
+    /// Closes the listener, answers what is queued, stops and joins the workers, ends streams.
     pub fn stop(mut self) {
         self.stop_writes();
-        self.shared.stopping.store(true, Ordering::SeqCst);
-        for _ in 0..self.workers.len() {
-            self.shared.http.unblock();
-        }
+        drop(self.http.take());
+        self.core.jobs.lock().take();
         for worker in self.workers.drain(..) {
             worker.join();
         }
-        self.shared.shutdown_tx.lock().take();
+        self.core.shutdown_tx.lock().take();
         // Stream readers watch the shutdown channel; one that does not is left behind rather than
         // holding up the agent's exit.
         let deadline = Instant::now() + Duration::from_secs(3);
-        while self.shared.streams.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        while self.core.streams.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
         log::info!("API on http://{} stopped", self.addr);
     }
 }
 
-fn worker(shared: &Arc<Shared>) {
-    loop {
-        match shared.http.recv() {
-            Ok(rq) => handle(shared, rq),
-            Err(_) if shared.stopping.load(Ordering::SeqCst) => return,
-            Err(e) => log::error!("API server cannot accept connections: {e}"),
-        }
+/// A worker: runs the handler of each queued request until the queue is closed and empty.
+fn worker(core: &Core, jobs: &Receiver<Job>) {
+    for Job { mut request, reply } in jobs.iter() {
+        let answer = dispatch(&core.router, &mut request);
+        // The connection's thread waits on a channel of one: this never blocks.
+        let _ = reply.send(answer);
     }
 }
 
-fn handle(shared: &Arc<Shared>, mut rq: tiny_http::Request) {
+/// One request, on its connection's thread: checks, body, a worker's answer, the answer written.
+fn serve(core: &Core, mut rq: tiny_http::Request) {
     let method = Method::parse(rq.method().as_str());
     let url = rq.url().to_string();
     let path = url.split('?').next().unwrap_or("").to_string();
-    match prepare(shared, &mut rq, &method, &url, &path) {
-        Ok(mut request) => match dispatch(&shared.router, &mut request) {
-            Ok(Response::Stream(body)) => start_stream(shared, rq, &method, &path, body),
-            Ok(response) => respond_ok(rq, &method, &path, response),
-            Err(e) => respond_error(rq, &method, &path, &e),
-        },
+    let request = match admit(core, &mut rq, &method, &url, &path) {
+        Ok(request) => request,
+        Err(e) => return respond_error(rq, &method, &path, &e),
+    };
+    match run(core, request) {
+        Ok(Response::Stream(body)) => stream_here(core, rq, &method, &path, body),
+        Ok(response) => respond_ok(rq, &method, &path, response),
         Err(e) => respond_error(rq, &method, &path, &e),
     }
+}
+
+/// Hands the request to a worker and waits for its answer.
+fn run(core: &Core, request: Request) -> Result<Response, ApiError> {
+    let stopped = || ApiError::Unavailable("agent is shutting down".into());
+    let (reply, answer) = bounded(1);
+    {
+        let jobs = core.jobs.lock();
+        let Some(jobs) = jobs.as_ref() else {
+            return Err(stopped());
+        };
+        jobs.send(Job { request, reply }).map_err(|_| stopped())?;
+    }
+    // A worker answers every job it takes, and they take every job before they end.
+    answer.recv().unwrap_or_else(|_| Err(stopped()))
 }
 
 /// Runs the handler; a panic in it is a 500 for this request, not a worker lost for all the next.
@@ -276,58 +344,56 @@ fn dispatch(router: &Router, request: &mut Request) -> Result<Response, ApiError
     }
 }
 
-/// Everything before the handler: body, route, shutdown, token.
+/// Everything before the handler, in this order: what the head allows (upgrade, host, route,
+/// origin, content type, shutdown, token, declared size), then the body.
 ///
-/// The body is read first, even for a request about to be refused: tiny_http does not drain an
-/// unread body (see vendor/tiny_http), and what was left would be read as the client's next
-/// request on the connection. Only a body over the limit, or one that never arrives, is left
-/// unread; the connection is then closed when that rest fails to parse as a request.
-fn prepare(
-    shared: &Shared,
+/// Nothing of the body is read until the head passed: a request about to be refused costs no
+/// wait for a body that may never come. The connection skips the body of a refused request
+/// (tiny_http, patched), so that a keep-alive client can go on.
+fn admit(
+    core: &Core,
     rq: &mut tiny_http::Request,
     method: &Method,
     url: &str,
     path: &str,
 ) -> Result<Request, ApiError> {
+    let policy = &core.admission;
+    policy.check_upgrade(rq.headers())?;
+    policy.check_host(rq.headers())?;
+    core.router.check(method, path)?;
+    policy.check_origin(method, rq.headers())?;
+    policy.check_content_type(method, rq.headers())?;
+    if method.is_write() && core.draining.load(Ordering::SeqCst) {
+        return Err(ApiError::Unavailable("agent is shutting down".into()));
+    }
+    let token = request_token(rq.headers());
+    policy.check_token(method, token.as_deref())?;
     let declared = rq.body_length();
-    if declared.is_some_and(|n| n > shared.max_body) {
+    if declared.is_some_and(|n| n > core.max_body) {
         return Err(ApiError::TooLarge {
-            limit: shared.max_body,
+            limit: core.max_body,
         });
     }
-    let deadline = Instant::now() + shared.body_timeout;
-    let body = read_body(rq.as_reader(), shared.max_body, deadline)?;
+    rq.set_read_deadline(Some(Instant::now() + core.body_timeout));
+    let body = read_body(rq.as_reader(), core.max_body);
+    rq.set_read_deadline(None);
+    let body = body?;
     if declared.is_some_and(|n| body.len() < n) {
         return Err(ApiError::BadRequest(
             "request body is shorter than its Content-Length".into(),
         ));
     }
-    if !shared.router.knows_path(path) {
-        return Err(ApiError::NotFound(format!("no such API path: {path}")));
-    }
-    if method.is_write() && shared.draining.load(Ordering::SeqCst) {
-        return Err(ApiError::Unavailable("agent is shutting down".into()));
-    }
-    let token = request_token(rq.headers());
-    if let Some(expected) = &shared.token {
-        if (method.is_write() || shared.acl_reads) && !token_matches(expected, token.as_deref()) {
-            return Err(ApiError::Forbidden);
-        }
-    }
     let mut request = Request::new(method.clone(), url, body, token);
-    request.set_shutdown(shared.shutdown_rx.clone());
+    request.set_shutdown(core.shutdown_rx.clone());
+    request.set_peer_gone(peer_gone(rq.peer_socket()));
     Ok(request)
 }
 
-/// Reads at most `limit` bytes, giving up at `deadline` (checked before each read; each read is
-/// bounded by the socket's timeout).
-fn read_body(reader: &mut dyn Read, limit: usize, deadline: Instant) -> Result<Vec<u8>, ApiError> {
+/// Reads at most `limit` bytes; the connection's deadline bounds the whole read.
+fn read_body(reader: &mut dyn Read, limit: usize) -> Result<Vec<u8>, ApiError> {
     let mut body = Vec::new();
     let mut buf = [0u8; 8192];
     loop {
-        if Instant::now() >= deadline {
-            return Err(ApiError::RequestTimeout);
-        }
         match reader.read(&mut buf) {
             Ok(0) => return Ok(body),
             Ok(n) if body.len() + n > limit => return Err(ApiError::TooLarge { limit }),
@@ -350,39 +416,42 @@ fn read_body(reader: &mut dyn Read, limit: usize, deadline: Instant) -> Result<V
     }
 }
 
-/// `X-Nomad-Token`, or `Authorization: Bearer <token>`.
-fn request_token(headers: &[tiny_http::Header]) -> Option<String> {
-    let mut bearer = None;
-    for h in headers {
-        if h.field.equiv("X-Nomad-Token") {
-            return Some(h.value.as_str().trim().to_string());
-        }
-        if h.field.equiv("Authorization") {
-            let value = h.value.as_str().trim();
-            if let Some((scheme, token)) = value.split_once(' ') {
-                if scheme.eq_ignore_ascii_case("bearer") {
-                    bearer = Some(token.trim().to_string());
-                }
-            }
-        }
+/// Tells whether the client at the other end of the request's socket has gone away.
+fn peer_gone(socket: Option<tiny_http::PeerSocket>) -> PeerGone {
+    match socket {
+        Some(socket) => Arc::new(move || peer_closed(&socket)),
+        None => Arc::new(|| false),
     }
-    bearer
 }
 
-/// Compares in time that depends only on the lengths, so the token cannot be guessed byte by byte.
-fn token_matches(expected: &[u8], given: Option<&str>) -> bool {
-    let Some(given) = given else {
-        return false;
+/// The peer closed (end of file, or a reset), without waiting: `poll` with a timeout of 0, then a
+/// peek that tells end of file from bytes the client sent meanwhile (it is still there).
+fn peer_closed(socket: &tiny_http::PeerSocket) -> bool {
+    let fd = socket.as_raw_fd();
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
     };
-    let given = given.as_bytes();
-    if given.len() != expected.len() {
+    // SAFETY: one valid pollfd for the length of the call; a timeout of 0 never blocks.
+    if unsafe { libc::poll(&mut pfd, 1, 0) } <= 0 {
         return false;
     }
-    let diff = expected
-        .iter()
-        .zip(given)
-        .fold(0u8, |acc, (a, b)| std::hint::black_box(acc | (a ^ b)));
-    diff == 0
+    if pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLRDHUP) != 0 {
+        return true;
+    }
+    let mut byte = 0u8;
+    // SAFETY: a one-byte buffer we own; MSG_PEEK leaves the byte in the socket, MSG_DONTWAIT
+    // never blocks.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n == 0
 }
 
 fn header(name: &str, value: &str) -> tiny_http::Header {
@@ -394,7 +463,7 @@ fn respond_ok(rq: tiny_http::Request, method: &Method, path: &str, response: Res
     let (body, content_type) = match response {
         Response::Json(s) => (s, "application/json"),
         Response::Text(s) => (s, "text/plain; charset=utf-8"),
-        Response::Stream(_) => unreachable!("streams are started by start_stream"),
+        Response::Stream(_) => unreachable!("streams are written by stream_here"),
     };
     log::debug!("{method} {path} 200");
     let answer =
@@ -419,46 +488,39 @@ fn respond_error(rq: tiny_http::Request, method: &Method, path: &str, error: &Ap
     }
 }
 
-/// Sends `body` chunked on a thread of its own, flushing every chunk (tiny_http's own chunked
+/// Sends `body` chunked on this connection's thread, flushing every chunk (tiny_http's own chunked
 /// writer buffers 8 KiB, which would hold back a followed log line).
-fn start_stream(
-    shared: &Arc<Shared>,
+fn stream_here(
+    core: &Core,
     rq: tiny_http::Request,
     method: &Method,
     path: &str,
     body: Box<dyn Read + Send>,
 ) {
-    // Check and count under one atomic step, so two workers cannot both take the last slot.
-    let admitted = shared
+    // Check and count under one atomic step, so two connections cannot both take the last slot.
+    let admitted = core
         .streams
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-            (n < shared.max_streams).then_some(n + 1)
+            (n < core.max_streams).then_some(n + 1)
         })
         .is_ok();
     if !admitted {
         let e = ApiError::Unavailable("too many streams open".into());
         return respond_error(rq, method, path, &e);
     }
+    let _slot = StreamSlot(&core.streams);
     log::debug!("{method} {path} 200 (stream)");
-    let counter = StreamSlot(shared.clone());
-    let name = format!("api-stream-{}", path.rsplit('/').next().unwrap_or(""));
-    let spawned = crate::thread::spawn(name, move || {
-        let _slot = counter;
-        if let Err(e) = stream(rq.into_writer(), body) {
-            log::debug!("stream ended: {e}");
-        }
-    });
-    if let Err(e) = spawned {
-        log::error!("cannot start a stream thread: {e}");
+    if let Err(e) = stream(rq.into_writer(), body) {
+        log::debug!("{method} {path}: stream ended: {e}");
     }
 }
 
-/// Frees a stream slot when the stream thread ends, however it ends.
-struct StreamSlot(Arc<Shared>);
+/// Frees a stream slot when the stream ends, however it ends.
+struct StreamSlot<'a>(&'a AtomicUsize);
 
-impl Drop for StreamSlot {
+impl Drop for StreamSlot<'_> {
     fn drop(&mut self) {
-        self.0.streams.fetch_sub(1, Ordering::SeqCst);
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -62,7 +62,14 @@ impl TestAgent {
     /// belongs to a process, and this one runs every other test too.
     pub fn start_in_with_umask(dir: &Path, extra: &str, umask: libc::mode_t) -> TestAgent {
         let (data_dir, config) = Self::write_config(dir, extra);
-        Self::launch_with(dir, data_dir, config, &[], Some(umask))
+        Self::launch_with(dir, data_dir, config, &[], Some(umask), None)
+    }
+
+    /// [`TestAgent::start_in`] with the agent's limit on open files set to `(soft, hard)` (in the
+    /// child only, as the umask).
+    pub fn start_in_with_nofile(dir: &Path, extra: &str, soft: u64, hard: u64) -> TestAgent {
+        let (data_dir, config) = Self::write_config(dir, extra);
+        Self::launch_with(dir, data_dir, config, &[], None, Some((soft, hard)))
     }
 
     fn write_config(dir: &Path, extra: &str) -> (PathBuf, PathBuf) {
@@ -80,7 +87,7 @@ impl TestAgent {
     }
 
     pub fn launch(dir: &Path, data_dir: PathBuf, config: PathBuf, args: &[&str]) -> TestAgent {
-        Self::launch_with(dir, data_dir, config, args, None)
+        Self::launch_with(dir, data_dir, config, args, None, None)
     }
 
     fn launch_with(
@@ -89,6 +96,7 @@ impl TestAgent {
         config: PathBuf,
         args: &[&str],
         umask: Option<libc::mode_t>,
+        nofile: Option<(u64, u64)>,
     ) -> TestAgent {
         let mut cmd = Command::new(BIN);
         if let Some(mask) = umask {
@@ -97,6 +105,22 @@ impl TestAgent {
             unsafe {
                 cmd.pre_exec(move || {
                     libc::umask(mask);
+                    Ok(())
+                });
+            }
+        }
+        if let Some((soft, hard)) = nofile {
+            use std::os::unix::process::CommandExt;
+            let lim = libc::rlimit {
+                rlim_cur: soft as libc::rlim_t,
+                rlim_max: hard as libc::rlim_t,
+            };
+            // SAFETY: setrlimit(2) is async-signal-safe and changes the child's own limit only.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                     Ok(())
                 });
             }

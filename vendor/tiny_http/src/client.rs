@@ -1,15 +1,17 @@
 use ascii::AsciiString;
 
 use std::io::Error as IoError;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::io::Result as IoResult;
 use std::io::{BufReader, BufWriter, ErrorKind, Read};
+use std::time::{Duration, Instant};
 
 use std::net::SocketAddr;
 use std::str::FromStr;
 
 use crate::common::{HTTPVersion, Method};
+use crate::request::{ConnectionContext, Unread};
+use crate::util::refined_tcp_stream::{PeerSocket, ReadDeadline};
 use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
 use crate::Request;
@@ -45,8 +47,21 @@ pub struct ClientConnection {
     no_more_requests: bool,
 
     // nodeward patch: set when a request's body was dropped before its end; the bytes that follow
-    // on the socket are the rest of that body, not a request, so the connection must end.
-    poisoned: Arc<AtomicBool>,
+    // on the socket are the rest of that body, not a request: they are skipped (a declared length
+    // of at most `max_skip`) or the connection ends.
+    unread: Arc<Mutex<Unread>>,
+    max_skip: u64,
+
+    // nodeward patch: the deadline of this connection's reads, and how long a request head (with
+    // the skipped rest of the previous body) may take in all, counted from the moment the
+    // connection waits for it.
+    deadline: Arc<ReadDeadline>,
+    head_timeout: Option<Duration>,
+    peer: Option<PeerSocket>,
+    // nodeward patch: whether a byte of the request being read has arrived. A connection that
+    // times out idle between requests is closed without an answer: a `408` there could be read
+    // by a client as the answer to the request it was about to send on it.
+    head_started: bool,
 
     // true if the connection goes through SSL
     secure: bool,
@@ -67,9 +82,13 @@ impl ClientConnection {
     pub fn new(
         write_socket: RefinedTcpStream,
         mut read_socket: RefinedTcpStream,
+        head_timeout: Option<Duration>,
+        max_skip: u64,
     ) -> ClientConnection {
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
+        let deadline = read_socket.deadline();
+        let peer = read_socket.peer_socket();
 
         let mut source = SequentialReaderBuilder::new(BufReader::with_capacity(1024, read_socket));
         let first_header = source.next().unwrap();
@@ -80,7 +99,12 @@ impl ClientConnection {
             remote_addr,
             next_header_source: first_header,
             no_more_requests: false,
-            poisoned: Arc::new(AtomicBool::new(false)),
+            unread: Arc::default(),
+            max_skip,
+            deadline,
+            head_timeout,
+            peer,
+            head_started: false,
             secure,
         }
     }
@@ -105,6 +129,7 @@ impl ClientConnection {
                 Some(b) => b?,
                 None => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
             };
+            self.head_started = true;
 
             if byte == b'\n' && prev_byte_was_cr {
                 buf.pop(); // removing the '\r'
@@ -127,10 +152,10 @@ impl ClientConnection {
     /// it; closing at once resets the connection under it and it never reads the answer (413).
     /// Read and discard what it sends, at most [`LINGER_BYTES`] and [`LINGER_TIME`], then close.
     fn linger(&mut self) {
-        let started = std::time::Instant::now();
+        self.deadline.set(Some(Instant::now() + LINGER_TIME));
         let mut left = LINGER_BYTES;
         let mut sink = [0u8; 8192];
-        while left > 0 && started.elapsed() < LINGER_TIME {
+        while left > 0 {
             match self.next_header_source.read(&mut sink[..left.min(8192)]) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => left -= n,
@@ -138,15 +163,63 @@ impl ClientConnection {
         }
     }
 
+    /// nodeward patch: reads and discards the `n` bytes the previous request left of its body,
+    /// within the head's deadline, so that the next request on this connection can be read.
+    fn skip(&mut self, mut n: u64) -> IoResult<()> {
+        let mut sink = [0u8; 8192];
+        while n > 0 {
+            let want = n.min(sink.len() as u64) as usize;
+            match self.next_header_source.read(&mut sink[..want]) {
+                Ok(0) => {
+                    return Err(IoError::new(
+                        ErrorKind::ConnectionAborted,
+                        "connection closed inside a request body",
+                    ))
+                }
+                Ok(k) => n -= k as u64,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn take_unread(&self) -> Unread {
+        std::mem::take(&mut *self.unread.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Reads a request from the stream.
     /// Blocks until the header has been read.
     fn read(&mut self) -> Result<Request, ReadError> {
+        // nodeward patch: the whole head must arrive within `head_timeout`.
+        self.head_started = false;
+        self.deadline
+            .set(self.head_timeout.map(|t| Instant::now() + t));
+        // nodeward patch: the previous request's body, when it was answered without reading it
+        // all: skip its rest when its length is known and small enough, else close.
+        match self.take_unread() {
+            Unread::Nothing => {}
+            Unread::Bytes(n) if n <= self.max_skip => {
+                // A client that never sends the rest is closed without an answer.
+                self.skip(n).map_err(|e| {
+                    ReadError::ReadIoError(IoError::new(ErrorKind::ConnectionAborted, e))
+                })?;
+            }
+            Unread::Bytes(_) | Unread::Unknown => {
+                self.linger();
+                return Err(ReadError::ReadIoError(IoError::new(
+                    ErrorKind::ConnectionAborted,
+                    "previous request body was not read",
+                )));
+            }
+        }
         let (method, path, version, headers) = {
             // reading the request line
             let (method, path, version) = {
                 let line = self.read_next_line();
-                // nodeward patch: the previous body was left unread; what arrived is not a request.
-                if self.poisoned.load(Ordering::SeqCst) {
+                // nodeward patch: the previous body was left unread while this line was awaited
+                // (a request handed to another thread); what arrived is not a request.
+                if self.take_unread() != Unread::Nothing {
                     self.linger();
                     return Err(ReadError::ReadIoError(IoError::new(
                         ErrorKind::ConnectionAborted,
@@ -185,6 +258,8 @@ impl ClientConnection {
 
             (method, path, version, headers)
         };
+        // nodeward patch: the body's deadline is the application's to set.
+        self.deadline.set(None);
 
         // building the writer for the request
         let writer = self.sink.next().unwrap();
@@ -203,7 +278,11 @@ impl ClientConnection {
             *self.remote_addr.as_ref().unwrap(),
             data_source,
             writer,
-            self.poisoned.clone(),
+            ConnectionContext {
+                unread: self.unread.clone(),
+                deadline: Some(self.deadline.clone()),
+                peer: self.peer.clone(),
+            },
         )
         .map_err(|e| {
             use crate::request;
@@ -254,7 +333,9 @@ impl Iterator for ClientConnection {
                                  // se we have to close
                 }
 
-                Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::TimedOut => {
+                Err(ReadError::ReadIoError(ref err))
+                    if err.kind() == ErrorKind::TimedOut && self.head_started =>
+                {
                     // request timeout
                     let writer = self.sink.next().unwrap();
                     let response = Response::new_empty(StatusCode(408));

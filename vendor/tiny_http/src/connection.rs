@@ -60,6 +60,43 @@ impl std::io::Read for Connection {
         }
     }
 }
+// nodeward patch: reads and writes through a shared reference, so that the read and the write
+// half of a connection share one socket (util/refined_tcp_stream.rs).
+impl std::io::Read for &Connection {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Connection::Tcp(s) => (&*s).read(buf),
+            #[cfg(unix)]
+            Connection::Unix(s) => (&*s).read(buf),
+        }
+    }
+}
+impl std::io::Write for &Connection {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Connection::Tcp(s) => (&*s).write(buf),
+            #[cfg(unix)]
+            Connection::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Connection::Tcp(s) => (&*s).flush(),
+            #[cfg(unix)]
+            Connection::Unix(s) => (&*s).flush(),
+        }
+    }
+}
+#[cfg(unix)]
+impl std::os::unix::io::AsRawFd for Connection {
+    fn as_raw_fd(&self) -> std::os::unix::io::RawFd {
+        match self {
+            Self::Tcp(s) => s.as_raw_fd(),
+            Self::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
 impl std::io::Write for Connection {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
@@ -79,7 +116,7 @@ impl std::io::Write for Connection {
 }
 impl Connection {
     /// Gets the peer's address. Some for TCP, None for Unix sockets.
-    pub(crate) fn peer_addr(&mut self) -> std::io::Result<Option<SocketAddr>> {
+    pub(crate) fn peer_addr(&self) -> std::io::Result<Option<SocketAddr>> {
         match self {
             Self::Tcp(s) => s.peer_addr().map(Some),
             #[cfg(unix)]
@@ -110,6 +147,19 @@ impl Connection {
                 s.set_read_timeout(timeout)?;
                 s.set_write_timeout(timeout)
             }
+        }
+    }
+
+    /// Sets the read timeout alone (nodeward patch: a connection's reads are bounded by its
+    /// deadline, see util/refined_tcp_stream.rs).
+    pub(crate) fn set_read_timeout(
+        &self,
+        timeout: Option<std::time::Duration>,
+    ) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_read_timeout(timeout),
+            #[cfg(unix)]
+            Self::Unix(s) => s.set_read_timeout(timeout),
         }
     }
 

@@ -117,6 +117,7 @@ pub use connection::{ConfigListenAddr, ListenAddr, Listener};
 pub use request::{ReadWrite, Request};
 pub use response::{Response, ResponseBox};
 pub use test::TestRequest;
+pub use util::refined_tcp_stream::PeerSocket;
 
 mod client;
 mod common;
@@ -198,7 +199,40 @@ pub struct ConnectionLimits {
     pub io_timeout: Option<Duration>,
     /// Connections open at once; a connection beyond this is closed at once. `0` is unlimited.
     pub max_connections: usize,
+    /// How long a whole request head may take, counted from the moment the connection waits for
+    /// it (so an idle keep-alive connection closes after it too); `None`: only `io_timeout`
+    /// bounds each read. A client that sends a byte now and then cannot keep a head open longer.
+    pub head_timeout: Option<Duration>,
+    /// A request answered without reading its whole body: when at most this many bytes of a
+    /// declared `Content-Length` are left, the connection skips them and goes on (within
+    /// `head_timeout`); otherwise it closes. `0`: always close.
+    pub max_skip: u64,
 }
+
+/// nodeward patch: serves the requests of each connection on that connection's own thread,
+/// instead of queueing them for [`Server::recv`]. Whatever a slow client holds up (reading a
+/// body, writing an answer) then holds up its own connection only.
+pub trait ConnectionHandler: Send + Sync + 'static {
+    /// Answers one request. The connection reads its next request once this returns.
+    fn handle(&self, request: Request);
+
+    /// `accept(2)` failed, `streak` times in a row (from 1); the server tries again after a pause
+    /// that doubles up to a second. Running out of file descriptors (EMFILE, ENFILE) or memory
+    /// ends no accept loop.
+    fn accept_failed(&self, _error: &IoError, _streak: u64) {}
+
+    /// `accept(2)` works again after `streak` failures in a row.
+    fn accept_recovered(&self, _streak: u64) {}
+}
+
+/// Where the accept thread sends connections' requests (nodeward patch).
+enum Dispatch {
+    Queue,
+    Handler(Arc<dyn ConnectionHandler>),
+}
+
+/// The first and the longest pause between two failed `accept(2)` calls (nodeward patch).
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
 
 impl Server {
     /// Shortcut for a simple server on a specific address.
@@ -264,7 +298,25 @@ impl Server {
         ssl_config: Option<SslConfig>,
         limits: ConnectionLimits,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
-        let listener = listener.into();
+        Self::start(listener.into(), ssl_config, limits, Dispatch::Queue)
+    }
+
+    /// A server whose connections' requests go to `handler`, each on its connection's thread
+    /// (nodeward patch); [`Server::recv`] never returns a request from it.
+    pub fn from_listener_with_handler<L: Into<Listener>>(
+        listener: L,
+        limits: ConnectionLimits,
+        handler: Arc<dyn ConnectionHandler>,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        Self::start(listener.into(), None, limits, Dispatch::Handler(handler))
+    }
+
+    fn start(
+        listener: Listener,
+        ssl_config: Option<SslConfig>,
+        limits: ConnectionLimits,
+        dispatch: Dispatch,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         let open_connections = Arc::new(AtomicUsize::new(0));
         // building the "close" variable
         let close_trigger = Arc::new(AtomicBool::new(false));
@@ -312,9 +364,23 @@ impl Server {
             let tasks_pool = util::TaskPool::new();
 
             log::debug!("Running accept thread");
+            // nodeward patch: failed accepts in a row, and the pause before the next attempt.
+            let mut failures: u64 = 0;
+            let mut backoff = ACCEPT_BACKOFF.0;
             while !inside_close_trigger.load(Relaxed) {
                 let new_client = match server.accept() {
                     Ok((sock, _)) => {
+                        if failures > 0 {
+                            match &dispatch {
+                                Dispatch::Handler(h) => h.accept_recovered(failures),
+                                Dispatch::Queue => log::info!(
+                                    "Accepting clients again after {} errors",
+                                    failures
+                                ),
+                            }
+                            failures = 0;
+                            backoff = ACCEPT_BACKOFF.0;
+                        }
                         if limits.max_connections > 0
                             && open_connections.load(Relaxed) >= limits.max_connections
                         {
@@ -327,7 +393,7 @@ impl Server {
                         }
                         use util::RefinedTcpStream;
                         let (read_closable, write_closable) = match ssl {
-                            None => RefinedTcpStream::new(sock),
+                            None => RefinedTcpStream::new(sock, limits.io_timeout),
                             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
                             Some(ref ssl) => {
                                 // trying to apply SSL over the connection
@@ -337,13 +403,18 @@ impl Server {
                                     Err(_) => continue,
                                 };
 
-                                RefinedTcpStream::new(sock)
+                                RefinedTcpStream::new(sock, limits.io_timeout)
                             }
                             #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
                             Some(ref _ssl) => unreachable!(),
                         };
 
-                        Ok(ClientConnection::new(write_closable, read_closable))
+                        Ok(ClientConnection::new(
+                            write_closable,
+                            read_closable,
+                            limits.head_timeout,
+                            limits.max_skip,
+                        ))
                     }
                     Err(e) => Err(e),
                 };
@@ -351,6 +422,10 @@ impl Server {
                 match new_client {
                     Ok(client) => {
                         let messages = inside_messages.clone();
+                        let handler = match &dispatch {
+                            Dispatch::Handler(h) => Some(h.clone()),
+                            Dispatch::Queue => None,
+                        };
                         let mut client = Some(client);
                         open_connections.fetch_add(1, Relaxed);
                         let open = OpenGuard(open_connections.clone());
@@ -358,8 +433,12 @@ impl Server {
                         tasks_pool.spawn(Box::new(move || {
                             let _open = open.take();
                             if let Some(client) = client.take() {
+                                if let Some(handler) = &handler {
+                                    for rq in client {
+                                        handler.handle(rq);
+                                    }
                                 // Synchronization is needed for HTTPS requests to avoid a deadlock
-                                if client.secure() {
+                                } else if client.secure() {
                                     let (sender, receiver) = mpsc::channel();
                                     for rq in client {
                                         messages.push(rq.with_notify_sender(sender.clone()).into());
@@ -374,10 +453,23 @@ impl Server {
                         }));
                     }
 
+                    // nodeward patch: upstream ended the accept loop at the first error, for good,
+                    // while the process went on; running out of file descriptors (EMFILE) for a
+                    // moment made the server deaf until it was restarted. Retry after a pause.
                     Err(e) => {
-                        log::error!("Error accepting new client: {}", e);
-                        inside_messages.push(e.into());
-                        break;
+                        if inside_close_trigger.load(Relaxed) {
+                            break;
+                        }
+                        failures += 1;
+                        match &dispatch {
+                            Dispatch::Handler(h) => h.accept_failed(&e, failures),
+                            Dispatch::Queue if failures == 1 => {
+                                log::error!("Error accepting new client: {} (retrying)", e)
+                            }
+                            Dispatch::Queue => {}
+                        }
+                        thread::sleep(backoff);
+                        backoff = (backoff * 2).min(ACCEPT_BACKOFF.1);
                     }
                 }
             }

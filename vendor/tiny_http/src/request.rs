@@ -6,7 +6,10 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
+use crate::util::refined_tcp_stream::{PeerSocket, ReadDeadline};
 use crate::util::{EqualReader, FusedReader};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
 use chunked_transfer::Decoder;
@@ -74,6 +77,30 @@ pub struct Request {
 
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
+
+    // nodeward patch: the connection's read deadline and a handle on its socket.
+    read_deadline: Option<Arc<ReadDeadline>>,
+    peer: Option<PeerSocket>,
+}
+
+/// nodeward patch: what a connection's last request left unread of its body, so that the
+/// connection skips it before it reads the next request, or closes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unread {
+    #[default]
+    Nothing,
+    /// This many bytes of a `Content-Length` body are still to come.
+    Bytes(u64),
+    /// A chunked body, or one the client may never send (it waits for `100 Continue`).
+    Unknown,
+}
+
+/// nodeward patch: what a request shares with its connection.
+#[derive(Default)]
+pub(crate) struct ConnectionContext {
+    pub(crate) unread: Arc<Mutex<Unread>>,
+    pub(crate) deadline: Option<Arc<ReadDeadline>>,
+    pub(crate) peer: Option<PeerSocket>,
 }
 
 struct NotifyOnDrop<R> {
@@ -133,9 +160,9 @@ pub fn new_request<R, W>(
     version: HTTPVersion,
     headers: Vec<Header>,
     remote_addr: Option<SocketAddr>,
-    mut source_data: R,
+    source_data: R,
     writer: W,
-    poisoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    context: ConnectionContext,
 ) -> Result<Request, RequestCreationError>
 where
     R: Read + Send + 'static,
@@ -192,37 +219,27 @@ where
     } else if let Some(content_length) = content_length {
         if content_length == 0 {
             Box::new(io::empty()) as Box<dyn Read + Send + 'static>
-        } else if content_length <= 1024 && !expects_continue {
-            // if the content-length is small enough, we just read everything into a buffer
-
-            let mut buffer = vec![0; content_length];
-            let mut offset = 0;
-
-            while offset != content_length {
-                let read = source_data.read(&mut buffer[offset..])?;
-                if read == 0 {
-                    // the socket returned EOF, but we were before the expected content-length
-                    // aborting
-                    let info = "Connection has been closed before we received enough data";
-                    let err = IoError::new(ErrorKind::ConnectionAborted, info);
-                    return Err(RequestCreationError::CreationIoError(err));
-                }
-
-                offset += read;
-            }
-
-            Box::new(Cursor::new(buffer)) as Box<dyn Read + Send + 'static>
         } else {
+            // nodeward patch: upstream read a body of up to 1 KiB here, on the connection's
+            // thread, before the application could look at the head: a request that was about to
+            // be refused (unknown path, no token) waited for its body all the same. Every body is
+            // now read by the application, when and if it wants it.
             let (data_reader, _) = EqualReader::new(source_data, content_length); // TODO:
-            Box::new(PoisonOnEarlyDrop::new(FusedReader::new(data_reader), poisoned))
-                as Box<dyn Read + Send + 'static>
+            Box::new(PoisonOnEarlyDrop::new(
+                FusedReader::new(data_reader),
+                Some(content_length as u64),
+                expects_continue,
+                context.unread.clone(),
+            )) as Box<dyn Read + Send + 'static>
         }
     } else if transfer_encoding.is_some() {
         // if a transfer-encoding was specified, then "chunked" is ALWAYS applied
         // over the message (RFC2616 #3.6)
         Box::new(PoisonOnEarlyDrop::new(
             FusedReader::new(Decoder::new(source_data)),
-            poisoned,
+            None,
+            expects_continue,
+            context.unread.clone(),
         )) as Box<dyn Read + Send + 'static>
     } else {
         // if we have neither a Content-Length nor a Transfer-Encoding,
@@ -243,6 +260,8 @@ where
         body_length: content_length,
         must_send_continue: expects_continue,
         notify_when_responded: None,
+        read_deadline: context.deadline,
+        peer: context.peer,
     })
 }
 
@@ -283,6 +302,20 @@ impl Request {
     #[inline]
     pub fn body_length(&self) -> Option<usize> {
         self.body_length
+    }
+
+    /// Bounds every later read of this connection (the body, nodeward patch) by `at`: a read
+    /// after it fails with `TimedOut`. `None` leaves each read bounded by the socket's timeout.
+    pub fn set_read_deadline(&self, at: Option<Instant>) {
+        if let Some(d) = &self.read_deadline {
+            d.set(at);
+        }
+    }
+
+    /// A handle on the connection's socket (nodeward patch), which stays open while it lives:
+    /// to poll whether the client went away while a long answer is streamed. `None` for TLS.
+    pub fn peer_socket(&self) -> Option<PeerSocket> {
+        self.peer.clone()
     }
 
     /// Returns the address of the client that sent this request.
@@ -502,27 +535,48 @@ impl Drop for Request {
     }
 }
 
-/// nodeward patch: a body reader that, when dropped before it reached the end of the body, marks
-/// the connection poisoned so that the rest of the body is never parsed as a request.
+/// nodeward patch: a body reader that, when dropped before it reached the end of the body, tells
+/// the connection what is left ([`Unread`]), so that the rest of the body is skipped or the
+/// connection closed, and never parsed as a request.
 struct PoisonOnEarlyDrop<R: Read> {
     inner: R,
     done: bool,
-    poisoned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Bytes still to come, for a `Content-Length` body.
+    left: Option<u64>,
+    /// The client waits for `100 Continue`, sent on the first read.
+    expects_continue: bool,
+    touched: bool,
+    unread: Arc<Mutex<Unread>>,
 }
 
 impl<R: Read> PoisonOnEarlyDrop<R> {
-    fn new(inner: R, poisoned: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+    fn new(
+        inner: R,
+        left: Option<u64>,
+        expects_continue: bool,
+        unread: Arc<Mutex<Unread>>,
+    ) -> Self {
         PoisonOnEarlyDrop {
             inner,
-            done: false,
-            poisoned,
+            done: left == Some(0),
+            left,
+            expects_continue,
+            touched: false,
+            unread,
         }
     }
 }
 
 impl<R: Read> Read for PoisonOnEarlyDrop<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.touched = true;
         let n = self.inner.read(buf)?;
+        if let Some(left) = &mut self.left {
+            *left = left.saturating_sub(n as u64);
+            if *left == 0 {
+                self.done = true;
+            }
+        }
         if n == 0 && !buf.is_empty() {
             self.done = true;
         }
@@ -532,10 +586,16 @@ impl<R: Read> Read for PoisonOnEarlyDrop<R> {
 
 impl<R: Read> Drop for PoisonOnEarlyDrop<R> {
     fn drop(&mut self) {
-        if !self.done {
-            self.poisoned
-                .store(true, std::sync::atomic::Ordering::SeqCst);
+        if self.done {
+            return;
         }
+        let unread = match self.left {
+            // A client waiting for `100 Continue` that never came may never send its body.
+            Some(_) if self.expects_continue && !self.touched => Unread::Unknown,
+            Some(n) => Unread::Bytes(n),
+            None => Unread::Unknown,
+        };
+        *self.unread.lock().unwrap_or_else(|e| e.into_inner()) = unread;
     }
 }
 

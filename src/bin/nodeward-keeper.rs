@@ -4,6 +4,6 @@
 //! agent's library (no gRPC, no HCL, no HTTP: `scripts/check-keeper.sh` checks it).
 
 fn main() {
-    let code = nodeward_keeper::serve::main(std::env::args_os().collect());
+    let code = nodeward_keeper::daemon::main(std::env::args_os().collect());
     std::process::exit(code);
 }

@@ -5,9 +5,9 @@
 //! This crate is what the keeper and the agent share, and all the keeper links (no gRPC, no HCL,
 //! no HTTP: `scripts/check-keeper.sh` checks the binary):
 //!
-//! - [`serve`] is the keeper process itself (`nodeward-keeper`, `src/bin/nodeward-keeper.rs`): one
-//!   thread, one `epoll(7)` set over its socket, the agent's connection, and every task's pidfd and
-//!   pipes.
+//! - [`daemon`] starts the keeper process (`nodeward-keeper`, `src/bin/nodeward-keeper.rs`): binds
+//!   its socket, forks, reports its PID; [`serve`] is the process once it runs: one thread, one
+//!   `epoll(7)` set over its socket, the agent's connection, and every task's pidfd and pipes.
 //! - [`logs`]: task log files and their rotation (the keeper writes them, the agent's API reads
 //!   them); [`beneath`]: paths inside an allocation directory, reached without following a link
 //!   (the keeper's log files, the agent's task directories, volume links and log reads);
@@ -39,6 +39,7 @@
 //!   failed.
 
 pub mod beneath;
+pub mod daemon;
 pub mod logs;
 mod poller;
 pub mod procfs;

@@ -1,11 +1,9 @@
-//! The keeper process (`nodeward-keeper <data_dir>`): the parent of every task of one data
-//! directory. The protocol is in [`super`]; this file is the process.
+//! The keeper process (`nodeward-keeper <data_dir>`) once it runs: the parent of every task of one
+//! data directory. The protocol is in [`super`]; how the process starts is in [`crate::daemon`].
 //!
-//! Start-up: bind `<data_dir>/keeper.sock` (0600), fork; the parent prints the keeper's PID and
-//! exits 0 once the child is ready (exit 1 and a message on stderr otherwise), so the agent that
-//! ran it knows the socket is there and is never the keeper's parent. The child leaves the agent's
-//! session (`setsid`), sends its stderr to `<data_dir>/keeper.log`, writes `keeper.pid`, raises
-//! its own open-file limit (five descriptors per task) and serves.
+//! Start-up of the served process: it leaves the agent's session (`setsid`), sends its stderr to
+//! `<data_dir>/keeper.log`, writes `keeper.pid`, raises its own open-file limit (five descriptors
+//! per task) and serves.
 //!
 //! The loop: one `epoll(7)` set ([`crate::poller`]) over the listening socket, the agent's
 //! connection, a signal pipe, and each task's pidfd and output pipes, each registered once and
@@ -19,11 +17,10 @@
 //! [`DRAIN_AFTER_EXIT`] more at most.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -31,6 +28,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::daemon::{protect_from_oom, raise_nofile};
 use crate::logs::Stream;
 use crate::poller::{Poller, READ, WRITE};
 use crate::sys::{signal_group, DRAIN_AFTER_EXIT};
@@ -52,103 +50,6 @@ const SOCKET_CHECK: Duration = Duration::from_secs(10);
 /// Bytes read from a pipe or the agent at a time (one buffer for the whole keeper).
 const CHUNK: usize = 64 * 1024;
 
-/// Runs the keeper; returns the process's exit code.
-pub fn main(args: Vec<OsString>) -> i32 {
-    let [_, dir] = &args[..] else {
-        eprintln!("usage: nodeward-keeper <data_dir>\n(started by the nodeward agent; see docs/live-restore.md)");
-        return 2;
-    };
-    let dir = PathBuf::from(dir);
-    match prepare(&dir) {
-        Ok(listener) => daemonize(&dir, listener),
-        Err(e) => {
-            eprintln!("nodeward-keeper: {e}");
-            1
-        }
-    }
-}
-
-fn prepare(dir: &Path) -> io::Result<UnixListener> {
-    if !dir.is_absolute() {
-        return Err(io::Error::other(format!(
-            "{} is not an absolute path",
-            dir.display()
-        )));
-    }
-    let path = dir.join(SOCKET_FILE);
-    if UnixStream::connect(&path).is_ok() {
-        return Err(io::Error::other(format!(
-            "another keeper serves {}",
-            path.display()
-        )));
-    }
-    match std::fs::symlink_metadata(&path) {
-        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(&path)?,
-        Ok(_) => {
-            return Err(io::Error::other(format!(
-                "{} exists and is not a socket",
-                path.display()
-            )))
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    // SAFETY: umask only changes this process's file creation mask.
-    let old = unsafe { libc::umask(0o177) };
-    let bound = UnixListener::bind(&path);
-    // SAFETY: as above.
-    unsafe { libc::umask(old) };
-    let listener =
-        bound.map_err(|e| io::Error::other(format!("cannot bind {}: {e}", path.display())))?;
-    listener.set_nonblocking(true)?;
-    Ok(listener)
-}
-
-/// Forks: the parent reports the child's PID once it is ready and exits; the child serves.
-fn daemonize(dir: &Path, listener: UnixListener) -> i32 {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two descriptors on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        eprintln!("nodeward-keeper: pipe: {}", io::Error::last_os_error());
-        return 1;
-    }
-    // SAFETY: fresh descriptors that only these two owners hold.
-    let (mut ready_r, ready_w) =
-        unsafe { (File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: the keeper is single-threaded here; the child goes on with this same code.
-    match unsafe { libc::fork() } {
-        -1 => {
-            eprintln!("nodeward-keeper: fork: {}", io::Error::last_os_error());
-            1
-        }
-        0 => {
-            drop(ready_r);
-            match Keeper::start(dir, listener, ready_w) {
-                Ok(mut keeper) => {
-                    keeper.run();
-                    0
-                }
-                Err(e) => {
-                    eprintln!("nodeward-keeper: {e}");
-                    1
-                }
-            }
-        }
-        child => {
-            drop(ready_w);
-            drop(listener);
-            let mut byte = [0u8; 1];
-            if matches!(ready_r.read(&mut byte), Ok(1)) {
-                println!("{child}");
-                0
-            } else {
-                // The child said why on the stderr it still shared.
-                1
-            }
-        }
-    }
-}
-
 /// The tokens of the keeper's own descriptors in its epoll set; a task's are
 /// `id * TASK_TOKENS + EXIT | OUT | ERR`, ids counting from 1.
 const LISTENER: u64 = 0;
@@ -159,7 +60,7 @@ const EXIT: u64 = 1;
 const OUT: u64 = 2;
 const ERR: u64 = 3;
 
-struct Keeper {
+pub(crate) struct Keeper {
     listener: UnixListener,
     conn: Option<UnixStream>,
     inbuf: Vec<u8>,
@@ -187,7 +88,7 @@ struct Keeper {
 }
 
 impl Keeper {
-    fn start(dir: &Path, listener: UnixListener, ready: OwnedFd) -> io::Result<Keeper> {
+    pub(crate) fn start(dir: &Path, listener: UnixListener, ready: OwnedFd) -> io::Result<Keeper> {
         // SAFETY: setsid has no preconditions; the forked child is not a group leader.
         if unsafe { libc::setsid() } < 0 {
             return Err(io::Error::last_os_error());
@@ -259,7 +160,7 @@ impl Keeper {
         })
     }
 
-    fn run(&mut self) {
+    pub(crate) fn run(&mut self) {
         let mut ready: Vec<(u64, u32)> = Vec::new();
         loop {
             self.tasks.retain(|_, t| !t.done());
@@ -687,43 +588,6 @@ fn peer_uid(conn: &UnixStream) -> Option<u32> {
         )
     };
     (rc == 0).then_some(cred.uid)
-}
-
-/// Raises the keeper's soft open-file limit to its hard limit (each task holds a pidfd, two pipes
-/// and two log files here) and answers the limit it had, which tasks get back.
-fn raise_nofile() -> libc::rlimit {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit read and write one rlimit value.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            let raised = libc::rlimit {
-                rlim_cur: lim.rlim_max,
-                rlim_max: lim.rlim_max,
-            };
-            libc::setrlimit(libc::RLIMIT_NOFILE, &raised);
-        }
-    }
-    lim
-}
-
-/// How much less likely than a task the kernel's OOM killer is to pick the keeper: a keeper killed
-/// takes every task with it, a task killed takes only itself.
-const OOM_SCORE_PROTECTION: i32 = 900;
-
-/// Lowers the keeper's OOM score adjustment (needs CAP_SYS_RESOURCE; without it nothing changes)
-/// and answers the value it had, which tasks get back.
-fn protect_from_oom() -> Option<([u8; 16], usize)> {
-    let path = "/proc/self/oom_score_adj";
-    let original: i32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
-    let lowered = (original - OOM_SCORE_PROTECTION).max(-1000);
-    std::fs::write(path, lowered.to_string()).ok()?;
-    let text = original.to_string();
-    let mut value = [0u8; 16];
-    value[..text.len()].copy_from_slice(text.as_bytes());
-    Some((value, text.len()))
 }
 
 fn now_nanos() -> i64 {

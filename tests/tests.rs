@@ -18,6 +18,7 @@ mod cli;
 mod crash_storm;
 mod csi_agent;
 mod csi_supervisor;
+mod durability;
 mod live_restore;
 mod misbehaving;
 mod security;

@@ -51,6 +51,9 @@ pub struct AgentConfig {
     /// Stop every task when the agent shuts down (`client { stop_tasks_on_shutdown = true }`;
     /// always with `-dev`). Off by default: tasks outlive the agent (live-restore.md).
     pub stop_tasks_on_shutdown: bool,
+    /// What tasks get of the agent's environment (`client { task_env_passthrough }`): variable
+    /// names and `PREFIX*` patterns, each checked by [`crate::task::env::check_passthrough`].
+    pub task_env_passthrough: Vec<String>,
     /// The `-config` arguments, re-read on SIGHUP.
     pub sources: Vec<PathBuf>,
 }
@@ -89,6 +92,7 @@ struct RawClient {
     host_volumes_dir: Option<String>,
     csi_probe_interval: Option<String>,
     stop_tasks_on_shutdown: Option<bool>,
+    task_env_passthrough: Option<Vec<String>>,
     host_volume: Option<BTreeMap<String, RawHostVolume>>,
 }
 
@@ -133,6 +137,9 @@ impl RawConfig {
             }
             if c.stop_tasks_on_shutdown.is_some() {
                 mine.stop_tasks_on_shutdown = c.stop_tasks_on_shutdown;
+            }
+            if c.task_env_passthrough.is_some() {
+                mine.task_env_passthrough = c.task_env_passthrough;
             }
             if let Some(v) = c.host_volume {
                 mine.host_volume
@@ -270,6 +277,17 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
             "client.csi_probe_interval must be at least 100ms".to_string(),
         ));
     }
+    let task_env_passthrough = match client.task_env_passthrough {
+        Some(list) => list,
+        None => crate::task::env::DEFAULT_PASSTHROUGH
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    for entry in &task_env_passthrough {
+        crate::task::env::check_passthrough(entry)
+            .map_err(|e| ConfigError::Invalid(format!("client.task_env_passthrough: {e}")))?;
+    }
     let mut host_volumes = BTreeMap::new();
     for (name, v) in client.host_volume.unwrap_or_default() {
         let path = PathBuf::from(&v.path);
@@ -309,6 +327,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         dev,
         throwaway_data_dir: dev && raw.data_dir.is_none(),
         stop_tasks_on_shutdown: dev || client.stop_tasks_on_shutdown.unwrap_or(false),
+        task_env_passthrough,
         sources: Vec::new(),
     })
 }
@@ -375,6 +394,33 @@ client {
             "{err}"
         );
         let bad = write("bad2.hcl", "log_level = \"loud\"\n");
+        assert!(load(&[bad], false).is_err());
+    }
+
+    #[test]
+    fn task_env_passthrough_has_a_default_and_refuses_the_agents_own_variables() {
+        let none = write("none.hcl", "");
+        assert_eq!(
+            load(&[none], false).unwrap().task_env_passthrough,
+            ["PATH", "LANG", "LC_*", "TZ"]
+        );
+        let some = write(
+            "some.hcl",
+            "client { task_env_passthrough = [\"PATH\", \"APP_*\"] }\n",
+        );
+        assert_eq!(
+            load(&[some], false).unwrap().task_env_passthrough,
+            ["PATH", "APP_*"]
+        );
+        let token = write(
+            "token.hcl",
+            "client { task_env_passthrough = [\"NODEWARD_TOKEN\"] }\n",
+        );
+        assert_eq!(
+            load(&[token], false).unwrap_err().to_string(),
+            "config: client.task_env_passthrough: NODEWARD_TOKEN is never passed to tasks: it is the agent's API token"
+        );
+        let bad = write("bad.hcl", "client { task_env_passthrough = [\"A-B\"] }\n");
         assert!(load(&[bad], false).is_err());
     }
 }

@@ -22,5 +22,6 @@ mod durability;
 mod live_restore;
 mod misbehaving;
 mod security;
+mod task_env;
 mod volumes;
 mod volumes_agent;

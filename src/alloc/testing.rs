@@ -51,6 +51,7 @@ pub(crate) fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) 
             store: store.clone(),
             shutdown,
             stop_tasks_on_shutdown: true,
+            task_env: Default::default(),
         },
         hooks: Arc::new(NoHooks),
         volumes: Arc::new(NoVolumes),

@@ -57,6 +57,9 @@ pub struct RunnerDeps {
     /// Stop tasks when the agent shuts down (`agent -dev`, `client { stop_tasks_on_shutdown }`);
     /// otherwise they run on and the next agent re-attaches to them.
     pub stop_tasks_on_shutdown: bool,
+    /// The variables of the agent's environment every task gets (`task_env_passthrough`, see
+    /// [`crate::task::env`]); `${env.X}` reads them too.
+    pub task_env: Arc<BTreeMap<String, String>>,
 }
 
 /// The owner's side of a running task runner.
@@ -319,9 +322,8 @@ impl TaskRunner {
     /// Runs the prestart hooks and starts a run. `Err(Some(end))`: the driver could not start
     /// it; `Err(None)`: a hook failed and the task is dead.
     fn start_run(&mut self) -> Result<RunningTask, Option<RunEnd>> {
-        // Read once per start: the task's environment starts from it and `${env.X}` looks in it.
-        let agent_env: BTreeMap<String, String> = std::env::vars().collect();
-        let mut env = crate::task::env::base_env(&self.ctx, &agent_env);
+        let passed = self.deps.task_env.clone();
+        let mut env = crate::task::env::base_env(&self.ctx, &passed);
         for hook in &self.hooks {
             if let Err(e) = hook.prestart(&self.ctx, &mut env) {
                 log::warn!(
@@ -334,7 +336,7 @@ impl TaskRunner {
                 return Err(None);
             }
         }
-        let spec = crate::task::env::start_spec(&self.ctx, env, &agent_env);
+        let spec = crate::task::env::start_spec(&self.ctx, env, &passed);
         self.deps.driver.start(&spec).map_err(|e| {
             self.emit(TaskEvent::driver_failure(now_nanos(), &e.to_string()));
             Some(RunEnd::StartFailed)
@@ -741,6 +743,7 @@ mod tests {
             store,
             shutdown,
             stop_tasks_on_shutdown: true,
+            task_env: Default::default(),
         };
         let state = Arc::new(Mutex::new(TaskState::default()));
         let hook: Arc<dyn TaskHook> = Arc::new(PanickingHook(pidfile.clone()));

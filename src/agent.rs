@@ -155,6 +155,7 @@ impl Agent {
             }),
             volumes: volumes.clone(),
             keeper: keeper.clone(),
+            max_kill_timeout: config.max_kill_timeout,
         };
         let allocs = AllocManager::new(engine, store.clone());
         store.register(allocs.clone());

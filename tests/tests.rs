@@ -19,6 +19,7 @@ mod crash_storm;
 mod csi_agent;
 mod csi_supervisor;
 mod durability;
+mod kill_timeouts;
 mod live_restore;
 mod misbehaving;
 mod security;

@@ -40,6 +40,15 @@ pub struct Engine {
     pub volumes: Arc<dyn VolumeLookup>,
     /// The data directory's task keeper, whose tasks a restore takes over.
     pub keeper: Arc<crate::driver::KeeperClient>,
+    /// The longest any task's `kill_timeout` may be (`client { max_kill_timeout }`).
+    pub max_kill_timeout: Duration,
+}
+
+impl Engine {
+    /// A task's `kill_timeout` as the agent applies it: cut to `max_kill_timeout`.
+    pub(super) fn kill_timeout(&self, asked: Duration) -> Duration {
+        asked.min(self.max_kill_timeout)
+    }
 }
 
 #[derive(Default)]
@@ -422,14 +431,15 @@ impl AllocManager {
         Ok(uuid::Uuid::new_v4().to_string())
     }
 
-    /// The longest `kill_timeout` of the tasks of allocations that should run.
+    /// The longest `kill_timeout` (as applied: at most `max_kill_timeout`) of the tasks of
+    /// allocations that should run.
     pub fn max_kill_timeout(&self) -> Duration {
         let reg = self.registry.lock();
         reg.allocs
             .values()
             .flat_map(|a| a.group_spec().tasks.iter().map(|t| t.kill_timeout))
             .max()
-            .unwrap_or(Duration::ZERO)
+            .map_or(Duration::ZERO, |t| self.engine.kill_timeout(t))
     }
 
     /// Waits for every task runner and gate thread to end (after a shutdown), at most `timeout`.

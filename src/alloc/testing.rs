@@ -56,6 +56,7 @@ pub(crate) fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) 
         hooks: Arc::new(NoHooks),
         volumes: Arc::new(NoVolumes),
         keeper,
+        max_kill_timeout: crate::config::DEFAULT_MAX_KILL_TIMEOUT,
     };
     (AllocManager::new(engine, store), dir, shutdown_tx)
 }

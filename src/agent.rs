@@ -140,6 +140,11 @@ impl Agent {
                 store: store.clone(),
                 shutdown: shutdown.clone(),
                 stop_tasks_on_shutdown: config.stop_tasks_on_shutdown,
+                // Read once: the agent's environment does not change while it runs.
+                task_env: Arc::new(crate::task::env::passthrough(
+                    std::env::vars_os(),
+                    &config.task_env_passthrough,
+                )),
             },
             hooks: Arc::new(AgentHooks {
                 volumes: volumes.clone(),
@@ -150,6 +155,7 @@ impl Agent {
             }),
             volumes: volumes.clone(),
             keeper: keeper.clone(),
+            max_kill_timeout: config.max_kill_timeout,
         };
         let allocs = AllocManager::new(engine, store.clone());
         store.register(allocs.clone());

@@ -22,6 +22,9 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// `client { max_kill_timeout }` when not set: Nomad's default.
+pub const DEFAULT_MAX_KILL_TIMEOUT: Duration = Duration::from_secs(30);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StaticVolume {
     pub path: PathBuf,
@@ -54,6 +57,12 @@ pub struct AgentConfig {
     /// Stop every task when the agent shuts down (`client { stop_tasks_on_shutdown = true }`;
     /// always with `-dev`). Off by default: tasks outlive the agent (live-restore.md).
     pub stop_tasks_on_shutdown: bool,
+    /// What tasks get of the agent's environment (`client { task_env_passthrough }`): variable
+    /// names and `PREFIX*` patterns, each checked by [`crate::task::env::check_passthrough`].
+    pub task_env_passthrough: Vec<String>,
+    /// The longest a task's `kill_timeout` may be (`client { max_kill_timeout }`, Nomad's key,
+    /// default 30s): a longer one is cut to it wherever the agent waits for a task to stop.
+    pub max_kill_timeout: Duration,
     /// The `-config` arguments, re-read on SIGHUP.
     pub sources: Vec<PathBuf>,
 }
@@ -93,6 +102,8 @@ struct RawClient {
     host_volumes_dir: Option<String>,
     csi_probe_interval: Option<String>,
     stop_tasks_on_shutdown: Option<bool>,
+    task_env_passthrough: Option<Vec<String>>,
+    max_kill_timeout: Option<String>,
     host_volume: Option<BTreeMap<String, RawHostVolume>>,
 }
 
@@ -144,6 +155,12 @@ impl RawConfig {
             }
             if c.stop_tasks_on_shutdown.is_some() {
                 mine.stop_tasks_on_shutdown = c.stop_tasks_on_shutdown;
+            }
+            if c.task_env_passthrough.is_some() {
+                mine.task_env_passthrough = c.task_env_passthrough;
+            }
+            if c.max_kill_timeout.is_some() {
+                mine.max_kill_timeout = c.max_kill_timeout;
             }
             if let Some(v) = c.host_volume {
                 mine.host_volume
@@ -290,6 +307,22 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
             "client.csi_probe_interval must be at least 100ms".to_string(),
         ));
     }
+    let max_kill_timeout = match &client.max_kill_timeout {
+        Some(s) => duration::parse(s)
+            .map_err(|e| ConfigError::Invalid(format!("client.max_kill_timeout: {e}")))?,
+        None => DEFAULT_MAX_KILL_TIMEOUT,
+    };
+    let task_env_passthrough = match client.task_env_passthrough {
+        Some(list) => list,
+        None => crate::task::env::DEFAULT_PASSTHROUGH
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    for entry in &task_env_passthrough {
+        crate::task::env::check_passthrough(entry)
+            .map_err(|e| ConfigError::Invalid(format!("client.task_env_passthrough: {e}")))?;
+    }
     let mut host_volumes = BTreeMap::new();
     for (name, v) in client.host_volume.unwrap_or_default() {
         let path = PathBuf::from(&v.path);
@@ -330,6 +363,8 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         dev,
         throwaway_data_dir: dev && raw.data_dir.is_none(),
         stop_tasks_on_shutdown: dev || client.stop_tasks_on_shutdown.unwrap_or(false),
+        task_env_passthrough,
+        max_kill_timeout,
         sources: Vec::new(),
     })
 }
@@ -429,5 +464,52 @@ client {
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn task_env_passthrough_has_a_default_and_refuses_the_agents_own_variables() {
+        let none = write("none.hcl", "");
+        assert_eq!(
+            load(&[none], false).unwrap().task_env_passthrough,
+            ["PATH", "LANG", "LC_*", "TZ"]
+        );
+        let some = write(
+            "some.hcl",
+            "client { task_env_passthrough = [\"PATH\", \"APP_*\"] }\n",
+        );
+        assert_eq!(
+            load(&[some], false).unwrap().task_env_passthrough,
+            ["PATH", "APP_*"]
+        );
+        let token = write(
+            "token.hcl",
+            "client { task_env_passthrough = [\"NODEWARD_TOKEN\"] }\n",
+        );
+        assert_eq!(
+            load(&[token], false).unwrap_err().to_string(),
+            "config: client.task_env_passthrough: NODEWARD_TOKEN is never passed to tasks: it is the agent's API token"
+        );
+        let bad = write("bad.hcl", "client { task_env_passthrough = [\"A-B\"] }\n");
+        assert!(load(&[bad], false).is_err());
+    }
+
+    #[test]
+    fn max_kill_timeout_defaults_to_nomads() {
+        let none = write("none.hcl", "");
+        assert_eq!(
+            load(&[none], false).unwrap().max_kill_timeout,
+            Duration::from_secs(30)
+        );
+        let set = write("set.hcl", "client { max_kill_timeout = \"2m\" }\n");
+        assert_eq!(
+            load(&[set], false).unwrap().max_kill_timeout,
+            Duration::from_secs(120)
+        );
+        let bad = write("bad.hcl", "client { max_kill_timeout = \"soon\" }\n");
+        let err = load(&[bad], false).unwrap_err().to_string();
+        assert!(
+            err.starts_with("config: client.max_kill_timeout: "),
+            "{err}"
+        );
     }
 }

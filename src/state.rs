@@ -7,12 +7,22 @@
 //! the directory. A crash at any instant leaves the old or the new file, never a mix.
 //!
 //! [`StateStore::save`] is synchronous: callers that acknowledge something to a user (a volume
-//! create) call it before answering. [`StateStore::save_soon`] marks the state dirty for the flusher
-//! thread, which coalesces bursts (task events) into one write within [`FLUSH_DELAY`].
+//! create) call it before answering. A change that must be on disk before it is made at all (a job
+//! registration: nothing may be killed or started for a change that is then lost) goes through a
+//! [`Transaction`]: the caller holds the write lock, stages the change where its `Snapshot::fill`
+//! sees it, saves, and only makes the change once the write succeeded, still under the lock, so
+//! no other write can land in between. [`StateStore::save_soon`] marks the state dirty for the
+//! flusher thread, which coalesces bursts (task events) into one write within [`FLUSH_DELAY`].
+//!
+//! A write that fails (a full disk, a read-only remount) is retried by the flusher until one
+//! succeeds, with a backoff from [`RETRY_FIRST`] to [`RETRY_MAX`]: the in-memory state is then
+//! newer than the file, and [`StateStore::failing`] says so (`/v1/agent/health`). One warning is
+//! logged when such a failure streak begins and one line when it ends, not one per attempt.
 //!
 //! Lock: `write` serialises writers, so two saves never interleave on disk and the last write holds
 //! the newest snapshot. It is the only lock here held across I/O, by design; no registry lock is
-//! ever taken while it is held except inside `Snapshot::fill`, which copies and returns.
+//! ever taken while it is held except inside `Snapshot::fill`, which copies and returns, and a
+//! [`Transaction`]'s commit, which changes a registry and returns. `failing` is a leaf.
 
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -42,6 +52,11 @@ pub const FLUSH_DELAY: Duration = Duration::from_millis(50);
 /// The least time between two background writes: each rewrites the whole file, so a thousand
 /// crash-looping tasks must not turn into a thousand writes a second.
 pub const FLUSH_SPACING: Duration = Duration::from_millis(500);
+/// The first wait before a failed write is tried again; it doubles up to [`RETRY_MAX`].
+pub const RETRY_FIRST: Duration = FLUSH_SPACING;
+/// The longest wait between two attempts to write a state file that cannot be written: how long
+/// the agent may take to notice that the disk has room again.
+pub const RETRY_MAX: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -139,11 +154,24 @@ pub trait Snapshot: Send + Sync {
     fn fill(&self, out: &mut StateFile);
 }
 
+/// A failure streak: the state file could not be written since `since`, in `attempts` tries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failing {
+    /// When the first failed write of the streak was tried (RFC 3339, UTC).
+    pub since: String,
+    pub attempts: u64,
+    /// The last attempt's error.
+    pub error: String,
+}
+
 pub struct StateStore {
     path: PathBuf,
     node_id: String,
     /// Guards: the file on disk (serialises writers); the value counts writes done.
     write: Mutex<u64>,
+    /// Guards: the current failure streak, set by a failed write and cleared by the next one that
+    /// succeeds. A leaf: taken under `write` for the update, never across I/O or a log line.
+    failing: Mutex<Option<Failing>>,
     /// Guards: the list of sources. Set up at start, read by every save.
     sources: Mutex<Vec<Arc<dyn Snapshot>>>,
     dirty: Sender<()>,
@@ -189,6 +217,7 @@ impl StateStore {
             path,
             node_id: state.node_id.clone(),
             write: Mutex::new(0),
+            failing: Mutex::new(None),
             sources: Mutex::new(Vec::new()),
             dirty,
             dirty_rx,
@@ -208,9 +237,29 @@ impl StateStore {
         self.sources.lock().push(source);
     }
 
-    /// Writes the current state now, durably. Returns once it is on disk.
+    /// Writes the current state now, durably. Returns once it is on disk. A failure is retried
+    /// by the flusher until a write succeeds.
     pub fn save(&self) -> Result<(), StateError> {
-        let mut writes = self.write.lock();
+        self.transaction().save()
+    }
+
+    /// Takes the write lock for a change that must be on disk before it is made: see
+    /// [`Transaction`]. No other write happens until it is dropped.
+    pub fn transaction(&self) -> Transaction<'_> {
+        Transaction {
+            store: self,
+            writes: self.write.lock(),
+        }
+    }
+
+    /// The current failure streak, if the last write failed: the state file is then older than
+    /// the agent's state, and stays so until a write succeeds (the flusher keeps trying).
+    pub fn failing(&self) -> Option<Failing> {
+        self.failing.lock().clone()
+    }
+
+    /// Serialises and writes every source's section. The caller holds the write lock.
+    fn write_file(&self) -> Result<(), StateError> {
         let mut state = StateFile {
             version: STATE_VERSION,
             node_id: self.node_id.clone(),
@@ -231,9 +280,50 @@ impl StateStore {
         written.map_err(|source| StateError::Write {
             path: self.path.clone(),
             source,
-        })?;
-        *writes += 1;
-        Ok(())
+        })
+    }
+
+    /// Keeps the failure streak up to date after a write, and logs its start and its end: one
+    /// warning per streak, whatever the number of attempts.
+    fn record(&self, result: &Result<(), StateError>) {
+        enum Note {
+            Began,
+            Ended(Failing),
+        }
+        let note = {
+            let mut failing = self.failing.lock();
+            match (result, failing.as_mut()) {
+                (Err(e), None) => {
+                    *failing = Some(Failing {
+                        since: chrono::Utc::now()
+                            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        attempts: 1,
+                        error: e.to_string(),
+                    });
+                    Some(Note::Began)
+                }
+                (Err(e), Some(streak)) => {
+                    streak.attempts += 1;
+                    streak.error = e.to_string();
+                    None
+                }
+                (Ok(()), Some(_)) => failing.take().map(Note::Ended),
+                (Ok(()), None) => None,
+            }
+        };
+        match (note, result) {
+            (Some(Note::Began), Err(e)) => log::warn!(
+                "{e}; the agent keeps trying (every {RETRY_MAX:?} at most) and reports the state \
+                 as not durable in /v1/agent/health until a write succeeds"
+            ),
+            (Some(Note::Ended(streak)), _) => log::info!(
+                "state file {} written again, after {} failed attempts since {}",
+                self.path.display(),
+                streak.attempts,
+                streak.since
+            ),
+            _ => {}
+        }
     }
 
     /// Checks, before the agent adopts or starts any task, that the state file can be written:
@@ -263,7 +353,8 @@ impl StateStore {
     }
 
     /// The flusher loop: run it on a thread of its own. Ends when `stop` disconnects, after a last
-    /// write if anything was pending.
+    /// write if anything was pending. A write that fails is tried again, with a backoff, until
+    /// one succeeds: the dirty mark is only gone once the state is on disk.
     pub fn run_flusher(&self, stop: Receiver<crate::thread::Never>) {
         let mut last_write: Option<std::time::Instant> = None;
         loop {
@@ -275,29 +366,61 @@ impl StateStore {
                         .unwrap_or_default();
                     crossbeam_channel::select! {
                         recv(stop) -> _ => {
-                            self.flush_logged();
+                            let _ = self.save();
                             return;
                         }
                         default(FLUSH_DELAY.max(spacing)) => {}
                     }
-                    let _ = self.dirty_rx.try_recv();
-                    self.flush_logged();
+                    let mut backoff = RETRY_FIRST;
+                    loop {
+                        // Marks made before this write are covered by it.
+                        let _ = self.dirty_rx.try_recv();
+                        if self.save().is_ok() {
+                            break;
+                        }
+                        crossbeam_channel::select! {
+                            recv(stop) -> _ => {
+                                // The shutdown writes once more and reports a failure.
+                                return;
+                            }
+                            default(backoff) => {}
+                        }
+                        backoff = (backoff * 2).min(RETRY_MAX);
+                    }
                     last_write = Some(std::time::Instant::now());
                 }
                 recv(stop) -> _ => {
                     if self.dirty_rx.try_recv().is_ok() {
-                        self.flush_logged();
+                        let _ = self.save();
                     }
                     return;
                 }
             }
         }
     }
+}
 
-    fn flush_logged(&self) {
-        if let Err(e) = self.save() {
-            log::error!("{e}");
+/// The write lock, held for a change that must be on disk before it is made (see the module
+/// doc): stage the change where the owner's [`Snapshot::fill`] sees it, [`Transaction::save`],
+/// and make it only if that succeeded, before the transaction is dropped.
+pub struct Transaction<'a> {
+    store: &'a StateStore,
+    writes: parking_lot::MutexGuard<'a, u64>,
+}
+
+impl Transaction<'_> {
+    /// Writes the state as the sources fill it now (staged changes included), durably. A failure
+    /// starts (or continues) a failure streak, which the flusher retries.
+    pub fn save(&mut self) -> Result<(), StateError> {
+        let result = self.store.write_file();
+        self.store.record(&result);
+        match result {
+            Ok(()) => *self.writes += 1,
+            // Whatever the caller does about its change, the rest of the state is not on disk
+            // either: the flusher tries again until it is.
+            Err(_) => self.store.save_soon(),
         }
+        result
     }
 }
 
@@ -409,6 +532,48 @@ mod tests {
         assert_eq!(dmode, 0o700);
         let (_, again) = StateStore::open(&dir, false).unwrap();
         assert_eq!(again.node_id, state.node_id);
+    }
+
+    fn eventually(what: &str, check: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !check() {
+            assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A background write that fails is tried again until one succeeds (the dirty mark is not
+    /// consumed by the failure), and the streak is reported meanwhile. A directory where the
+    /// temporary file goes makes every write fail, even as root.
+    #[test]
+    fn the_flusher_retries_a_failed_write_until_it_succeeds() {
+        let dir = tempdir();
+        let (store, _) = StateStore::open(&dir, false).unwrap();
+        let blocker = dir.join(".state.json.tmp");
+        fs::create_dir(&blocker).unwrap();
+        let (stop_tx, stop) = bounded::<crate::thread::Never>(0);
+        let flusher = {
+            let store = store.clone();
+            std::thread::spawn(move || store.run_flusher(stop))
+        };
+        store.save_soon();
+        eventually("two failed attempts", || {
+            store.failing().is_some_and(|f| f.attempts >= 2)
+        });
+        let failing = store.failing().unwrap();
+        assert!(
+            failing.error.starts_with("cannot write state file "),
+            "{failing:?}"
+        );
+        assert_eq!(store.writes(), 0);
+        assert!(!store.path().exists());
+        fs::remove_dir(&blocker).unwrap();
+        eventually("the retry to succeed", || store.failing().is_none());
+        assert_eq!(store.writes(), 1);
+        assert!(store.path().exists());
+        drop(stop_tx);
+        flusher.join().unwrap();
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -643,19 +643,6 @@ fn a_version_1_state_file_is_adopted() {
     assert_eq!(wait_running(&agent, &left)["PID"], p2);
 }
 
-/// A tmpfs mounted for one test, unmounted (lazily: the keeper may still hold a log file) when
-/// dropped.
-struct Tmpfs(std::path::PathBuf);
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
-}
-
 /// A full disk found at start changes no task: the agent exits 1 before it adopts or starts
 /// anything, and the next agent, with room again, re-attaches to the same process.
 #[test]
@@ -666,14 +653,7 @@ fn a_full_disk_at_start_changes_no_task() {
     }
     let dir = TempDir::new("lr-full");
     let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs"])
-        .arg(&data)
-        .status()
-        .unwrap();
-    assert!(mounted.success(), "mount tmpfs on {}", data.display());
-    let _tmpfs = Tmpfs(data.clone());
+    let _tmpfs = Tmpfs::mount(&data, "4m");
     let mut agent = TestAgent::start_in(dir.path(), "");
     let (m, m2) = (marker(), marker());
     let alloc = agent.alloc_id(&agent.run_hcl(&job("full", "", "", &format!("exec sleep {m}"))));
@@ -697,13 +677,7 @@ fn a_full_disk_at_start_changes_no_task() {
         }
     }
     std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
-    // Fill what is left of the disk.
-    let filler = data.join("filler");
-    let mut f = std::fs::File::create(&filler).unwrap();
-    let chunk = vec![0u8; 64 * 1024];
-    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
-    let _ = std::io::Write::write_all(&mut f, &[0]);
-    drop(f);
+    let filler = fill_disk(&data);
     let state_before = std::fs::read(data.join("state.json")).unwrap();
     let out = std::process::Command::new(BIN)
         .args(["agent", "-config"])

@@ -11,10 +11,6 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn is_root() -> bool {
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// A root-owned 0700 directory with a file in it: what a task must not be given.
 fn root_dir(parent: &Path, name: &str) -> PathBuf {
     let d = parent.join(name);

@@ -99,18 +99,21 @@ impl AllocManager {
         if inner.desired == DesiredStatus::Stop {
             return;
         }
-        for task in &alloc.group_spec().tasks {
-            let state = alloc.tasks[&task.name].clone();
+        for spec in &alloc.group_spec().tasks {
+            let state = alloc.tasks[&spec.name].clone();
             if state.lock().state == TaskStatus::Dead {
                 continue;
             }
+            let mut task = spec.clone();
+            // The job keeps what was asked (the API shows it); the runner applies the cap.
+            task.kill_timeout = self.engine.kill_timeout(task.kill_timeout);
             let ctx = TaskContext {
                 alloc_id: alloc.id.clone(),
                 job: alloc.job.clone(),
                 group: alloc.group.clone(),
-                task: task.clone(),
+                task,
                 alloc_dir: alloc_dir.clone(),
-                task_dir: allocdir::task_dir(&alloc_dir, &task.name),
+                task_dir: allocdir::task_dir(&alloc_dir, &spec.name),
                 data_dir: self.engine.data_dir.clone(),
                 node_id: self.engine.node_id.clone(),
                 node_name: self.engine.node_name.clone(),
@@ -118,9 +121,9 @@ impl AllocManager {
             let hooks = self.engine.hooks.hooks_for(&ctx);
             match runner::spawn(ctx, hooks, state, self.engine.deps.clone(), restored) {
                 Ok(handle) => {
-                    inner.runners.insert(task.name.clone(), handle);
+                    inner.runners.insert(spec.name.clone(), handle);
                 }
-                Err(e) => log::error!("cannot start runner of task {}: {e}", task.name),
+                Err(e) => log::error!("cannot start runner of task {}: {e}", spec.name),
             }
         }
     }

@@ -1,11 +1,17 @@
 //! The allocation registry: the jobs registered on this node and their allocations, and what the
 //! API asks of them — register and stop jobs; stop, restart and signal allocations; read both.
 //!
-//! Protocol: every change is made under the one registry lock, so a job and its allocations
-//! change as one; the state file is written after the lock is released (a write takes it again
-//! through [`Snapshot::fill`]); task runners are started ([`super::gate`]) or sent commands
-//! afterwards. A stopped allocation's gate thread is joined once the registry lock is released.
-//! Reads copy what they need under short locks and return domain values; the API encodes them.
+//! Protocol: an API write (register a job, stop a job, stop an allocation) happens entirely or
+//! not at all ([`AllocManager::commit`]). Under the state file's write lock
+//! ([`StateStore::transaction`]) the write is planned from the registry as a [`Change`], nothing
+//! changed yet; the change is staged in the registry, where [`Snapshot::fill`] writes the state as
+//! it will be, and the file is written with the registry lock released (the write takes it again
+//! through `fill`). Only once that write succeeded is the change made, under the registry lock, so
+//! a job and its allocations change as one: allocations stopped (their runners told to kill),
+//! added, the job recorded. A write that fails leaves the registry and every task as they were,
+//! and the same request can simply be sent again. New task runners are started ([`super::gate`])
+//! and stopped gate threads joined afterwards, with no lock held. Reads copy what they need under
+//! short locks and return domain values; the API encodes them.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -16,9 +22,9 @@ use std::time::{Duration, Instant};
 use super::model::Allocation;
 use super::AllocError;
 use crate::jobspec::{validate::signal_number, Job};
-use crate::records::{DesiredStatus, JobRecord};
+use crate::records::{AllocRecord, DesiredStatus, JobRecord};
 use crate::state::{Snapshot, StateFile, StateStore};
-use crate::task::events::{now_nanos, TaskStatus};
+use crate::task::events::{now_nanos, TaskState, TaskStatus};
 use crate::task::hooks::HookFactory;
 use crate::task::mounts::VolumeLookup;
 use crate::task::runner::{RunnerDeps, TaskCommand, TaskRunnerHandle};
@@ -34,12 +40,51 @@ pub struct Engine {
     pub volumes: Arc<dyn VolumeLookup>,
     /// The data directory's task keeper, whose tasks a restore takes over.
     pub keeper: Arc<crate::driver::KeeperClient>,
+    /// The longest any task's `kill_timeout` may be (`client { max_kill_timeout }`).
+    pub max_kill_timeout: Duration,
+}
+
+impl Engine {
+    /// A task's `kill_timeout` as the agent applies it: cut to `max_kill_timeout`.
+    pub(super) fn kill_timeout(&self, asked: Duration) -> Duration {
+        asked.min(self.max_kill_timeout)
+    }
 }
 
 #[derive(Default)]
 pub(super) struct Registry {
     pub(super) jobs: BTreeMap<String, JobRecord>,
     pub(super) allocs: BTreeMap<String, Arc<Allocation>>,
+    /// An API write being written to the state file: [`Snapshot::fill`] records the registry as
+    /// it will be once the change is made. Set and taken back under the state file's write lock.
+    staged: Option<Change>,
+}
+
+/// What an API write changes in the registry, planned before anything is changed.
+#[derive(Default)]
+struct Change {
+    /// A job record to insert or replace.
+    put_job: Option<JobRecord>,
+    /// A job to forget with all its allocations (a purge).
+    forget_job: Option<String>,
+    /// Allocations to stop: each should run when the change is planned.
+    stop: Vec<Arc<Allocation>>,
+    /// New allocations, to be started once the change is made.
+    add: Vec<Arc<Allocation>>,
+    /// When the change was asked for: the stopped allocations' modify time.
+    at: i64,
+}
+
+impl Change {
+    fn job<'a>(&'a self, reg: &'a Registry, id: &str) -> Option<&'a JobRecord> {
+        if self.forget_job.as_deref() == Some(id) {
+            return None;
+        }
+        match &self.put_job {
+            Some(j) if j.job.id == id => Some(j),
+            _ => reg.jobs.get(id),
+        }
+    }
 }
 
 /// The outcome of a job registration.
@@ -73,24 +118,57 @@ pub struct AllocManager {
 impl Snapshot for AllocManager {
     /// Copies jobs and allocations under the one registry lock: a job and its allocations change
     /// together under it (a stop marks both), so a copy of the jobs taken before a stop and of the
-    /// allocations after it would record a state that never was.
+    /// allocations after it would record a state that never was. A staged API write is recorded
+    /// as made: the write is on disk before anything of it happens.
     fn fill(&self, out: &mut StateFile) {
         let r = self.registry.lock();
-        // Allocations of one registration share one `Arc<Job>`: compare each shared job with the
-        // registered one once, not once per allocation (1,000 allocations of one 1,000-group job
-        // made every write compare a million groups).
+        let Some(change) = &r.staged else {
+            // Allocations of one registration share one `Arc<Job>`: compare each shared job with
+            // the registered one once, not once per allocation (1,000 allocations of one
+            // 1,000-group job made every write compare a million groups).
+            let mut current: HashMap<*const Job, bool> = HashMap::new();
+            out.allocations = r
+                .allocs
+                .values()
+                .map(|a| {
+                    let is_current = *current
+                        .entry(Arc::as_ptr(&a.job))
+                        .or_insert_with(|| r.jobs.get(&a.job.id).is_some_and(|j| j.job == *a.job));
+                    a.record(is_current)
+                })
+                .collect();
+            out.jobs = r.jobs.values().cloned().collect();
+            return;
+        };
         let mut current: HashMap<*const Job, bool> = HashMap::new();
-        out.allocations = r
+        let stopped: std::collections::HashSet<&str> =
+            change.stop.iter().map(|a| a.id.as_str()).collect();
+        let kept = r
             .allocs
             .values()
+            .filter(|a| change.forget_job.as_deref() != Some(a.job.id.as_str()));
+        out.allocations = kept
+            .chain(change.add.iter())
             .map(|a| {
                 let is_current = *current
                     .entry(Arc::as_ptr(&a.job))
-                    .or_insert_with(|| r.jobs.get(&a.job.id).is_some_and(|j| j.job == *a.job));
-                a.record(is_current)
+                    .or_insert_with(|| change.job(&r, &a.job.id).is_some_and(|j| j.job == *a.job));
+                let mut record = a.record(is_current);
+                if stopped.contains(a.id.as_str()) {
+                    stopped_record(&mut record, change.at);
+                }
+                record
             })
             .collect();
-        out.jobs = r.jobs.values().cloned().collect();
+        let mut jobs: BTreeMap<&str, &JobRecord> =
+            r.jobs.iter().map(|(id, j)| (id.as_str(), j)).collect();
+        if let Some(id) = &change.forget_job {
+            jobs.remove(id.as_str());
+        }
+        if let Some(j) = &change.put_job {
+            jobs.insert(j.job.id.as_str(), j);
+        }
+        out.jobs = jobs.into_values().cloned().collect();
     }
 }
 
@@ -103,80 +181,113 @@ impl AllocManager {
         })
     }
 
-    fn save(&self) -> Result<(), AllocError> {
-        Ok(self.store.save()?)
+    /// Makes an API write whole or not at all (see the module doc). `plan` computes the change
+    /// from the registry as it is (`None`: nothing to do); the change is made only once the
+    /// state file records it. `action` names the write in the error. Returns the allocations the
+    /// change added, for the caller to start, or `None` when nothing changed.
+    fn commit(
+        &self,
+        action: impl FnOnce() -> String,
+        plan: impl FnOnce(&Registry) -> Result<Option<Change>, AllocError>,
+    ) -> Result<Option<Vec<Arc<Allocation>>>, AllocError> {
+        let mut txn = self.store.transaction();
+        let Some(change) = plan(&self.registry.lock())? else {
+            return Ok(None);
+        };
+        self.registry.lock().staged = Some(change);
+        let saved = txn.save();
+        let mut reg = self.registry.lock();
+        let change = reg.staged.take().expect("the change staged above");
+        if let Err(source) = saved {
+            return Err(AllocError::NotSaved {
+                action: action(),
+                source,
+            });
+        }
+        let mut gates = Vec::new();
+        for alloc in &change.stop {
+            gates.extend(stop_alloc(alloc, change.at));
+            self.engine.volumes.release(&alloc.id);
+        }
+        if let Some(id) = &change.forget_job {
+            reg.jobs.remove(id);
+            reg.allocs.retain(|_, a| a.job.id != *id);
+        }
+        if let Some(record) = change.put_job {
+            reg.jobs.insert(record.job.id.clone(), record);
+        }
+        for alloc in &change.add {
+            reg.allocs.insert(alloc.id.clone(), alloc.clone());
+        }
+        drop(reg);
+        drop(txn);
+        join_gates(gates);
+        Ok(Some(change.add))
     }
 
     /// Registers or updates a job. An unchanged spec is a no-op; a changed one stops the old
-    /// allocations and starts new ones.
+    /// allocations and starts new ones, once the state file records it.
     pub fn register_job(self: &Arc<Self>, job: Job) -> Result<Registered, AllocError> {
         let eval_id = uuid::Uuid::new_v4().to_string();
-        let mut gates = Vec::new();
-        let new_allocs = {
-            let mut reg = self.registry.lock();
-            if let Some(existing) = reg.jobs.get(&job.id) {
-                if existing.job == job && !existing.stop {
-                    return Ok(Registered {
-                        eval_id,
-                        changed: false,
-                    });
+        let id = job.id.clone();
+        let added = self.commit(
+            || format!("registering job {id:?}"),
+            |reg| {
+                let existing = reg.jobs.get(&job.id);
+                if existing.is_some_and(|e| e.job == job && !e.stop) {
+                    return Ok(None);
                 }
-            }
-            let version = reg.jobs.get(&job.id).map(|j| j.version + 1).unwrap_or(0);
-            for alloc in reg.allocs.values().filter(|a| a.job.id == job.id) {
-                gates.extend(stop_alloc(alloc));
-                self.engine.volumes.release(&alloc.id);
-            }
-            let job_arc = Arc::new(job.clone());
-            let now = now_nanos();
-            let mut created = Vec::new();
-            for group in &job.task_groups {
-                for index in 0..group.count {
-                    let alloc = Arc::new(Allocation::new(&job_arc, group, index, now));
-                    reg.allocs.insert(alloc.id.clone(), alloc.clone());
-                    created.push(alloc);
-                }
-            }
-            reg.jobs.insert(
-                job.id.clone(),
-                JobRecord {
-                    job,
-                    stop: false,
-                    version,
-                    submit_time: now,
-                },
-            );
-            created
-        };
-        join_gates(gates);
-        self.save()?;
-        for alloc in new_allocs {
+                let now = now_nanos();
+                let job_arc = Arc::new(job.clone());
+                let add = job
+                    .task_groups
+                    .iter()
+                    .flat_map(|g| (0..g.count).map(move |i| (g, i)))
+                    .map(|(group, index)| Arc::new(Allocation::new(&job_arc, group, index, now)))
+                    .collect();
+                Ok(Some(Change {
+                    put_job: Some(JobRecord {
+                        version: existing.map_or(0, |j| j.version + 1),
+                        job,
+                        stop: false,
+                        submit_time: now,
+                    }),
+                    stop: running_allocs_of(reg, &id),
+                    add,
+                    at: now,
+                    ..Change::default()
+                }))
+            },
+        )?;
+        let changed = added.is_some();
+        for alloc in added.unwrap_or_default() {
             self.start_alloc(&alloc, false);
         }
-        Ok(Registered {
-            eval_id,
-            changed: true,
-        })
+        Ok(Registered { eval_id, changed })
     }
 
     /// Stops a job's allocations; `purge` also forgets the job and them. Returns the eval ID.
     pub fn stop_job(&self, id: &str, purge: bool) -> Result<String, AllocError> {
-        let mut gates = Vec::new();
-        {
-            let mut reg = self.registry.lock();
-            let record = reg.jobs.get_mut(id).ok_or(AllocError::JobNotFound)?;
-            record.stop = true;
-            for alloc in reg.allocs.values().filter(|a| a.job.id == id) {
-                gates.extend(stop_alloc(alloc));
-                self.engine.volumes.release(&alloc.id);
-            }
-            if purge {
-                reg.jobs.remove(id);
-                reg.allocs.retain(|_, a| a.job.id != id);
-            }
-        }
-        join_gates(gates);
-        self.save()?;
+        self.commit(
+            || format!("stopping job {id:?}"),
+            |reg| {
+                let record = reg.jobs.get(id).ok_or(AllocError::JobNotFound)?;
+                let stop = running_allocs_of(reg, id);
+                if record.stop && stop.is_empty() && !purge {
+                    return Ok(None);
+                }
+                Ok(Some(Change {
+                    put_job: (!purge).then(|| JobRecord {
+                        stop: true,
+                        ..record.clone()
+                    }),
+                    forget_job: purge.then(|| id.to_string()),
+                    stop,
+                    at: now_nanos(),
+                    ..Change::default()
+                }))
+            },
+        )?;
         Ok(uuid::Uuid::new_v4().to_string())
     }
 
@@ -301,23 +412,34 @@ impl AllocManager {
         Ok(())
     }
 
-    /// Stops one allocation for good. Returns the eval ID.
+    /// Stops one allocation for good, once the state file records it. Returns the eval ID.
     pub fn stop(&self, id: &str) -> Result<String, AllocError> {
-        let alloc = self.get(id)?;
-        join_gates(stop_alloc(&alloc));
-        self.engine.volumes.release(&alloc.id);
-        self.save()?;
+        self.commit(
+            || format!("stopping allocation {id}"),
+            |reg| {
+                let alloc = reg.allocs.get(id).ok_or(AllocError::AllocNotFound)?;
+                if alloc.desired() == DesiredStatus::Stop {
+                    return Ok(None);
+                }
+                Ok(Some(Change {
+                    stop: vec![alloc.clone()],
+                    at: now_nanos(),
+                    ..Change::default()
+                }))
+            },
+        )?;
         Ok(uuid::Uuid::new_v4().to_string())
     }
 
-    /// The longest `kill_timeout` of the tasks of allocations that should run.
+    /// The longest `kill_timeout` (as applied: at most `max_kill_timeout`) of the tasks of
+    /// allocations that should run.
     pub fn max_kill_timeout(&self) -> Duration {
         let reg = self.registry.lock();
         reg.allocs
             .values()
             .flat_map(|a| a.group_spec().tasks.iter().map(|t| t.kill_timeout))
             .max()
-            .unwrap_or(Duration::ZERO)
+            .map_or(Duration::ZERO, |t| self.engine.kill_timeout(t))
     }
 
     /// Waits for every task runner and gate thread to end (after a shutdown), at most `timeout`.
@@ -362,16 +484,42 @@ fn job_status(record: &JobRecord, allocs: &[Arc<Allocation>]) -> &'static str {
     }
 }
 
-/// Marks an allocation stopped and kills its tasks. Returns its volume gate, stopped, for the
-/// caller to join once it holds no lock (the gate may be taking the allocation's).
+/// The allocations of a job that should run: those a registration or a stop of the job stops.
+fn running_allocs_of(reg: &Registry, job_id: &str) -> Vec<Arc<Allocation>> {
+    reg.allocs
+        .values()
+        .filter(|a| a.job.id == job_id && a.desired() == DesiredStatus::Run)
+        .cloned()
+        .collect()
+}
+
+/// A task that never got a runner (its allocation waits for a volume): stopping its allocation
+/// makes it dead without having run.
+fn never_ran(s: &TaskState) -> bool {
+    s.state == TaskStatus::Pending && s.started_at.is_none() && s.events.is_empty()
+}
+
+/// An allocation's record as [`stop_alloc`] at `at` will leave it: what a staged stop writes.
+fn stopped_record(record: &mut AllocRecord, at: i64) {
+    record.desired_status = DesiredStatus::Stop;
+    record.modify_time = at;
+    for s in record.task_states.values_mut() {
+        if never_ran(s) {
+            s.state = TaskStatus::Dead;
+        }
+    }
+}
+
+/// Marks an allocation stopped at `at` and kills its tasks. Returns its volume gate, stopped, for
+/// the caller to join once it holds no lock (the gate may be taking the allocation's).
 #[must_use = "the gate thread must be joined"]
-fn stop_alloc(alloc: &Allocation) -> Option<Worker<()>> {
+fn stop_alloc(alloc: &Allocation, at: i64) -> Option<Worker<()>> {
     let mut inner = alloc.inner.lock();
     if inner.desired == DesiredStatus::Stop {
         return None;
     }
     inner.desired = DesiredStatus::Stop;
-    inner.modify_time = now_nanos();
+    inner.modify_time = at;
     let mut gate = inner.gate.take();
     if let Some(g) = &mut gate {
         g.stop();
@@ -381,10 +529,9 @@ fn stop_alloc(alloc: &Allocation) -> Option<Worker<()>> {
         r.send(TaskCommand::Kill);
     }
     drop(inner);
-    // Tasks that never got a runner (waiting for a volume) are dead without having run.
     for state in alloc.tasks.values() {
         let mut s = state.lock();
-        if s.state == TaskStatus::Pending && s.started_at.is_none() && s.events.is_empty() {
+        if never_ran(&s) {
             s.state = TaskStatus::Dead;
         }
     }
@@ -443,6 +590,84 @@ mod tests {
         drop(shutdown);
         allocs.join_all(Duration::from_secs(10));
         assert!(waiting.0.inner.lock().gate.is_none() && eventually(|| !thread_alive(&waiting.1)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Allocation ID → desired status, and each job's ID, stop flag and version.
+    type Recorded = (BTreeMap<String, DesiredStatus>, Vec<(String, bool, u64)>);
+
+    /// What the state file records of the allocations and jobs.
+    fn on_disk(dir: &std::path::Path) -> Recorded {
+        let text = std::fs::read(dir.join(crate::state::STATE_FILE)).unwrap();
+        let state = crate::state::decode(dir, &text).unwrap();
+        let allocs = state
+            .allocations
+            .iter()
+            .map(|a| (a.id.clone(), a.desired_status))
+            .collect();
+        let jobs = state
+            .jobs
+            .iter()
+            .map(|j| (j.job.id.clone(), j.stop, j.version))
+            .collect();
+        (allocs, jobs)
+    }
+
+    fn in_memory(allocs: &AllocManager) -> BTreeMap<String, DesiredStatus> {
+        allocs
+            .allocations()
+            .iter()
+            .map(|a| (a.id.clone(), a.desired()))
+            .collect()
+    }
+
+    /// An API write whose state write fails changes nothing, in memory or on disk, and the same
+    /// request then succeeds; once it does, the file records exactly what the registry holds.
+    /// (A directory where the write's temporary file goes makes every write fail, even as root.)
+    #[test]
+    fn a_write_that_cannot_be_saved_changes_nothing() {
+        let (allocs, dir, _shutdown) = manager("unsaved");
+        allocs.store.register(allocs.clone());
+        allocs.register_job(gated_job("web", 2)).unwrap();
+        let before = (in_memory(&allocs), on_disk(&dir));
+        assert_eq!(before.0.len(), 2);
+        assert_eq!(before.0, before.1 .0);
+        let blocker = dir.join(".state.json.tmp");
+        std::fs::create_dir(&blocker).unwrap();
+
+        let changed = gated_job("web", 3);
+        let err = allocs.register_job(changed.clone()).unwrap_err();
+        assert!(matches!(err, AllocError::NotSaved { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("registering job \"web\": cannot write state file ")
+                && text.ends_with("; nothing was changed"),
+            "{text}"
+        );
+        let id = before.0.keys().next().unwrap().clone();
+        assert!(allocs.stop_job("web", false).is_err());
+        assert!(allocs.stop_job("web", true).is_err());
+        assert!(allocs.stop(&id).is_err());
+        assert_eq!((in_memory(&allocs), on_disk(&dir)), before);
+        assert_eq!(allocs.job("web").unwrap().record.version, 0);
+        assert!(
+            allocs.store.failing().is_some(),
+            "the failed write is reported"
+        );
+
+        std::fs::remove_dir(&blocker).unwrap();
+        let again = allocs.register_job(changed).unwrap();
+        assert!(again.changed, "the same request, sent again, is a change");
+        assert!(allocs.store.failing().is_none());
+        let now = in_memory(&allocs);
+        assert_eq!(now.len(), 5);
+        assert!(before.0.keys().all(|id| now[id] == DesiredStatus::Stop));
+        assert_eq!(on_disk(&dir).0, now);
+        assert_eq!(on_disk(&dir).1, vec![("web".to_string(), false, 1)]);
+        allocs.stop(&id).unwrap();
+        allocs.stop_job("web", true).unwrap();
+        assert!(in_memory(&allocs).is_empty());
+        assert_eq!(on_disk(&dir), (BTreeMap::new(), Vec::new()));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

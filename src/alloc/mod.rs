@@ -12,8 +12,9 @@
 //! the API (`api::jobs`, `api::allocations`) encodes them as Nomad's JSON and picks the status
 //! codes.
 //!
-//! Protocol: the API calls [`AllocManager`]; it changes the registry under its one lock, records
-//! the change in the state file (outside the lock), then starts or signals task runners. An
+//! Protocol: the API calls [`AllocManager`]; a write is planned, recorded in the state file, and
+//! only then made in the registry (under its one lock), whole or not at all; then task runners
+//! are started or signalled. An
 //! allocation whose host volumes are missing stays `pending` with a reason and gets one gate
 //! thread that waits (select over volume changes, its stop channel, and agent shutdown) and starts
 //! the tasks once every volume is ready. The allocation owns the gate's [`Worker`]: stopping the
@@ -51,7 +52,8 @@ pub enum AllocError {
     UnknownTask(String),
     #[error("unknown signal {0:?}")]
     UnknownSignal(String),
-    /// The state file could not be written.
-    #[error(transparent)]
-    State(#[from] StateError),
+    /// An API write could not be recorded in the state file, so none of it was made: no task
+    /// was stopped or started, and the same request can be sent again.
+    #[error("{action}: {source}; nothing was changed")]
+    NotSaved { action: String, source: StateError },
 }

@@ -5,9 +5,12 @@
 //! keeper (left by an agent before the keeper, or that left their task's process group).
 //!
 //! Runs on the agent's main thread during start-up, before the API serves. A stop signal during
-//! the start-up disconnects the shutdown channel: restored allocations are then recorded but not
-//! started.
+//! the start-up disconnects the shutdown channel: the waits for stopped processes end at once
+//! (what is still stopping is left for the next agent, which stops it again), and restored
+//! allocations are recorded but not started. Each wait is a task's `kill_timeout`, cut to
+//! `client { max_kill_timeout }`.
 
+use crossbeam_channel::{after, at, select, Receiver};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,10 +18,12 @@ use std::time::{Duration, Instant};
 use super::manager::AllocManager;
 use super::model::Allocation;
 use crate::driver::process::keeper::{client::Kept, Held};
-use crate::driver::{self, KeeperClient};
+use crate::driver::{self, KeeperClient, TaskExit};
 use crate::jobspec::{Job, TaskGroup};
 use crate::records::{AllocRecord, DesiredStatus, JobRecord, TaskStatus};
 use crate::state::StateFile;
+use crate::task::events::{nanos_rfc3339, now_nanos, TaskEvent, TaskState};
+use crate::thread::Never;
 use crate::util::allocdir;
 
 impl AllocManager {
@@ -30,11 +35,16 @@ impl AllocManager {
         let ids: HashSet<String> = state.allocations.iter().map(|a| a.id.clone()).collect();
         let resumed = resumed_tasks(&state.allocations, &state.jobs);
         let keeper = &self.engine.keeper;
-        stop_unwanted(
+        let sweep = Sweep {
+            allocs: &state.allocations,
+            jobs: &state.jobs,
+            max_kill_timeout: self.engine.max_kill_timeout,
+            cancel: &self.engine.deps.shutdown,
+        };
+        let ended = stop_unwanted(
             keeper.unwanted(|h| resumed.contains(&(h.alloc_id.clone(), h.task.clone()))),
             keeper,
-            &state.allocations,
-            &state.jobs,
+            &sweep,
         );
         // The keeper's own tasks (and what they started) are their runners' to take over.
         let held = keeper.running();
@@ -43,7 +53,7 @@ impl AllocManager {
                 .into_iter()
                 .filter(|l| !held.contains(&(l.alloc_id.clone(), l.task.clone())))
                 .collect();
-        stop_leftovers(&outside, &state.allocations, &state.jobs);
+        stop_leftovers(&outside, &sweep);
         let mut to_start = Vec::new();
         {
             let mut reg = self.registry.lock();
@@ -58,6 +68,13 @@ impl AllocManager {
                     continue;
                 };
                 let alloc = Arc::new(alloc);
+                for (alloc_id, task, exit) in &ended {
+                    if *alloc_id == alloc.id {
+                        if let Some(state) = alloc.tasks.get(task) {
+                            record_swept(&mut state.lock(), exit);
+                        }
+                    }
+                }
                 reg.allocs.insert(alloc.id.clone(), alloc.clone());
                 if rec.desired_status == DesiredStatus::Run {
                     to_start.push(alloc);
@@ -118,38 +135,56 @@ fn resumed_tasks(allocs: &[AllocRecord], jobs: &[JobRecord]) -> HashSet<(String,
         .collect()
 }
 
-/// The kill signal and timeout of a recorded task; SIGINT and 5 s for one the state file lacks.
-fn kill_settings(
-    alloc_id: &str,
-    task: &str,
-    allocs: &[AllocRecord],
-    jobs: &[JobRecord],
-) -> (i32, Duration) {
-    allocs
-        .iter()
-        .find(|a| a.id == alloc_id)
-        .and_then(|a| group_of(a, jobs))
-        .and_then(|g| g.tasks.iter().find(|t| t.name == task))
-        .map(|t| (t.kill_signal.number(), t.kill_timeout))
-        .unwrap_or((libc::SIGINT, Duration::from_secs(5)))
+/// What the start-up's stops need: the recorded allocations and jobs (for each task's kill
+/// signal and timeout), the cap on kill timeouts, and the shutdown channel that cancels them.
+struct Sweep<'a> {
+    allocs: &'a [AllocRecord],
+    jobs: &'a [JobRecord],
+    max_kill_timeout: Duration,
+    cancel: &'a Receiver<Never>,
 }
 
+impl Sweep<'_> {
+    /// The kill signal and timeout (at most `max_kill_timeout`) of a recorded task; SIGINT and
+    /// 5 s for one the state file lacks.
+    fn kill_settings(&self, alloc_id: &str, task: &str) -> (i32, Duration) {
+        let (signal, timeout) = self
+            .allocs
+            .iter()
+            .find(|a| a.id == alloc_id)
+            .and_then(|a| group_of(a, self.jobs))
+            .and_then(|g| g.tasks.iter().find(|t| t.name == task))
+            .map(|t| (t.kill_signal.number(), t.kill_timeout))
+            .unwrap_or((libc::SIGINT, Duration::from_secs(5)));
+        (signal, timeout.min(self.max_kill_timeout))
+    }
+
+    fn cancelled(&self) {
+        log::info!(
+            "start-up cancelled by a stop signal while stopping leftover tasks; the next agent stops what is left"
+        );
+    }
+}
+
+/// A task the sweep found ended or stopped, with how it ended.
+type Ended = (String, String, TaskExit);
+
 /// Stops tasks the keeper holds that no runner takes over, all at once: each its kill signal,
-/// then SIGKILL after its kill timeout; returns once they are reaped (or the waits ran out).
-fn stop_unwanted(
-    tasks: Vec<(Held, Kept)>,
-    keeper: &KeeperClient,
-    allocs: &[AllocRecord],
-    jobs: &[JobRecord],
-) {
+/// then SIGKILL after its kill timeout; returns once they are reaped (or the waits ran out), or
+/// at once when the agent is told to stop (those still running stay with the keeper, which the
+/// next agent finds them with). Returns the tasks that ended, to be recorded.
+fn stop_unwanted(tasks: Vec<(Held, Kept)>, keeper: &KeeperClient, sweep: &Sweep) -> Vec<Ended> {
     let started = Instant::now();
     let mut waiting = Vec::new();
+    let mut ended = Vec::new();
     for (held, kept) in tasks {
         if held.exit.is_some() {
+            let exit = kept.exited.try_recv().unwrap_or(TaskExit::Unknown);
+            ended.push((held.alloc_id, held.task, exit));
             keeper.forget(held.pid);
             continue;
         }
-        let (signal, timeout) = kill_settings(&held.alloc_id, &held.task, allocs, jobs);
+        let (signal, timeout) = sweep.kill_settings(&held.alloc_id, &held.task);
         log::info!(
             "stopping process {} of task {} in alloc {}: the allocation no longer runs here",
             held.pid,
@@ -159,28 +194,75 @@ fn stop_unwanted(
         if let Err(e) = keeper.signal(held.pid, signal) {
             log::warn!("cannot signal process {}: {e}", held.pid);
         }
-        waiting.push((kept, started + timeout));
+        waiting.push((held, kept, started + timeout));
     }
-    for (kept, deadline) in waiting {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if kept.exited.recv_timeout(left).is_err() {
-            let _ = keeper.signal(kept.pid, libc::SIGKILL);
-            let _ = kept.exited.recv_timeout(driver::SIGKILL_WAIT);
-        }
+    for (held, kept, deadline) in waiting {
+        let exit = select! {
+            recv(kept.exited) -> exit => exit.ok(),
+            recv(at(deadline)) -> _ => None,
+            recv(sweep.cancel) -> _ => {
+                sweep.cancelled();
+                return ended;
+            }
+        };
+        let exit = match exit {
+            Some(exit) => exit,
+            None => {
+                let _ = keeper.signal(kept.pid, libc::SIGKILL);
+                select! {
+                    recv(kept.exited) -> exit => exit.unwrap_or(TaskExit::Unknown),
+                    recv(after(driver::SIGKILL_WAIT)) -> _ => TaskExit::Unknown,
+                    recv(sweep.cancel) -> _ => {
+                        sweep.cancelled();
+                        return ended;
+                    }
+                }
+            }
+        };
+        ended.push((held.alloc_id, held.task, exit));
         keeper.forget(kept.pid);
     }
+    ended
+}
+
+/// Records the end of a task of a stopped allocation that the sweep stopped (or found exited),
+/// as its runner would have: `Terminated` with how it ended, `Killed`, dead. Its runner was
+/// stopping it when the previous agent went away; no runner will take it over now.
+fn record_swept(state: &mut TaskState, exit: &TaskExit) {
+    if state.state == TaskStatus::Dead {
+        return;
+    }
+    let status = exit.status();
+    let at = exit.at_nanos().unwrap_or_else(now_nanos);
+    state.push(TaskEvent::terminated(
+        at,
+        status.exit_code,
+        status.signal,
+        exit.message(),
+    ));
+    state.push(TaskEvent::killed(now_nanos()));
+    state.state = TaskStatus::Dead;
+    state.finished_at = Some(nanos_rfc3339(at));
+    state.pid = None;
+    state.pid_start_ticks = None;
+    state.handle = None;
+    state.restart_at = None;
 }
 
 /// Stops task processes outside the keeper: every group gets its task's kill signal at once,
-/// then SIGKILL after the longest kill timeout.
-fn stop_leftovers(found: &[driver::Leftover], allocs: &[AllocRecord], jobs: &[JobRecord]) {
-    if found.is_empty() {
+/// then SIGKILL after the longest kill timeout, unless the agent is told to stop meanwhile.
+fn stop_leftovers(found: &[driver::Leftover], sweep: &Sweep) {
+    let stopping = matches!(
+        sweep.cancel.try_recv(),
+        Err(crossbeam_channel::TryRecvError::Disconnected)
+    );
+    if found.is_empty() || stopping {
         return;
     }
     let mut groups = BTreeMap::new();
     let mut wait = Duration::ZERO;
     for l in found {
-        let (signal, timeout) = kill_settings(&l.alloc_id, &l.task, allocs, jobs);
+        let (signal, timeout) = sweep.kill_settings(&l.alloc_id, &l.task);
         wait = wait.max(timeout);
         groups.insert(l.pgid, signal);
         log::info!(
@@ -192,5 +274,7 @@ fn stop_leftovers(found: &[driver::Leftover], allocs: &[AllocRecord], jobs: &[Jo
         );
     }
     // Returns once they are gone: only then may the tasks start again (never two runs of a task).
-    driver::stop_groups(&groups, wait);
+    if !driver::stop_groups(&groups, wait, sweep.cancel) {
+        sweep.cancelled();
+    }
 }

@@ -51,10 +51,12 @@ pub(crate) fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) 
             store: store.clone(),
             shutdown,
             stop_tasks_on_shutdown: true,
+            task_env: Default::default(),
         },
         hooks: Arc::new(NoHooks),
         volumes: Arc::new(NoVolumes),
         keeper,
+        max_kill_timeout: crate::config::DEFAULT_MAX_KILL_TIMEOUT,
     };
     (AllocManager::new(engine, store), dir, shutdown_tx)
 }

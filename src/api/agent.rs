@@ -1,5 +1,9 @@
 //! Agent routes (agent.md "HTTP API"): `GET /v1/agent/self` (configuration and stats) and
 //! `GET /v1/agent/health`.
+//!
+//! Health is Nomad's shape, one object per check with `ok` and `message`: `client` (the agent
+//! runs and serves) and `state` (the state file holds the agent's state: false while writes to
+//! it fail). Any check not ok makes the answer a 500 with the same body, as Nomad answers.
 
 use serde_json::json;
 use std::sync::Arc;
@@ -33,7 +37,23 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
             },
         }))
     });
-    r.get("/v1/agent/health", |_| {
-        Response::json(json!({"client": {"ok": true, "message": "ok"}}))
+    let a = agent.clone();
+    r.get("/v1/agent/health", move |_| {
+        let state = match a.store.failing() {
+            None => json!({"ok": true, "message": "ok"}),
+            Some(f) => json!({
+                "ok": false,
+                "message": format!(
+                    "state not durable: {} since {} ({} failed attempts); retrying",
+                    f.error, f.since, f.attempts
+                ),
+            }),
+        };
+        let ok = state["ok"] == true;
+        let body = json!({"client": {"ok": true, "message": "ok"}, "state": state});
+        match Response::json(body)? {
+            Response::Json(s) if !ok => Ok(Response::JsonStatus(500, s)),
+            other => Ok(other),
+        }
     });
 }

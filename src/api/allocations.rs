@@ -29,7 +29,7 @@ impl From<AllocError> for ApiError {
             AllocError::UnknownTask(_) | AllocError::UnknownSignal(_) => {
                 ApiError::BadRequest(e.to_string())
             }
-            AllocError::State(_) => ApiError::Internal(e.to_string()),
+            AllocError::NotSaved { .. } => ApiError::Internal(e.to_string()),
         }
     }
 }

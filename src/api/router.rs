@@ -245,10 +245,13 @@ pub fn optional_json_body<T: DeserializeOwned + Default>(body: &[u8]) -> Result<
     json_body(body)
 }
 
-/// What a handler answers; always status 200.
+/// What a handler answers; status 200 unless it says otherwise.
 pub enum Response {
     /// `application/json`, encoded ([`Response::json`] builds it from any serialisable value).
     Json(String),
+    /// `application/json` with another status: a report that is itself the answer, such as
+    /// `/v1/agent/health` answering 500 with its checks when one fails (as Nomad does).
+    JsonStatus(u16, String),
     /// `text/plain`.
     Text(String),
     /// A body of unknown length sent chunked as it is read, by the connection's own thread so that
@@ -271,6 +274,9 @@ impl fmt::Debug for Response {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Response::Json(s) => f.debug_tuple("Json").field(s).finish(),
+            Response::JsonStatus(code, s) => {
+                f.debug_tuple("JsonStatus").field(code).field(s).finish()
+            }
             Response::Text(s) => f.debug_tuple("Text").field(s).finish(),
             Response::Stream(_) => f.write_str("Stream(..)"),
         }

@@ -460,14 +460,16 @@ fn header(name: &str, value: &str) -> tiny_http::Header {
 }
 
 fn respond_ok(rq: tiny_http::Request, method: &Method, path: &str, response: Response) {
-    let (body, content_type) = match response {
-        Response::Json(s) => (s, "application/json"),
-        Response::Text(s) => (s, "text/plain; charset=utf-8"),
+    let (status, body, content_type) = match response {
+        Response::Json(s) => (200, s, "application/json"),
+        Response::JsonStatus(status, s) => (status, s, "application/json"),
+        Response::Text(s) => (200, s, "text/plain; charset=utf-8"),
         Response::Stream(_) => unreachable!("streams are written by stream_here"),
     };
-    log::debug!("{method} {path} 200");
-    let answer =
-        tiny_http::Response::from_string(body).with_header(header("Content-Type", content_type));
+    log::debug!("{method} {path} {status}");
+    let answer = tiny_http::Response::from_string(body)
+        .with_status_code(status)
+        .with_header(header("Content-Type", content_type));
     if let Err(e) = rq.respond(answer) {
         log::debug!("{method} {path}: cannot write the answer: {e}");
     }

@@ -40,6 +40,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::jobspec::LogConfig;
+use crate::thread::Never;
 pub use handle::{HandleState, TaskHandle};
 pub use process::keeper::client::{KeeperClient, KeeperError, TaskExit};
 pub use process::{
@@ -221,13 +222,16 @@ pub trait Driver: Send + Sync {
 
     /// Stops, the way [`Driver::stop`] does, a task that no [`RunningTask`] of this agent is
     /// attached to: one that [`Driver::recover`] could not re-attach. A task that is gone already
-    /// is no error; nothing that merely reuses its identity is ever touched.
+    /// is no error; nothing that merely reuses its identity is ever touched. `Ok(false)`: `cancel`
+    /// disconnected (the agent is stopping) before the task was gone; it is left as it is, for
+    /// the next agent.
     fn stop_orphan(
         &self,
         handle: &TaskHandle,
         signal: i32,
         timeout: Duration,
-    ) -> Result<(), DriverError>;
+        cancel: &Receiver<Never>,
+    ) -> Result<bool, DriverError>;
 
     /// Releases what the driver holds for a task whose run is over (its threads; a container
     /// would be removed). A task that still runs is killed first.

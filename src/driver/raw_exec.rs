@@ -8,7 +8,7 @@
 //! the task's output is killed [`process::DRAIN_AFTER_EXIT`] later. The task outlives the agent;
 //! [`RawExec::recover`] re-attaches to it.
 
-use crossbeam_channel::{after, select};
+use crossbeam_channel::{after, select, Receiver};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use super::process::keeper::{client::Kept, StartTask};
 use super::process::{self, RunAs};
+use crate::thread::Never;
+
 use super::{
     Attached, Driver, DriverError, HandleState, KeeperClient, KeeperError, RunningTask, StartSpec,
     TaskExit, TaskHandle, TaskRunState, TaskStats,
@@ -150,23 +152,44 @@ impl Driver for RawExec {
         handle: &TaskHandle,
         signal: i32,
         timeout: Duration,
-    ) -> Result<(), DriverError> {
+        cancel: &Receiver<Never>,
+    ) -> Result<bool, DriverError> {
         Self::check(handle)?;
         match handle.state {
             HandleState::Process { pid, start_ticks } => {
                 if process::same_process_alive(pid, start_ticks) {
-                    process::stop_foreign_group(pid, start_ticks, signal, timeout);
+                    return Ok(process::stop_foreign_group(
+                        pid,
+                        start_ticks,
+                        signal,
+                        timeout,
+                        cancel,
+                    ));
                 }
             }
             HandleState::Kept { pid, start_ticks } => {
                 if let Some(kept) = self.keeper.claim(pid, start_ticks) {
-                    let task = Self::attach(kept);
-                    self.stop(&task, signal, timeout)?;
-                    self.destroy(task);
+                    if let Err(e) = self.keeper.signal(kept.pid, signal) {
+                        log::warn!("cannot signal process group {}: {e}", kept.pid);
+                    }
+                    let exited = select! {
+                        recv(kept.exited) -> _ => true,
+                        recv(after(timeout)) -> _ => false,
+                        // Not destroyed: that would SIGKILL it. The keeper keeps it for the next
+                        // agent, which stops it again.
+                        recv(cancel) -> _ => return Ok(false),
+                    };
+                    if !exited {
+                        let _ = self.keeper.signal(kept.pid, libc::SIGKILL);
+                        if Self::wait(&kept, REAP_AFTER_SIGKILL).is_none() {
+                            return Err(DriverError::Unkillable { pid: kept.pid });
+                        }
+                    }
+                    self.destroy(Self::attach(kept));
                 }
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     fn destroy(&self, task: RunningTask) {

@@ -1,18 +1,93 @@
-//! A task's environment and start specification: the agent's environment, then `NOMAD_*`, then
-//! the task's `env`, with `${...}` interpolated in the command, arguments and `env` values.
+//! A task's environment and start specification (docs/security.md, "What a task gets from the
+//! agent"): a clean base, then `NOMAD_*`, then the task's `env` (task wins), with `${...}`
+//! interpolated in the command, arguments and `env` values.
+//!
+//! The base is not the agent's environment: the agent runs with what its service unit exports,
+//! `NODEWARD_TOKEN` for its CLI, `NOTIFY_SOCKET` and other secrets, and a task (any job's, a CSI
+//! plugin's) must see none of it. It gets only the variables that `client {
+//! task_env_passthrough }` lets through ([`DEFAULT_PASSTHROUGH`] when unset), and never those of
+//! [`NEVER_PASSED`], listed or not. `${env.X}` in a jobspec reads the same passed-through
+//! variables, so a job cannot copy a secret of the agent into its task either.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 
 use crate::driver::StartSpec;
 use crate::jobspec::interpolate::interpolate;
 use crate::task::hooks::TaskContext;
 
-/// The agent's environment, then `NOMAD_*`, then the task's `env` (task wins), interpolated.
-pub fn base_env(
-    ctx: &TaskContext,
-    agent_env: &BTreeMap<String, String>,
+/// What tasks get of the agent's environment when `task_env_passthrough` is not set: the search
+/// path, the locale and the time zone, which a program expects and which say nothing secret.
+pub const DEFAULT_PASSTHROUGH: &[&str] = &["PATH", "LANG", "LC_*", "TZ"];
+
+/// Variables of the agent that no task ever gets, even when `task_env_passthrough` lists them or
+/// a pattern covers them, and why.
+pub const NEVER_PASSED: &[(&str, &str)] = &[
+    ("NODEWARD_TOKEN", "it is the agent's API token"),
+    (
+        "NOTIFY_SOCKET",
+        "it is the agent's systemd notification socket",
+    ),
+    ("LISTEN_FDS", "it belongs to the agent's socket activation"),
+    ("LISTEN_PID", "it belongs to the agent's socket activation"),
+    (
+        "LISTEN_FDNAMES",
+        "it belongs to the agent's socket activation",
+    ),
+    (
+        "WATCHDOG_USEC",
+        "it belongs to the agent's systemd watchdog",
+    ),
+    ("WATCHDOG_PID", "it belongs to the agent's systemd watchdog"),
+    (
+        "CREDENTIALS_DIRECTORY",
+        "it holds the agent's systemd credentials",
+    ),
+];
+
+/// Checks one entry of `task_env_passthrough`: a variable name (`[A-Za-z_][A-Za-z0-9_]*`), or
+/// a name prefix followed by `*` (`LC_*`; `*` alone is everything but [`NEVER_PASSED`]). A name
+/// of [`NEVER_PASSED`] is refused: listing it would say it is passed, and it never is.
+pub fn check_passthrough(entry: &str) -> Result<(), String> {
+    let name = entry.strip_suffix('*').unwrap_or(entry);
+    let valid = name
+        .chars()
+        .enumerate()
+        .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+    if !valid || (name.is_empty() && entry.is_empty()) {
+        return Err(format!(
+            "{entry:?} is not a variable name or a name prefix followed by \"*\""
+        ));
+    }
+    if let Some((_, why)) = NEVER_PASSED.iter().find(|(n, _)| *n == entry) {
+        return Err(format!("{entry} is never passed to tasks: {why}"));
+    }
+    Ok(())
+}
+
+/// The variables of the agent's environment a task gets: those `patterns` match (checked by
+/// [`check_passthrough`]), minus [`NEVER_PASSED`]. A variable whose name or value is not UTF-8
+/// is left out.
+pub fn passthrough(
+    agent_env: impl IntoIterator<Item = (OsString, OsString)>,
+    patterns: &[String],
 ) -> BTreeMap<String, String> {
-    let mut env = agent_env.clone();
+    let matches = |name: &str| {
+        patterns.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => name == p,
+        })
+    };
+    agent_env
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| matches(k) && !NEVER_PASSED.iter().any(|(n, _)| n == k))
+        .collect()
+}
+
+/// The passed-through variables, then `NOMAD_*`, then the task's `env` (task wins).
+pub fn base_env(ctx: &TaskContext, passed: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut env = passed.clone();
     let nomad = [
         ("NOMAD_ALLOC_ID", ctx.alloc_id.clone()),
         ("NOMAD_ALLOC_DIR", ctx.shared_dir().display().to_string()),
@@ -34,11 +109,12 @@ pub fn base_env(
     env
 }
 
-/// Interpolates `${...}` in command, args and env values from the final environment.
+/// Interpolates `${...}` in command, args and env values from the final environment; `env.X`
+/// reads `passed`, the agent's variables that tasks get.
 pub fn start_spec(
     ctx: &TaskContext,
     mut env: BTreeMap<String, String>,
-    agent_env: &BTreeMap<String, String>,
+    passed: &BTreeMap<String, String>,
 ) -> StartSpec {
     let lookup_in = |env: &BTreeMap<String, String>, name: &str| -> Option<String> {
         match name {
@@ -46,7 +122,7 @@ pub fn start_spec(
             "node.unique.name" => Some(ctx.node_name.clone()),
             _ => name
                 .strip_prefix("env.")
-                .and_then(|v| agent_env.get(v).cloned())
+                .and_then(|v| passed.get(v).cloned())
                 .or_else(|| env.get(name).cloned()),
         }
     };
@@ -75,5 +151,59 @@ pub fn start_spec(
         task_name: task.name.clone(),
         logs: task.log_config,
         env,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        vars.iter().map(|(k, v)| (k.into(), v.into())).collect()
+    }
+
+    fn patterns(p: &[&str]) -> Vec<String> {
+        p.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn only_listed_variables_pass_and_never_the_agents_own() {
+        let agent = env(&[
+            ("PATH", "/usr/bin:/bin"),
+            ("LANG", "C.UTF-8"),
+            ("LC_TIME", "en_GB.UTF-8"),
+            ("HOME", "/root"),
+            ("NODEWARD_TOKEN", "secret"),
+            ("NOTIFY_SOCKET", "/run/systemd/notify"),
+            ("DB_PASSWORD", "hunter2"),
+        ]);
+        let defaults = patterns(DEFAULT_PASSTHROUGH);
+        let passed = passthrough(agent.clone(), &defaults);
+        assert_eq!(
+            passed.keys().collect::<Vec<_>>(),
+            ["LANG", "LC_TIME", "PATH"]
+        );
+        let everything = passthrough(agent.clone(), &patterns(&["*"]));
+        assert_eq!(
+            everything.keys().collect::<Vec<_>>(),
+            ["DB_PASSWORD", "HOME", "LANG", "LC_TIME", "PATH"]
+        );
+        assert!(passthrough(agent, &[]).is_empty());
+    }
+
+    #[test]
+    fn passthrough_entries_are_names_or_prefixes() {
+        for ok in ["PATH", "LC_*", "*", "_X1", "MY_APP_*"] {
+            assert_eq!(check_passthrough(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "1X", "A-B", "LC_*_X", "A B", "**"] {
+            let err = check_passthrough(bad).unwrap_err();
+            assert!(err.contains("is not a variable name"), "{bad}: {err}");
+        }
+        assert_eq!(
+            check_passthrough("NODEWARD_TOKEN").unwrap_err(),
+            "NODEWARD_TOKEN is never passed to tasks: it is the agent's API token"
+        );
+        assert!(check_passthrough("NOTIFY_SOCKET").is_err());
     }
 }

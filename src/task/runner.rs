@@ -57,6 +57,8 @@ pub struct RunnerDeps {
     /// Stop tasks when the agent shuts down (`agent -dev`, `client { stop_tasks_on_shutdown }`);
     /// otherwise they run on and the next agent re-attaches to them.
     pub stop_tasks_on_shutdown: bool,
+    /// The agent's variables every task gets ([`crate::task::env`], `task_env_passthrough`).
+    pub task_env: Arc<BTreeMap<String, String>>,
 }
 
 /// The owner's side of a running task runner.
@@ -140,7 +142,8 @@ fn runner_failed(state: &Mutex<TaskState>, store: &StateStore, msg: &str) {
     };
     if let Some((pid, ticks)) = pid {
         if driver::same_process_alive(pid, ticks) {
-            driver::stop_foreign_group(pid, ticks, libc::SIGKILL, Duration::ZERO);
+            let never = crossbeam_channel::never();
+            driver::stop_foreign_group(pid, ticks, libc::SIGKILL, Duration::ZERO, &never);
         }
     }
     {
@@ -198,6 +201,8 @@ enum Resume {
     Delay(Duration),
     /// Start the task.
     Start,
+    /// The agent stopped while the runner was picking the task up: nothing more to do.
+    Shutdown,
 }
 
 /// The wall clock as time since the Unix epoch: the restart tracker's time base, which the state
@@ -235,7 +240,8 @@ impl TaskRunner {
         };
         // Between runs a kill is seen by the restart delay; before the first run, here (a
         // re-attached run sees it in its watch).
-        if !matches!(resume, Resume::Running(..)) && self.killed_before_start() {
+        let picked_up = matches!(resume, Resume::Running(..) | Resume::Shutdown);
+        if !picked_up && self.killed_before_start() {
             return self.finish_killed();
         }
         loop {
@@ -246,6 +252,7 @@ impl TaskRunner {
                     Waited::Detached => return self.run_stop_hooks(),
                 },
                 Resume::Ended(end, exit) => (end, Some(exit)),
+                Resume::Shutdown => return self.run_stop_hooks(),
                 Resume::Delay(left) => {
                     match self.sleep(left) {
                         Slept::Elapsed => {}
@@ -319,9 +326,8 @@ impl TaskRunner {
     /// Runs the prestart hooks and starts a run. `Err(Some(end))`: the driver could not start
     /// it; `Err(None)`: a hook failed and the task is dead.
     fn start_run(&mut self) -> Result<RunningTask, Option<RunEnd>> {
-        // Read once per start: the task's environment starts from it and `${env.X}` looks in it.
-        let agent_env: BTreeMap<String, String> = std::env::vars().collect();
-        let mut env = crate::task::env::base_env(&self.ctx, &agent_env);
+        let passed = self.deps.task_env.clone();
+        let mut env = crate::task::env::base_env(&self.ctx, &passed);
         for hook in &self.hooks {
             let (task, alloc, name) = (&self.ctx.task.name, &self.ctx.alloc_id, hook.name());
             let notes = hook.prestart(&self.ctx, &mut env).map_err(|e| {
@@ -334,7 +340,7 @@ impl TaskRunner {
                 self.emit(TaskEvent::task_setup_note(now_nanos(), &note));
             }
         }
-        let spec = crate::task::env::start_spec(&self.ctx, env, &agent_env);
+        let spec = crate::task::env::start_spec(&self.ctx, env, &passed);
         self.deps.driver.start(&spec).map_err(|e| {
             self.emit(TaskEvent::driver_failure(now_nanos(), &e.to_string()));
             Some(RunEnd::StartFailed)
@@ -626,8 +632,12 @@ impl TaskRunner {
                     handle.pid()
                 );
                 let signal = self.ctx.task.kill_signal.number();
-                if let Err(e) = driver.stop_orphan(&handle, signal, self.ctx.task.kill_timeout) {
-                    log::error!("task {name} of alloc {alloc}: cannot stop its old process: {e}");
+                let timeout = self.ctx.task.kill_timeout;
+                match driver.stop_orphan(&handle, signal, timeout, &self.deps.shutdown) {
+                    // The agent is stopping: the process stays recorded, for the next agent.
+                    Ok(false) => return Resume::Shutdown,
+                    Ok(true) => {}
+                    Err(e) => log::error!("task {name} of alloc {alloc}: cannot stop it: {e}"),
                 }
                 self.forget_run();
                 return Resume::Start;
@@ -743,6 +753,7 @@ mod tests {
             store,
             shutdown,
             stop_tasks_on_shutdown: true,
+            task_env: Default::default(),
         };
         let state = Arc::new(Mutex::new(TaskState::default()));
         let hook: Arc<dyn TaskHook> = Arc::new(PanickingHook(pidfile.clone()));

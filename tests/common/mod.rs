@@ -62,14 +62,21 @@ impl TestAgent {
     /// belongs to a process, and this one runs every other test too.
     pub fn start_in_with_umask(dir: &Path, extra: &str, umask: libc::mode_t) -> TestAgent {
         let (data_dir, config) = Self::write_config(dir, extra);
-        Self::launch_with(dir, data_dir, config, &[], Some(umask), None)
+        Self::launch_with(dir, data_dir, config, &[], Some(umask), None, &[])
     }
 
     /// [`TestAgent::start_in`] with the agent's limit on open files set to `(soft, hard)` (in the
     /// child only, as the umask).
     pub fn start_in_with_nofile(dir: &Path, extra: &str, soft: u64, hard: u64) -> TestAgent {
         let (data_dir, config) = Self::write_config(dir, extra);
-        Self::launch_with(dir, data_dir, config, &[], None, Some((soft, hard)))
+        Self::launch_with(dir, data_dir, config, &[], None, Some((soft, hard)), &[])
+    }
+
+    /// [`TestAgent::start_in`] with `env` added to the agent's environment (only the agent's:
+    /// this process's environment is every test's).
+    pub fn start_in_with_env(dir: &Path, extra: &str, env: &[(&str, &str)]) -> TestAgent {
+        let (data_dir, config) = Self::write_config(dir, extra);
+        Self::launch_with(dir, data_dir, config, &[], None, None, env)
     }
 
     fn write_config(dir: &Path, extra: &str) -> (PathBuf, PathBuf) {
@@ -87,7 +94,7 @@ impl TestAgent {
     }
 
     pub fn launch(dir: &Path, data_dir: PathBuf, config: PathBuf, args: &[&str]) -> TestAgent {
-        Self::launch_with(dir, data_dir, config, args, None, None)
+        Self::launch_with(dir, data_dir, config, args, None, None, &[])
     }
 
     fn launch_with(
@@ -97,6 +104,7 @@ impl TestAgent {
         args: &[&str],
         umask: Option<libc::mode_t>,
         nofile: Option<(u64, u64)>,
+        env: &[(&str, &str)],
     ) -> TestAgent {
         let mut cmd = Command::new(BIN);
         if let Some(mask) = umask {
@@ -131,6 +139,7 @@ impl TestAgent {
             .arg(&config)
             .args(args)
             .env("RUST_LOG", "nodeward=debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -390,6 +399,52 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
         .port()
+}
+
+/// A tmpfs mounted for one test (root only), unmounted (lazily: the keeper may still hold a log
+/// file) when dropped.
+pub struct Tmpfs(pub PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (`4m`) on `path`, created if needed, mode 0700.
+    pub fn mount(path: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(path).unwrap();
+        let mounted = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(mounted.success(), "mount tmpfs on {}", path.display());
+        Tmpfs(path.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fills what is left of the file system of `dir` with a file, and returns its path: remove it
+/// to make room again.
+pub fn fill_disk(dir: &Path) -> PathBuf {
+    let filler = dir.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    while std::io::Write::write_all(&mut f, &chunk).is_ok() {}
+    let _ = std::io::Write::write_all(&mut f, &[0]);
+    filler
+}
+
+/// Whether this process runs as root; tests that need root print a SKIPPED line when not.
+pub fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// Polls `f` until it returns `Some` or `timeout` passes.

@@ -10,8 +10,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{select, Receiver};
+
 use super::procfs::{live_groups, other_processes, same_process_alive};
 use super::signal_group;
+use crate::thread::Never;
 
 /// How long a process may take to die once SIGKILLed (it dies when it next runs) before the agent
 /// goes on anyway: a leftover must be gone before the task's new process starts.
@@ -19,38 +22,74 @@ pub const SIGKILL_WAIT: Duration = Duration::from_secs(2);
 
 /// Stops the process group led by `pid`, which is not a child of this agent (an agent that crashed
 /// started it): the kill signal, up to `timeout` for it to go, then SIGKILL for the whole group.
-pub fn stop_foreign_group(pid: i32, start_ticks: u64, signal: i32, timeout: Duration) {
+/// Returns false, leaving the process to the next agent, when `cancel` disconnects first (the
+/// agent is stopping): a stop signal never waits out a kill timeout.
+pub fn stop_foreign_group(
+    pid: i32,
+    start_ticks: u64,
+    signal: i32,
+    timeout: Duration,
+    cancel: &Receiver<Never>,
+) -> bool {
     let _ = signal_group(pid, signal);
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline && same_process_alive(pid, start_ticks) {
-        std::thread::sleep(Duration::from_millis(20));
+    let gone = || !same_process_alive(pid, start_ticks);
+    if poll_until(Instant::now() + timeout, POLL, cancel, gone).is_none() {
+        return false;
     }
     let _ = signal_group(pid, libc::SIGKILL);
-    let deadline = Instant::now() + SIGKILL_WAIT;
-    while Instant::now() < deadline && same_process_alive(pid, start_ticks) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    poll_until(Instant::now() + SIGKILL_WAIT, POLL_AFTER_KILL, cancel, gone).is_some()
 }
 
 /// Stops process groups found by [`find_task_processes`], each with its own signal, all at once:
 /// the signals, up to `wait` for every group to empty, then SIGKILL for the groups, and
-/// [`SIGKILL_WAIT`] at most for them to go. Returns once no member is left (or the waits ran out).
-pub fn stop_groups(signals: &BTreeMap<i32, i32>, wait: Duration) {
+/// [`SIGKILL_WAIT`] at most for them to go. Returns true once no member is left (or the waits ran
+/// out); false, at once, when `cancel` disconnects first: the groups that are left are the next
+/// agent's to stop.
+pub fn stop_groups(signals: &BTreeMap<i32, i32>, wait: Duration, cancel: &Receiver<Never>) -> bool {
     for (&pgid, &signal) in signals {
         let _ = signal_group(pgid, signal);
     }
     let pgids: BTreeSet<i32> = signals.keys().copied().collect();
-    let deadline = Instant::now() + wait;
-    while Instant::now() < deadline && !live_groups(&pgids).is_empty() {
-        std::thread::sleep(Duration::from_millis(20));
+    let empty = || live_groups(&pgids).is_empty();
+    if poll_until(Instant::now() + wait, POLL, cancel, empty).is_none() {
+        return false;
     }
     for &pgid in &pgids {
         let _ = signal_group(pgid, libc::SIGKILL);
     }
     // Only once they are gone may the tasks start again: never two processes of one task.
-    let deadline = Instant::now() + SIGKILL_WAIT;
-    while Instant::now() < deadline && !live_groups(&pgids).is_empty() {
-        std::thread::sleep(Duration::from_millis(5));
+    poll_until(
+        Instant::now() + SIGKILL_WAIT,
+        POLL_AFTER_KILL,
+        cancel,
+        empty,
+    )
+    .is_some()
+}
+
+const POLL: Duration = Duration::from_millis(20);
+const POLL_AFTER_KILL: Duration = Duration::from_millis(5);
+
+/// Checks `done` every `every` until it holds or `deadline` passes: `Some(whether it held)`;
+/// `None` as soon as `cancel` disconnects.
+fn poll_until(
+    deadline: Instant,
+    every: Duration,
+    cancel: &Receiver<Never>,
+    done: impl Fn() -> bool,
+) -> Option<bool> {
+    loop {
+        if done() {
+            return Some(true);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Some(false);
+        }
+        select! {
+            recv(cancel) -> _ => return None,
+            default(every.min(left)) => {}
+        }
     }
 }
 
@@ -115,6 +154,66 @@ mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
     use std::process::Command;
+
+    /// A process group that ignores SIGTERM, its leader's PID and start time once it ignores it.
+    fn stubborn() -> (std::process::Child, i32, u64) {
+        let ready = std::env::temp_dir().join(format!("nw-stubborn-{}", uuid::Uuid::new_v4()));
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "trap '' TERM; touch {}; exec sleep 300",
+                ready.display()
+            ))
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ready.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = std::fs::remove_file(&ready);
+        let ticks = super::super::process_start_ticks(pid).unwrap();
+        (child, pid, ticks)
+    }
+
+    /// A stop signal ends the wait for a leftover at once, however long its kill timeout, and
+    /// leaves the process as it is; without one the wait ends at the timeout with SIGKILL.
+    #[test]
+    fn waits_for_leftovers_end_at_once_when_the_agent_stops() {
+        let stopping = crossbeam_channel::bounded::<Never>(0).1;
+        let (mut child, pid, ticks) = stubborn();
+        let started = Instant::now();
+        let hour = Duration::from_secs(3600);
+        assert!(!stop_foreign_group(
+            pid,
+            ticks,
+            libc::SIGTERM,
+            hour,
+            &stopping
+        ));
+        assert!(!stop_groups(
+            &BTreeMap::from([(pid, libc::SIGTERM)]),
+            hour,
+            &stopping
+        ));
+        assert!(started.elapsed() < Duration::from_secs(60), "it waited");
+        assert!(
+            same_process_alive(pid, ticks),
+            "a cancelled stop kills nothing"
+        );
+        let never = crossbeam_channel::never();
+        let short = Duration::from_millis(50);
+        assert!(stop_foreign_group(pid, ticks, libc::SIGTERM, short, &never));
+        let _ = child.wait();
+        let (mut child, pid, _) = stubborn();
+        assert!(stop_groups(
+            &BTreeMap::from([(pid, libc::SIGTERM)]),
+            short,
+            &never
+        ));
+        let _ = child.wait();
+    }
 
     #[test]
     fn leftovers_are_found_by_allocation_id_or_by_a_directory_under_this_agent() {

@@ -147,7 +147,7 @@ impl Reader {
                 .filter(|l| names.contains(&(l.alloc_id.clone(), l.task.clone())))
                 .map(|l| (l.pgid, libc::SIGKILL))
                 .collect();
-        orphan::stop_groups(&groups, Duration::ZERO);
+        orphan::stop_groups(&groups, Duration::ZERO, &crossbeam_channel::never());
         for (_, w) in lost {
             let _ = w.tx.try_send(TaskExit::KeeperDied);
         }

@@ -1,0 +1,209 @@
+//! What a task gets of the agent's environment (docs/security.md, "What a task gets from the
+//! agent"): the variables `client { task_env_passthrough }` lets through, never the agent's token
+//! or its systemd socket, nothing else of the agent's. Checked on the real processes' environment
+//! (`/proc/<pid>/environ`) of tasks, of a CSI plugin task and of the keeper that starts them.
+
+use crate::common::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const PLUGIN: &str = env!("CARGO_BIN_EXE_nodeward-csi-test-plugin");
+const WAIT: Duration = Duration::from_secs(60);
+
+fn marker() -> String {
+    format!(
+        "{}.{}",
+        500_000 + fastrand::u32(0..100_000),
+        fastrand::u32(1..999_999)
+    )
+}
+
+/// The agent's environment in these tests: what a service unit might export.
+fn agent_env(m: &str) -> Vec<(String, String)> {
+    [
+        ("NODEWARD_TOKEN", format!("token-{m}")),
+        ("NOTIFY_SOCKET", format!("/nonexistent/notify-{m}")),
+        ("DB_PASSWORD", format!("secret-{m}")),
+        ("LANG", "C.UTF-8".to_string()),
+        ("LC_TIME", "C".to_string()),
+        ("TZ", "UTC".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+fn start(dir: &TempDir, extra: &str, env: &[(String, String)]) -> TestAgent {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    TestAgent::start_in_with_env(dir.path(), extra, &env)
+}
+
+fn environ(pid: i32) -> BTreeMap<String, String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap()
+        .split(|&b| b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let v = String::from_utf8_lossy(v);
+            let (k, v) = v.split_once('=').unwrap_or((&v, ""));
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+/// A task that records what `${env.X}` gave it and sleeps.
+fn job(name: &str, m: &str) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      env {{ GREETING = "hello" }}
+      config {{
+        command = "/bin/sh"
+        args = ["-c", "echo '${{env.DB_PASSWORD}}|${{env.NODEWARD_TOKEN}}|${{env.LANG}}' > local/interpolated; exec sleep {m}"]
+      }}
+    }}
+  }}
+}}"#
+    )
+}
+
+fn running_pid(agent: &TestAgent, alloc: &str, task: &str) -> i32 {
+    wait_for(WAIT, "the task running", || {
+        let s = agent.task_state(alloc, task);
+        (s["State"] == "running")
+            .then(|| s["PID"].as_i64())
+            .flatten()
+    }) as i32
+}
+
+fn interpolated(agent: &TestAgent, alloc: &str) -> String {
+    let path = agent
+        .data_dir
+        .join(format!("alloc/{alloc}/t/local/interpolated"));
+    wait_for(WAIT, "the task's interpolated line", || {
+        std::fs::read_to_string(&path)
+            .ok()
+            .filter(|s| s.ends_with('\n'))
+    })
+    .trim_end()
+    .to_string()
+}
+
+/// With the default passthrough a task gets `PATH`, `LANG`, `LC_*`, `TZ`, its `NOMAD_*` and its
+/// own `env`: none of the agent's token, notification socket or other secrets, neither in its
+/// environment nor through `${env.X}`. The keeper, which forks every task, has none of them
+/// either, and a CSI plugin task is treated like any task.
+#[test]
+fn a_task_gets_only_the_passed_through_variables_of_the_agent() {
+    let dir = TempDir::new("env-def");
+    let m = marker();
+    let env = agent_env(&m);
+    let agent = start(&dir, "", &env);
+    agent.run_hcl(&job("env", &m));
+    let alloc = agent.alloc_id("env");
+    let pid = running_pid(&agent, &alloc, "t");
+    let task = environ(pid);
+    // PWD: the task's shell sets and exports it itself.
+    let allowed = |k: &str| {
+        ["PATH", "LANG", "TZ", "GREETING", "PWD"].contains(&k)
+            || k.starts_with("LC_")
+            || k.starts_with("NOMAD_")
+    };
+    let extra: Vec<&String> = task.keys().filter(|k| !allowed(k)).collect();
+    assert!(
+        extra.is_empty(),
+        "the task got {extra:?} of the agent: {task:?}"
+    );
+    assert_eq!(task.get("LANG").map(String::as_str), Some("C.UTF-8"));
+    assert_eq!(task.get("LC_TIME").map(String::as_str), Some("C"));
+    assert_eq!(task.get("TZ").map(String::as_str), Some("UTC"));
+    assert_eq!(task.get("GREETING").map(String::as_str), Some("hello"));
+    assert_eq!(task.get("NOMAD_ALLOC_ID"), Some(&alloc));
+    assert!(task.contains_key("PATH"));
+    assert_eq!(
+        interpolated(&agent, &alloc),
+        "${env.DB_PASSWORD}|${env.NODEWARD_TOKEN}|C.UTF-8",
+        "an agent variable that is not passed through is not interpolated either"
+    );
+
+    let keeper = agent.keeper_pid().expect("the keeper runs");
+    let kept = environ(keeper);
+    for (k, _) in &env {
+        assert!(!kept.contains_key(k), "the keeper has {k}: {kept:?}");
+    }
+
+    agent.run_hcl(&format!(
+        r#"
+job "csi-env" {{
+  group "g" {{
+    task "plugin" {{
+      driver = "raw_exec"
+      config {{ command = "{PLUGIN}"  args = ["--mode", "healthy", "--endpoint", "${{CSI_ENDPOINT}}"] }}
+      csi_plugin {{ id = "envcheck"  type = "monolith"  health_timeout = "30s" }}
+    }}
+  }}
+}}"#
+    ));
+    let plugin_alloc = agent.alloc_id("csi-env");
+    let plugin = environ(running_pid(&agent, &plugin_alloc, "plugin"));
+    let extra: Vec<&String> = plugin
+        .keys()
+        .filter(|k| !allowed(k) && k.as_str() != "CSI_ENDPOINT")
+        .collect();
+    assert!(extra.is_empty(), "the plugin got {extra:?}: {plugin:?}");
+    assert!(plugin.contains_key("CSI_ENDPOINT"), "{plugin:?}");
+}
+
+/// `task_env_passthrough = ["*"]` passes the agent's whole environment, except what is never
+/// passed: the token and the notification socket stay the agent's, pattern or not.
+#[test]
+fn the_agents_token_and_notify_socket_never_reach_a_task() {
+    let dir = TempDir::new("env-all");
+    let m = marker();
+    let agent = start(
+        &dir,
+        "client { task_env_passthrough = [\"*\"] }",
+        &agent_env(&m),
+    );
+    agent.run_hcl(&job("env", &m));
+    let alloc = agent.alloc_id("env");
+    let task = environ(running_pid(&agent, &alloc, "t"));
+    assert_eq!(task.get("DB_PASSWORD"), Some(&format!("secret-{m}")));
+    assert!(!task.contains_key("NODEWARD_TOKEN"), "{task:?}");
+    assert!(!task.contains_key("NOTIFY_SOCKET"), "{task:?}");
+    assert_eq!(
+        interpolated(&agent, &alloc),
+        format!("secret-{m}|${{env.NODEWARD_TOKEN}}|C.UTF-8")
+    );
+}
+
+/// Listing a variable that is never passed is a configuration error: the agent does not start.
+#[test]
+fn listing_the_token_for_tasks_is_a_configuration_error() {
+    let dir = TempDir::new("env-bad");
+    let config = dir.path().join("agent.hcl");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = \"{}\"\nports {{ http = 0 }}\nclient {{ task_env_passthrough = [\"PATH\", \"NOTIFY_SOCKET\"] }}\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["agent", "-config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "client.task_env_passthrough: NOTIFY_SOCKET is never passed to tasks: it is the agent's systemd notification socket"
+        ),
+        "{stderr}"
+    );
+}

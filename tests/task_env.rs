@@ -38,9 +38,24 @@ fn start(dir: &TempDir, extra: &str, env: &[(String, String)]) -> TestAgent {
     TestAgent::start_in_with_env(dir.path(), extra, &env)
 }
 
+/// The environment of a live task. Read again while it is empty: a process in the middle of an
+/// `execve` (the task's shell execs `sleep`) shows an empty one until the new program's stack is
+/// set up, which a loaded machine made long enough to be seen.
 fn environ(pid: i32) -> BTreeMap<String, String> {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .unwrap()
+    parse_environ(&wait_for(WAIT, "a task's environment", || {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .ok()
+            .filter(|e| !e.is_empty())
+    }))
+}
+
+/// The environment of the keeper, which is empty by design and never execs.
+fn keeper_environ(pid: i32) -> BTreeMap<String, String> {
+    parse_environ(&std::fs::read(format!("/proc/{pid}/environ")).unwrap())
+}
+
+fn parse_environ(bytes: &[u8]) -> BTreeMap<String, String> {
+    bytes
         .split(|&b| b == 0)
         .filter(|v| !v.is_empty())
         .map(|v| {
@@ -130,7 +145,7 @@ fn a_task_gets_only_the_passed_through_variables_of_the_agent() {
     );
 
     let keeper = agent.keeper_pid().expect("the keeper runs");
-    let kept = environ(keeper);
+    let kept = keeper_environ(keeper);
     for (k, _) in &env {
         assert!(!kept.contains_key(k), "the keeper has {k}: {kept:?}");
     }

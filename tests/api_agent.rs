@@ -404,6 +404,16 @@ fn the_api_answers_again_after_running_out_of_file_descriptors() {
         let open = std::fs::read_dir(&fds).map(|d| d.count()).unwrap_or(0);
         (open >= 60).then_some(())
     });
+    // Hold them past the first failed accept and well past its first retries (5 ms, doubling),
+    // and well within the 10 s after which the agent closes idle connections itself: the streak
+    // then has several attempts however late a loaded machine runs the accept thread.
+    wait_for(WAIT, "a failed accept in the log", || {
+        agent
+            .log_text()
+            .contains("API cannot accept connections")
+            .then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(1500));
     drop(conns);
     let http = ureq::Agent::new_with_config(
         ureq::Agent::config_builder()

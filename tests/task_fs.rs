@@ -118,9 +118,9 @@ job "takeover" {{
             );
         }
         let said = format!(
-            "removed the symbolic link {} (to {}) without following it, and made the directory again",
+            "removed the symbolic link {} (to {:?}) without following it, and made the directory again",
             task_dir.join(name).display(),
-            target.display()
+            target
         );
         let events = agent.events(&alloc, task);
         assert!(
@@ -255,7 +255,7 @@ job "logs" {{
     let keeper_log = std::fs::read_to_string(agent.data_dir.join("keeper.log")).unwrap();
     assert!(
         keeper_log.contains(&format!(
-            "removed the symbolic link {} (to {s})",
+            "removed the symbolic link {} (to {secret:?})",
             logs.join("t.stdout.1").display()
         )),
         "{keeper_log}"
@@ -336,4 +336,30 @@ fn a_csi_plugin_id_that_is_not_a_name_is_refused() {
     );
     assert_eq!(owner_mode(&target).2, 0o755, "the directory was changed");
     assert!(!agent.data_dir.join("client/csi").exists());
+}
+
+/// A task's directory is `<alloc_dir>/<task>`: a task named `alloc` would be given the group's
+/// shared `alloc/` (its logs included) and, run as another user, its ownership. Refused at
+/// registration.
+#[test]
+fn a_task_named_like_the_shared_directory_is_refused() {
+    let dir = TempDir::new("allocname");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let body = json!({"Job": {"ID": "shared", "Name": "shared", "TaskGroups": [{"Name": "g", "Tasks": [
+        {"Name": "alloc", "Driver": "raw_exec", "User": "nobody",
+         "Config": {"command": "/bin/sleep", "args": ["30"]}}]}]}});
+    let (status, text) = agent.put_json("/v1/jobs", &body);
+    assert_eq!(
+        (status, text.as_str()),
+        (
+            400,
+            "invalid task name \"alloc\": it is the name of the allocation's shared directory"
+        )
+    );
+    assert_eq!(agent.request("GET", "/v1/job/shared", None).0, 404);
+    assert!(!agent
+        .data_dir
+        .join("alloc")
+        .read_dir()
+        .is_ok_and(|mut d| d.next().is_some()));
 }

@@ -97,6 +97,13 @@ fn validate_group(group: &TaskGroup) -> Result<(), JobspecError> {
 
 fn validate_task(group: &TaskGroup, task: &Task) -> Result<(), JobspecError> {
     validate_name("task", &task.name)?;
+    // A task's directory is `<alloc_dir>/<task>`, beside the shared `<alloc_dir>/alloc`: a task
+    // of that name would be given the shared directory, the group's logs included.
+    if task.name == "alloc" {
+        return Err(invalid(
+            "invalid task name \"alloc\": it is the name of the allocation's shared directory",
+        ));
+    }
     let ctx = format!("task {:?}", task.name);
     if task.driver.is_empty() {
         return Err(invalid(format!(
@@ -422,6 +429,12 @@ mod tests {
         assert_eq!(
             err(&j),
             "invalid task name \"../x\": may only contain the characters A-Z a-z 0-9 _ . -"
+        );
+        let mut j = job();
+        j.task_groups[0].tasks[0].name = "alloc".to_string();
+        assert_eq!(
+            err(&j),
+            "invalid task name \"alloc\": it is the name of the allocation's shared directory"
         );
         let mut j = job();
         j.task_groups[0].name = ".".to_string();

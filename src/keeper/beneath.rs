@@ -71,7 +71,7 @@ impl fmt::Display for Replaced {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "removed the {} {}", self.what, self.path.display())?;
         if let Some(target) = &self.target {
-            write!(f, " (to {})", target.display())?;
+            write!(f, " (to {target:?})")?;
         }
         write!(f, " without following it")
     }
@@ -288,7 +288,7 @@ impl Dir {
                 let mut msg = format!("{} is a {}", path.display(), entry.describe());
                 if entry.kind == Kind::Symlink {
                     if let Some(t) = self.read_link(c) {
-                        msg.push_str(&format!(" (to {})", t.display()));
+                        msg.push_str(&format!(" (to {t:?})"));
                     }
                     msg.push_str(", which nodeward does not follow inside an allocation directory");
                 }

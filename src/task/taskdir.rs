@@ -99,10 +99,15 @@ impl TaskHook for TaskDirHook {
         let (task_dir, a) = make(&alloc, OsStr::new(name), 0o755, &mut replaced)?;
         let (local, b) = make(&task_dir, OsStr::new("local"), 0o755, &mut replaced)?;
         let (secrets, c) = make(&task_dir, OsStr::new("secrets"), 0o700, &mut replaced)?;
-        // Restarts find the directories in place: their owners were set when they were made.
-        if a || b || c {
-            if let Some(user) = &task.task.user {
-                chown_to(user, &[&task_dir, &local, &secrets])?;
+        // Restarts find the directories in place: their owners were set when they were made. Only
+        // what this call made is given away, never a directory that was already there.
+        if let Some(user) = &task.task.user {
+            let made: Vec<&Dir> = [(&task_dir, a), (&local, b), (&secrets, c)]
+                .into_iter()
+                .filter_map(|(d, made)| made.then_some(d))
+                .collect();
+            if !made.is_empty() {
+                chown_to(user, &made)?;
             }
         }
         Ok(replaced

@@ -150,6 +150,7 @@ impl Agent {
             }),
             volumes: volumes.clone(),
             keeper: keeper.clone(),
+            max_allocs: config.max_allocs,
         };
         let allocs = AllocManager::new(engine, store.clone());
         store.register(allocs.clone());

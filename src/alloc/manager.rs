@@ -34,6 +34,8 @@ pub struct Engine {
     pub volumes: Arc<dyn VolumeLookup>,
     /// The data directory's task keeper, whose tasks a restore takes over.
     pub keeper: Arc<crate::driver::KeeperClient>,
+    /// The most live allocations this node takes (`client { max_allocs }`, see `limit`).
+    pub max_allocs: usize,
 }
 
 #[derive(Default)]
@@ -122,6 +124,7 @@ impl AllocManager {
                     });
                 }
             }
+            reg.check_alloc_limit(&job, self.engine.max_allocs)?;
             let version = reg.jobs.get(&job.id).map(|j| j.version + 1).unwrap_or(0);
             for alloc in reg.allocs.values().filter(|a| a.job.id == job.id) {
                 gates.extend(stop_alloc(alloc));

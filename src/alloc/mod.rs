@@ -6,7 +6,8 @@
 //!   stop jobs; stop, restart and signal allocations; read jobs and allocations);
 //! - `gate`: starting an allocation's tasks, at once or from its volume gate thread;
 //! - `restore`: picking up the state file at start, after stopping processes a crashed agent
-//!   left behind.
+//!   left behind;
+//! - `limit`: the per-node allocation limit a registration is checked against.
 //!
 //! The module returns domain values (shared [`Allocation`]s, [`JobSummary`], [`AllocError`]);
 //! the API (`api::jobs`, `api::allocations`) encodes them as Nomad's JSON and picks the status
@@ -28,6 +29,7 @@
 //! [`Worker`]: crate::thread::Worker
 
 mod gate;
+mod limit;
 mod manager;
 mod model;
 mod restore;
@@ -51,6 +53,9 @@ pub enum AllocError {
     UnknownTask(String),
     #[error("unknown signal {0:?}")]
     UnknownSignal(String),
+    /// A registration would put more allocations on this node than `client { max_allocs }`.
+    #[error("{0}")]
+    TooManyAllocs(String),
     /// The state file could not be written.
     #[error(transparent)]
     State(#[from] StateError),

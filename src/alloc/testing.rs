@@ -55,6 +55,7 @@ pub(crate) fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) 
         hooks: Arc::new(NoHooks),
         volumes: Arc::new(NoVolumes),
         keeper,
+        max_allocs: crate::config::DEFAULT_MAX_ALLOCS,
     };
     (AllocManager::new(engine, store), dir, shutdown_tx)
 }

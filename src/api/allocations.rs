@@ -26,9 +26,9 @@ impl From<AllocError> for ApiError {
             AllocError::JobNotFound | AllocError::AllocNotFound => {
                 ApiError::NotFound(e.to_string())
             }
-            AllocError::UnknownTask(_) | AllocError::UnknownSignal(_) => {
-                ApiError::BadRequest(e.to_string())
-            }
+            AllocError::UnknownTask(_)
+            | AllocError::UnknownSignal(_)
+            | AllocError::TooManyAllocs(_) => ApiError::BadRequest(e.to_string()),
             AllocError::State(_) => ApiError::Internal(e.to_string()),
         }
     }

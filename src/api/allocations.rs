@@ -28,6 +28,7 @@ impl From<AllocError> for ApiError {
             }
             AllocError::UnknownTask(_)
             | AllocError::UnknownSignal(_)
+            | AllocError::NotCollectable { .. }
             | AllocError::TooManyAllocs(_) => ApiError::BadRequest(e.to_string()),
             AllocError::State(_) => ApiError::Internal(e.to_string()),
         }

@@ -19,6 +19,7 @@ mod cli;
 mod crash_storm;
 mod csi_agent;
 mod csi_supervisor;
+mod gc;
 mod live_restore;
 mod misbehaving;
 mod security;

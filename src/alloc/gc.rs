@@ -197,7 +197,7 @@ pub struct Collector {
     /// under the registry lock or alone.
     destroying: Mutex<HashSet<String>>,
     /// Guards: the reason of the last pass that found nothing to collect, so that a node that
-    /// stays over a limit is warned about once, not every `gc_interval`. Taken alone.
+    /// stays over a limit is told once per reason, not every `gc_interval`. Taken alone.
     skipped: Mutex<Option<String>>,
 }
 
@@ -258,7 +258,17 @@ impl Collector {
             if taken.is_empty() {
                 let mut skipped = self.skipped.lock();
                 if skipped.as_deref() != Some(reason.text.as_str()) {
-                    log::warn!(
+                    // As Nomad: a node a little over gc_max_allocs with everything running is
+                    // normal (the count counts running allocations); twice over, or a full
+                    // disk, is worth a warning.
+                    let level = match reason.over {
+                        Over::Allocs if count < self.config.max_allocs.saturating_mul(2) => {
+                            log::Level::Info
+                        }
+                        _ => log::Level::Warn,
+                    };
+                    log::log!(
+                        level,
                         "garbage collection skipped because no terminal allocations: {}",
                         reason.text
                     );

@@ -2,7 +2,8 @@
 //! their task hooks), restores what the state file holds, reloads on SIGHUP and shuts down in
 //! order. The process around it (signals, logging, the API server) is [`crate::daemon`].
 //!
-//! Threads it owns: the state flusher and the SIGHUP reload workers (joined at shutdown); the task
+//! Threads it owns: the state flusher, the allocation garbage collector (`alloc-gc`) and the
+//! SIGHUP reload workers (joined at shutdown); the task
 //! runners (and their waiters and hooks' threads), the API workers, the volume retry thread all
 //! watch the shutdown channel, a `Receiver<Never>` that disconnects when the [`StopSwitch`] trips.
 //!
@@ -17,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::alloc::{AllocManager, Engine};
+use crate::alloc::{AllocManager, Collector, Engine};
 use crate::config::AgentConfig;
 use crate::csi::registry::PluginRegistry;
 use crate::csi::supervisor::{CsiPluginHook, CsiSettings};
@@ -68,6 +69,8 @@ pub struct Agent {
     pub node_id: String,
     pub store: Arc<StateStore>,
     pub allocs: Arc<AllocManager>,
+    /// The allocation garbage collector, for the API (its thread runs it every `gc_interval`).
+    pub gc: Arc<Collector>,
     pub volumes: Arc<dyn VolumeLookup>,
     /// The same manager, for the volume API.
     pub host_volumes: Arc<VolumeManager>,
@@ -78,8 +81,8 @@ pub struct Agent {
     /// Set by the first [`Agent::shutdown`].
     shutting_down: std::sync::atomic::AtomicBool,
     pub shutdown: Receiver<Never>,
-    /// Guards: the agent's own background workers (state flusher, SIGHUP reloads), joined at
-    /// shutdown. Finished reload workers are joined as new ones start.
+    /// Guards: the agent's own background workers (state flusher, garbage collector, SIGHUP
+    /// reloads), joined at shutdown. Finished reload workers are joined as new ones start.
     workers: Mutex<Vec<Worker<()>>>,
     /// The data directory's task keeper (the parent of every task).
     pub keeper: Arc<KeeperClient>,
@@ -156,6 +159,7 @@ impl Agent {
             volumes: volumes.clone(),
             keeper: keeper.clone(),
             max_kill_timeout: config.max_kill_timeout,
+            max_allocs: config.max_allocs,
         };
         let allocs = AllocManager::new(engine, store.clone());
         store.register(allocs.clone());
@@ -170,11 +174,16 @@ impl Agent {
             flusher_store.run_flusher(flusher_stop)
         })
         .map_err(|e| AgentError::Start(format!("cannot start the state flusher: {e}")))?;
+        let gc = Arc::new(Collector::new(allocs.clone(), config.gc, shutdown.clone()));
+        let gc_thread = gc.clone();
+        let collector = crate::thread::spawn("alloc-gc", move || gc_thread.run())
+            .map_err(|e| AgentError::Start(format!("cannot start the garbage collector: {e}")))?;
         Ok(Arc::new(Agent {
             node_id: store.node_id().to_string(),
             config,
             store,
             allocs,
+            gc,
             volumes,
             host_volumes,
             csi,
@@ -182,7 +191,7 @@ impl Agent {
             stop,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown,
-            workers: Mutex::new(vec![flusher]),
+            workers: Mutex::new(vec![flusher, collector]),
             keeper,
             _lock: lock,
         }))
@@ -265,7 +274,7 @@ impl Agent {
         // Runners stop their tasks in parallel; each takes at most its kill_timeout and the reap.
         self.allocs
             .join_all(self.allocs.max_kill_timeout() + Duration::from_secs(35));
-        // The flusher and reloads watch the shutdown channel; a reload in a plugin run ends with
+        // The flusher, the collector and reloads watch the shutdown channel; a reload in a plugin run ends with
         // the run, which the shutdown kills.
         let deadline = std::time::Instant::now() + Duration::from_secs(35);
         for worker in std::mem::take(&mut *self.workers.lock()) {

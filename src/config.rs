@@ -63,9 +63,49 @@ pub struct AgentConfig {
     /// The longest a task's `kill_timeout` may be (`client { max_kill_timeout }`, Nomad's key,
     /// default 30s): a longer one is cut to it wherever the agent waits for a task to stop.
     pub max_kill_timeout: Duration,
+    /// The allocation garbage collector (`client { gc_* }`, Nomad's keys and defaults).
+    pub gc: GcConfig,
+    /// The most allocations that may be live (not terminal) on this node at once
+    /// (`client { max_allocs }`): a registration that would go over it is refused.
+    pub max_allocs: usize,
     /// The `-config` arguments, re-read on SIGHUP.
     pub sources: Vec<PathBuf>,
 }
+
+/// The allocation garbage collector's settings (docs/configuration.md "Allocation garbage
+/// collection"): Nomad's client keys, with Nomad's defaults.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GcConfig {
+    /// How often the collector checks the limits below (`gc_interval`, default 1m).
+    pub interval: Duration,
+    /// More allocations than this (terminal or not) and the oldest terminal ones are collected
+    /// (`gc_max_allocs`, default 50).
+    pub max_allocs: usize,
+    /// Disk usage of the data directory's file system, in percent, over which terminal
+    /// allocations are collected (`gc_disk_usage_threshold`, default 80).
+    pub disk_usage_threshold: f64,
+    /// The same for inodes (`gc_inode_usage_threshold`, default 70).
+    pub inode_usage_threshold: f64,
+    /// How many allocation directories are removed at once (`gc_parallel_destroys`, default 2).
+    pub parallel_destroys: usize,
+}
+
+impl Default for GcConfig {
+    fn default() -> Self {
+        GcConfig {
+            interval: Duration::from_secs(60),
+            max_allocs: 50,
+            disk_usage_threshold: 80.0,
+            inode_usage_threshold: 70.0,
+            parallel_destroys: 2,
+        }
+    }
+}
+
+/// The default of `client { max_allocs }`: one group at its largest `count`
+/// ([`crate::jobspec::MAX_GROUP_COUNT`]) fits, and even with a task each (a runner thread in the
+/// agent and a process) the node stays well under the kernel's default `pid_max` (32768).
+pub const DEFAULT_MAX_ALLOCS: usize = 10_000;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,6 +145,12 @@ struct RawClient {
     task_env_passthrough: Option<Vec<String>>,
     max_kill_timeout: Option<String>,
     host_volume: Option<BTreeMap<String, RawHostVolume>>,
+    gc_interval: Option<String>,
+    gc_max_allocs: Option<u64>,
+    gc_disk_usage_threshold: Option<f64>,
+    gc_inode_usage_threshold: Option<f64>,
+    gc_parallel_destroys: Option<u64>,
+    max_allocs: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -162,6 +208,17 @@ impl RawConfig {
             if c.max_kill_timeout.is_some() {
                 mine.max_kill_timeout = c.max_kill_timeout;
             }
+            macro_rules! take_client {
+                ($($f:ident),*) => { $( if c.$f.is_some() { mine.$f = c.$f; } )* };
+            }
+            take_client!(
+                gc_interval,
+                gc_max_allocs,
+                gc_disk_usage_threshold,
+                gc_inode_usage_threshold,
+                gc_parallel_destroys,
+                max_allocs
+            );
             if let Some(v) = c.host_volume {
                 mine.host_volume
                     .get_or_insert_with(Default::default)
@@ -312,6 +369,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
             .map_err(|e| ConfigError::Invalid(format!("client.max_kill_timeout: {e}")))?,
         None => DEFAULT_MAX_KILL_TIMEOUT,
     };
+    let (gc, max_allocs) = validate_gc(&client)?;
     let task_env_passthrough = match client.task_env_passthrough {
         Some(list) => list,
         None => crate::task::env::DEFAULT_PASSTHROUGH
@@ -365,8 +423,61 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         stop_tasks_on_shutdown: dev || client.stop_tasks_on_shutdown.unwrap_or(false),
         task_env_passthrough,
         max_kill_timeout,
+        gc,
+        max_allocs,
         sources: Vec::new(),
     })
+}
+
+/// The `client` block's garbage collector settings and allocation limit, defaults applied.
+fn validate_gc(client: &RawClient) -> Result<(GcConfig, usize), ConfigError> {
+    let mut gc = GcConfig::default();
+    if let Some(s) = &client.gc_interval {
+        gc.interval = duration::parse(s)
+            .map_err(|e| ConfigError::Invalid(format!("client.gc_interval: {e}")))?;
+    }
+    if gc.interval < Duration::from_millis(100) {
+        return Err(ConfigError::Invalid(format!(
+            "client.gc_interval must be at least 100ms, got {:?}",
+            client.gc_interval.clone().unwrap_or_default()
+        )));
+    }
+    let percent = |name: &str, value: Option<f64>, default: f64| {
+        match value {
+        None => Ok(default),
+        Some(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        Some(v) => Err(ConfigError::Invalid(format!(
+            "client.{name} is a percentage of the data directory's file system, from 0 to 100; got {v}"
+        ))),
+    }
+    };
+    gc.disk_usage_threshold = percent(
+        "gc_disk_usage_threshold",
+        client.gc_disk_usage_threshold,
+        gc.disk_usage_threshold,
+    )?;
+    gc.inode_usage_threshold = percent(
+        "gc_inode_usage_threshold",
+        client.gc_inode_usage_threshold,
+        gc.inode_usage_threshold,
+    )?;
+    let count = |name: &str, value: Option<u64>, default: usize, least: u64| match value {
+        None => Ok(default),
+        Some(v) if v >= least => usize::try_from(v)
+            .map_err(|_| ConfigError::Invalid(format!("client.{name} is too large: {v}"))),
+        Some(v) => Err(ConfigError::Invalid(format!(
+            "client.{name} must be at least {least}, got {v}"
+        ))),
+    };
+    gc.max_allocs = count("gc_max_allocs", client.gc_max_allocs, gc.max_allocs, 0)?;
+    gc.parallel_destroys = count(
+        "gc_parallel_destroys",
+        client.gc_parallel_destroys,
+        gc.parallel_destroys,
+        1,
+    )?;
+    let max_allocs = count("max_allocs", client.max_allocs, DEFAULT_MAX_ALLOCS, 1)?;
+    Ok((gc, max_allocs))
 }
 
 /// A DNS name: dot-separated labels of letters, digits and dashes (a trailing dot allowed).
@@ -511,5 +622,66 @@ client {
             err.starts_with("config: client.max_kill_timeout: "),
             "{err}"
         );
+    }
+
+    #[test]
+    fn gc_settings_have_nomads_defaults_and_are_checked() {
+        let p = write("none.hcl", "");
+        let c = load(&[p], false).unwrap();
+        assert_eq!(c.gc, GcConfig::default());
+        assert_eq!(c.gc.interval, Duration::from_secs(60));
+        assert_eq!(
+            (c.gc.max_allocs, c.gc.parallel_destroys, c.max_allocs),
+            (50, 2, DEFAULT_MAX_ALLOCS)
+        );
+        assert_eq!(
+            (c.gc.disk_usage_threshold, c.gc.inode_usage_threshold),
+            (80.0, 70.0)
+        );
+        let p = write(
+            "gc.hcl",
+            "client {\n  gc_interval = \"5m\"\n  gc_max_allocs = 10\n  \
+             gc_disk_usage_threshold = 90\n  gc_inode_usage_threshold = 85.5\n  \
+             gc_parallel_destroys = 4\n  max_allocs = 500\n}\n",
+        );
+        let c = load(&[p], false).unwrap();
+        assert_eq!(
+            c.gc,
+            GcConfig {
+                interval: Duration::from_secs(300),
+                max_allocs: 10,
+                disk_usage_threshold: 90.0,
+                inode_usage_threshold: 85.5,
+                parallel_destroys: 4,
+            }
+        );
+        assert_eq!(c.max_allocs, 500);
+        for (body, want) in [
+            (
+                "gc_interval = \"10ms\"",
+                "client.gc_interval must be at least 100ms",
+            ),
+            ("gc_interval = \"soon\"", "client.gc_interval"),
+            (
+                "gc_disk_usage_threshold = 101",
+                "client.gc_disk_usage_threshold is a percentage",
+            ),
+            (
+                "gc_inode_usage_threshold = -1",
+                "client.gc_inode_usage_threshold is a percentage",
+            ),
+            (
+                "gc_parallel_destroys = 0",
+                "client.gc_parallel_destroys must be at least 1, got 0",
+            ),
+            (
+                "max_allocs = 0",
+                "client.max_allocs must be at least 1, got 0",
+            ),
+        ] {
+            let p = write("bad.hcl", &format!("client {{\n  {body}\n}}\n"));
+            let err = load(&[p], false).unwrap_err().to_string();
+            assert!(err.contains(want), "{body}: {err}");
+        }
     }
 }

@@ -20,6 +20,7 @@ mod crash_storm;
 mod csi_agent;
 mod csi_supervisor;
 mod durability;
+mod gc;
 mod kill_timeouts;
 mod live_restore;
 mod misbehaving;

@@ -42,6 +42,8 @@ pub struct Engine {
     pub keeper: Arc<crate::driver::KeeperClient>,
     /// The longest any task's `kill_timeout` may be (`client { max_kill_timeout }`).
     pub max_kill_timeout: Duration,
+    /// The most live allocations this node takes (`client { max_allocs }`, see `limit`).
+    pub max_allocs: usize,
 }
 
 impl Engine {
@@ -237,6 +239,7 @@ impl AllocManager {
                 if existing.is_some_and(|e| e.job == job && !e.stop) {
                     return Ok(None);
                 }
+                reg.check_alloc_limit(&job, self.engine.max_allocs)?;
                 let now = now_nanos();
                 let job_arc = Arc::new(job.clone());
                 let add = job

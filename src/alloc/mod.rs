@@ -6,7 +6,10 @@
 //!   stop jobs; stop, restart and signal allocations; read jobs and allocations);
 //! - `gate`: starting an allocation's tasks, at once or from its volume gate thread;
 //! - `restore`: picking up the state file at start, after stopping processes a crashed agent
-//!   left behind.
+//!   left behind;
+//! - `gc`: the garbage collector, which destroys terminal allocations (their registry entry,
+//!   state record and directory) when the node holds too many or its disk fills up;
+//! - `limit`: the per-node allocation limit a registration is checked against.
 //!
 //! The module returns domain values (shared [`Allocation`]s, [`JobSummary`], [`AllocError`]);
 //! the API (`api::jobs`, `api::allocations`) encodes them as Nomad's JSON and picks the status
@@ -29,12 +32,15 @@
 //! [`Worker`]: crate::thread::Worker
 
 mod gate;
+mod gc;
+mod limit;
 mod manager;
 mod model;
 mod restore;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use gc::{gc_reason, Collector, DiskUsage, Over, Reason};
 pub use manager::{AllocManager, Engine, JobSummary, Registered};
 pub use model::{client_status, AllocStatus, Allocation, LockedTasks};
 
@@ -56,4 +62,14 @@ pub enum AllocError {
     /// was stopped or started, and the same request can be sent again.
     #[error("{action}: {source}; nothing was changed")]
     NotSaved { action: String, source: StateError },
+    /// A garbage collection named an allocation that is not terminal; the reason says what
+    /// still runs. The first words are Nomad's.
+    #[error("No such allocation on client, or allocation not eligible for GC: alloc {id} is not terminal: {reason}")]
+    NotCollectable { id: String, reason: String },
+    /// A registration would put more allocations on this node than `client { max_allocs }`.
+    #[error("{0}")]
+    TooManyAllocs(String),
+    /// The state file could not be written.
+    #[error(transparent)]
+    State(#[from] StateError),
 }

@@ -57,6 +57,7 @@ pub(crate) fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) 
         volumes: Arc::new(NoVolumes),
         keeper,
         max_kill_timeout: crate::config::DEFAULT_MAX_KILL_TIMEOUT,
+        max_allocs: crate::config::DEFAULT_MAX_ALLOCS,
     };
     (AllocManager::new(engine, store), dir, shutdown_tx)
 }

@@ -26,10 +26,11 @@ impl From<AllocError> for ApiError {
             AllocError::JobNotFound | AllocError::AllocNotFound => {
                 ApiError::NotFound(e.to_string())
             }
-            AllocError::UnknownTask(_) | AllocError::UnknownSignal(_) => {
-                ApiError::BadRequest(e.to_string())
-            }
-            AllocError::NotSaved { .. } => ApiError::Internal(e.to_string()),
+            AllocError::UnknownTask(_)
+            | AllocError::UnknownSignal(_)
+            | AllocError::NotCollectable { .. }
+            | AllocError::TooManyAllocs(_) => ApiError::BadRequest(e.to_string()),
+            AllocError::NotSaved { .. } | AllocError::State(_) => ApiError::Internal(e.to_string()),
         }
     }
 }

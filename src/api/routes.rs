@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::router::Router;
 use super::server::{ApiServer, ServerConfig, ServerError};
-use super::{agent, allocations, jobs, logs, node, plugins, volumes};
+use super::{agent, allocations, gc, jobs, logs, node, plugins, volumes};
 use crate::agent::Agent;
 use crate::config::AgentConfig;
 
@@ -51,6 +51,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
     node::routes(&mut r, &agent);
     jobs::routes(&mut r, &agent);
     allocations::routes(&mut r, &agent);
+    gc::routes(&mut r, &agent);
     logs::routes(&mut r, &agent);
     volumes::routes(&mut r, agent.clone());
     plugins::routes(&mut r, agent);

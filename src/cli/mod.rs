@@ -17,6 +17,7 @@ pub mod volume_request;
 mod alloc;
 mod job;
 mod node;
+mod system;
 mod volume;
 
 use std::io::{self, Write};
@@ -181,6 +182,7 @@ fn commands() -> Vec<&'static Spec> {
     all.extend(job::COMMANDS);
     all.extend(alloc::COMMANDS);
     all.extend(node::COMMANDS);
+    all.extend(system::COMMANDS);
     all.extend(volume::COMMANDS);
     all
 }
@@ -207,7 +209,7 @@ fn find_command(words: &[&str]) -> Lookup {
             return Lookup::Found(spec, n);
         }
     }
-    for group in ["job", "alloc", "node", "volume", "plugin"] {
+    for group in ["job", "alloc", "node", "volume", "plugin", "system"] {
         if words.len() == 1 && words[0] == group {
             return Lookup::Group(group);
         }
@@ -250,6 +252,7 @@ Commands:
     volume status    List host volumes, or show one
     volume delete    Delete a host volume
     plugin status    List CSI plugins, or show one
+    system gc        Destroy every terminal allocation now
     version          Print the version
 
 Environment:

@@ -1,0 +1,449 @@
+//! Bounded growth through the real agent: the allocation garbage collector (by count, by disk
+//! usage, on demand through the API and `nodeward system gc`), what it leaves alone, and the
+//! per-node allocation limit.
+
+use crate::common::*;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn marker() -> String {
+    format!(
+        "{}.{}",
+        100_000 + fastrand::u32(0..100_000),
+        fastrand::u32(1..999_999)
+    )
+}
+
+/// A job of one task `t` that runs `script` in `/bin/sh`.
+fn job(name: &str, kind: &str, script: &str) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  type = "{kind}"
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      kill_timeout = "2s"
+      config {{
+        command = "/bin/sh"
+        args = ["-c", {script:?}]
+      }}
+    }}
+  }}
+}}"#
+    )
+}
+
+/// A service that sleeps until stopped; returns its allocation and PID, once running.
+fn service(agent: &TestAgent, name: &str) -> (String, i64) {
+    let alloc =
+        agent.alloc_id(&agent.run_hcl(&job(name, "service", &format!("exec sleep {}", marker()))));
+    let pid = wait_for(WAIT, "the service running", || {
+        let s = agent.task_state(&alloc, "t");
+        (s["State"] == "running")
+            .then(|| s["PID"].as_i64())
+            .flatten()
+    });
+    (alloc, pid)
+}
+
+/// A batch job that runs `script` and completes; returns its allocation once complete.
+fn batch(agent: &TestAgent, name: &str, script: &str) -> String {
+    let alloc = agent.alloc_id(&agent.run_hcl(&job(name, "batch", script)));
+    wait_for(WAIT, "the batch allocation complete", || {
+        (status(agent, &alloc).as_deref() == Some("complete")).then_some(())
+    });
+    alloc
+}
+
+/// An allocation's `ClientStatus`; `None` once the agent no longer has it (404).
+fn status(agent: &TestAgent, alloc: &str) -> Option<String> {
+    let (code, body) = agent.request("GET", &format!("/v1/allocation/{alloc}"), None);
+    match code {
+        200 => serde_json::from_str::<Value>(&body).ok()?["ClientStatus"]
+            .as_str()
+            .map(String::from),
+        404 => None,
+        other => panic!("GET /v1/allocation/{alloc}: {other} {body}"),
+    }
+}
+
+fn api_allocs(agent: &TestAgent) -> BTreeSet<String> {
+    agent
+        .get("/v1/allocations")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["ID"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn state_allocs(data_dir: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(data_dir.join("state.json")).unwrap();
+    let state: Value = serde_json::from_str(&text).unwrap();
+    state["Allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["ID"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn alloc_dir(agent: &TestAgent, alloc: &str) -> PathBuf {
+    agent.data_dir.join("alloc").join(alloc)
+}
+
+/// Whether the agent, its state file and the disk are all rid of `alloc`.
+fn gone_everywhere(agent: &TestAgent, alloc: &str) -> bool {
+    status(agent, alloc).is_none()
+        && !state_allocs(&agent.data_dir).contains(alloc)
+        && !alloc_dir(agent, alloc).exists()
+}
+
+fn set(ids: &[&String]) -> BTreeSet<String> {
+    ids.iter().map(|s| s.to_string()).collect()
+}
+
+/// More than `gc_max_allocs` allocations: the oldest terminal ones go from the API, the state
+/// file and the disk until the node is back at the limit; the running service and the newer
+/// terminal allocations (logs included) stay; a link a task planted in its directory is removed
+/// without its target being touched.
+#[test]
+fn terminal_allocations_over_gc_max_allocs_are_collected_oldest_first() {
+    let dir = TempDir::new("gc-max");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("keep"), "host data").unwrap();
+    let agent = TestAgent::start_in(
+        dir.path(),
+        "client {\n  gc_interval = \"100ms\"\n  gc_max_allocs = 3\n}\n",
+    );
+    let (svc, pid) = service(&agent, "svc");
+    let script = |i: u32| {
+        format!(
+            "echo run {i}; ln -s {} local/escape; ln -s {} ../alloc/escape",
+            outside.display(),
+            outside.display()
+        )
+    };
+    let b: Vec<String> = (1..=4)
+        .map(|i| batch(&agent, &format!("b{i}"), &script(i)))
+        .collect();
+    wait_for(WAIT, "b1 and b2 collected", || {
+        (gone_everywhere(&agent, &b[0]) && gone_everywhere(&agent, &b[1])).then_some(())
+    });
+    assert_eq!(api_allocs(&agent), set(&[&svc, &b[2], &b[3]]));
+    assert_eq!(state_allocs(&agent.data_dir), set(&[&svc, &b[2], &b[3]]));
+    for (i, alloc) in [(3, &b[2]), (4, &b[3])] {
+        let log = alloc_dir(&agent, alloc).join("alloc/logs/t.stdout.0");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), format!("run {i}\n"));
+    }
+    assert_eq!(
+        std::fs::read_to_string(outside.join("keep")).unwrap(),
+        "host data",
+        "the target of a planted link was touched"
+    );
+    let s = agent.task_state(&svc, "t");
+    assert_eq!(
+        (s["State"].as_str(), s["PID"].as_i64()),
+        (Some("running"), Some(pid))
+    );
+    assert!(alive(pid as i32));
+    // How many allocations a pass saw depends on when it ran (4 or 5): the limit is what it names.
+    let log = agent.log_text();
+    for gone in &b[..2] {
+        let line = log
+            .lines()
+            .find(|l| l.contains(&format!("garbage collected allocation {gone}: ")))
+            .unwrap_or_else(|| panic!("{gone} was not collected in:\n{log}"));
+        assert!(
+            line.contains(": number of allocations (") && line.ends_with(") is over the limit (3)"),
+            "{line}"
+        );
+    }
+}
+
+/// `PUT /v1/client/allocation/:id/gc` takes one terminal allocation (an ID prefix works) and
+/// refuses a running one in Nomad's words; `PUT /v1/client/gc` and `nodeward system gc` take
+/// every terminal allocation; `GET` changes nothing; the running service is never touched.
+#[test]
+fn the_gc_endpoints_and_the_cli_collect_only_terminal_allocations() {
+    let dir = TempDir::new("gc-api");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let (svc, pid) = service(&agent, "svc");
+    let b1 = batch(&agent, "b1", "echo one");
+    let b2 = batch(&agent, "b2", "echo two");
+
+    let (code, body) = agent.request("PUT", &format!("/v1/client/allocation/{svc}/gc"), None);
+    assert_eq!(
+        (code, body),
+        (
+            400,
+            format!(
+                "No such allocation on client, or allocation not eligible for GC: alloc {svc} \
+                 is not terminal: task \"t\" is running"
+            )
+        )
+    );
+    for path in [
+        format!("/v1/client/allocation/{b1}/gc"),
+        "/v1/client/gc".to_string(),
+    ] {
+        assert_eq!(agent.request("GET", &path, None).0, 405, "GET {path}");
+    }
+    let unknown = uuid::Uuid::new_v4().to_string();
+    assert_eq!(
+        agent
+            .request("PUT", &format!("/v1/client/allocation/{unknown}/gc"), None)
+            .0,
+        404
+    );
+    assert_eq!(
+        api_allocs(&agent),
+        set(&[&svc, &b1, &b2]),
+        "nothing changed yet"
+    );
+
+    let (code, body) = agent.request(
+        "PUT",
+        &format!("/v1/client/allocation/{}/gc", &b1[..8]),
+        None,
+    );
+    assert_eq!((code, body.as_str()), (200, "{}"));
+    assert!(gone_everywhere(&agent, &b1));
+    assert!(alloc_dir(&agent, &b2).exists());
+
+    let (code, body) = agent.request("PUT", "/v1/client/gc", Some("{}"));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"Collected": [b2]})
+    );
+    assert!(gone_everywhere(&agent, &b2));
+
+    let b3 = batch(&agent, "b3", "echo three");
+    let out = agent.cli(&["system", "gc"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("==> Garbage collected 1 terminal allocation\n    {b3}\n")
+    );
+    assert!(gone_everywhere(&agent, &b3));
+    let out = agent.cli(&["system", "gc"]);
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+        ),
+        (
+            Some(0),
+            "==> No terminal allocations to collect\n".to_string()
+        )
+    );
+    let (code, body) = agent.request("POST", "/v1/system/gc", None);
+    assert_eq!((code, body.as_str()), (200, "{\"Collected\":[]}"));
+
+    assert_eq!(api_allocs(&agent), set(&[&svc]));
+    let s = agent.task_state(&svc, "t");
+    assert_eq!(
+        (s["State"].as_str(), s["PID"].as_i64()),
+        (Some("running"), Some(pid))
+    );
+}
+
+/// What a collection removed stays removed: the next agent restores neither the allocations nor
+/// their directories, and re-attaches to the running service as before.
+#[test]
+fn collected_allocations_stay_gone_after_an_agent_restart() {
+    let dir = TempDir::new("gc-restart");
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    let (svc, pid) = service(&agent, "svc");
+    let b1 = batch(&agent, "b1", "echo one");
+    let b2 = batch(&agent, "b2", "echo two");
+    let (code, body) = agent.request("PUT", "/v1/client/gc", None);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"Collected": [b1, b2]})
+    );
+    assert_eq!(agent.stop_with(libc::SIGTERM, WAIT), Some(0));
+    assert_eq!(state_allocs(&agent.data_dir), set(&[&svc]));
+    agent.restart();
+    let s = wait_for(WAIT, "the service re-attached", || {
+        let s = agent.task_state(&svc, "t");
+        (s["State"] == "running").then_some(s)
+    });
+    assert_eq!(s["PID"].as_i64(), Some(pid));
+    assert_eq!(api_allocs(&agent), set(&[&svc]));
+    for b in [&b1, &b2] {
+        assert!(gone_everywhere(&agent, b), "{b} came back");
+    }
+    // The jobs stay registered (as in Nomad, a client collection forgets allocations only).
+    assert_eq!(agent.get("/v1/job/b1")["Status"], "dead");
+}
+
+/// A job of 200 groups of 10,000 allocations (two million runner threads) is refused against
+/// the default per-node limit, and nothing changes: no job, no allocation, no process.
+#[test]
+fn a_job_over_the_node_allocation_limit_is_a_400_and_changes_nothing() {
+    let dir = TempDir::new("gc-limit");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let (svc, pid) = service(&agent, "svc");
+    let (code, parsed) = agent.request(
+        "POST",
+        "/v1/jobs/parse",
+        Some(&json!({"JobHCL": job("huge", "service", "exec sleep 1000")}).to_string()),
+    );
+    assert_eq!(code, 200, "{parsed}");
+    let mut huge: Value = serde_json::from_str(&parsed).unwrap();
+    let group = huge["TaskGroups"][0].clone();
+    huge["TaskGroups"] = (0..200)
+        .map(|i| {
+            let mut g = group.clone();
+            g["Name"] = json!(format!("g{i}"));
+            g["Count"] = json!(10_000);
+            g
+        })
+        .collect();
+    let state_before = state_allocs(&agent.data_dir);
+    let (code, body) = agent.put_json("/v1/jobs", &json!({"Job": huge}));
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            400,
+            "number of allocations (2000001) is over the limit (10000): job \"huge\" asks for \
+             2000000 and 1 of other jobs are live on this node; lower the job's count or raise \
+             client { max_allocs }"
+        )
+    );
+    assert_eq!(agent.request("GET", "/v1/job/huge", None).0, 404);
+    assert_eq!(api_allocs(&agent), set(&[&svc]));
+    assert_eq!(state_allocs(&agent.data_dir), state_before);
+    assert!(!agent.get("/v1/jobs").to_string().contains("huge"));
+    let s = agent.task_state(&svc, "t");
+    assert_eq!(
+        (s["State"].as_str(), s["PID"].as_i64()),
+        (Some("running"), Some(pid))
+    );
+}
+
+/// A small tmpfs unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(at)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount a tmpfs on {}", at.display());
+        Tmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// The data directory's file system fuller than `gc_disk_usage_threshold` (statvfs on a small
+/// tmpfs): the terminal allocation that filled it is collected, which frees the space; the
+/// running service stays.
+#[test]
+fn a_full_disk_is_freed_by_collecting_terminal_allocations() {
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIPPED a_full_disk_is_freed_by_collecting_terminal_allocations: needs root to mount a small tmpfs");
+        return;
+    }
+    let dir = TempDir::new("gc-disk");
+    let _tmpfs = Tmpfs::mount(&dir.path().join("data"), "8m");
+    let agent = TestAgent::start_in(
+        dir.path(),
+        "client {\n  gc_interval = \"100ms\"\n  gc_disk_usage_threshold = 50\n}\n",
+    );
+    let (svc, pid) = service(&agent, "svc");
+    let fill = agent.alloc_id(&agent.run_hcl(&job(
+        "fill",
+        "batch",
+        "dd if=/dev/zero of=local/blob bs=1M count=5",
+    )));
+    wait_for(WAIT, "the filling allocation collected", || {
+        gone_everywhere(&agent, &fill).then_some(())
+    });
+    let log = agent.log_text();
+    let line = log
+        .lines()
+        .find(|l| {
+            l.contains(&format!(
+                "garbage collected allocation {fill}: disk usage of "
+            ))
+        })
+        .unwrap_or_else(|| panic!("no collection for the disk in:\n{log}"));
+    assert!(line.ends_with("is over gc threshold of 50"), "{line}");
+    assert_eq!(api_allocs(&agent), set(&[&svc]));
+    let s = agent.task_state(&svc, "t");
+    assert_eq!(
+        (s["State"].as_str(), s["PID"].as_i64()),
+        (Some("running"), Some(pid))
+    );
+}
+
+/// A file system mounted inside a collected allocation's directory is not emptied: the
+/// allocation leaves the agent, its directory stays (with a warning) until the mount is gone,
+/// and the next collection removes it then.
+#[test]
+fn a_mount_inside_an_allocation_directory_is_never_emptied() {
+    if unsafe { libc::geteuid() } != 0 {
+        println!("SKIPPED a_mount_inside_an_allocation_directory_is_never_emptied: needs root to mount a tmpfs");
+        return;
+    }
+    let dir = TempDir::new("gc-mnt");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let b1 = batch(&agent, "b1", "mkdir local/mnt");
+    let mnt = alloc_dir(&agent, &b1).join("t/local/mnt");
+    let tmpfs = Tmpfs::mount(&mnt, "1m");
+    std::fs::write(mnt.join("data"), "mounted data").unwrap();
+    let (code, body) = agent.request("PUT", &format!("/v1/client/allocation/{b1}/gc"), None);
+    assert_eq!((code, body.as_str()), (200, "{}"));
+    assert_eq!(status(&agent, &b1), None);
+    assert!(!state_allocs(&agent.data_dir).contains(&b1));
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("data")).unwrap(),
+        "mounted data"
+    );
+    let log = agent.log_text();
+    assert!(
+        log.contains(&format!(
+            "left {} in place: {} is mounted inside",
+            alloc_dir(&agent, &b1).display(),
+            mnt.display()
+        )),
+        "{log}"
+    );
+    drop(tmpfs);
+    wait_for(WAIT, "the mount gone", || {
+        (!mnt.join("data").exists()).then_some(())
+    });
+    let (code, body) = agent.request("PUT", "/v1/client/gc", None);
+    assert_eq!((code, body.as_str()), (200, "{\"Collected\":[]}"));
+    assert!(
+        !alloc_dir(&agent, &b1).exists(),
+        "the directory no allocation owns"
+    );
+}

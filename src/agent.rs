@@ -286,7 +286,9 @@ impl Agent {
             log::warn!("shutdown: the volume retry thread did not end in time");
         }
         self.keeper.close();
-        if let Err(e) = self.store.save() {
+        // The last write folds the journal into the snapshot: after a clean stop, state.json
+        // alone holds the state.
+        if let Err(e) = self.store.save_compacted() {
             log::error!("{e}");
         }
         log::info!("shutdown complete");

@@ -1,55 +1,76 @@
-//! The state file: `<data_dir>/state.json`, what must survive an agent restart.
+//! The state: what must survive an agent restart. On disk it is a snapshot, `<data_dir>/state.json`
+//! ([`snapshot`]), continued by a journal of the changes written since, `<data_dir>/state.journal`
+//! ([`journal`]): the state is the snapshot with the journal's records applied in order.
 //!
 //! Protocol: every subsystem that owns persistent data (allocations, CSI plugins, host volumes)
-//! registers a [`Snapshot`] source. [`StateStore::save`] asks each source to fill a fresh
-//! [`StateFile`] (each takes its own registry lock only for that copy) and writes the whole file
-//! atomically and durably: temp file in the same directory, fsync, rename over the old file, fsync
-//! the directory. A crash at any instant leaves the old or the new file, never a mix.
+//! registers a source. A write ([`StateStore::save`]) asks each source for its entries (each
+//! takes its own registry lock only for that copy), compares them with what the files hold
+//! ([`delta::Written`]: a fingerprint per entry) and appends the entries that differ, and the keys
+//! of those that are gone, as one record to the journal, fsync'd before it returns: a write costs
+//! what changed, not what exists. A source whose section can grow without bound (host volumes)
+//! is *keyed* ([`KeyedSnapshot`]): it names each entry it changes ([`StateStore::changed`],
+//! [`StateStore::save_entries`]) and a write asks it for those entries only, never for the
+//! section whole. The other sources are compared whole on each write ([`Snapshot`]); they are
+//! bounded by the allocations a node keeps.
+//!
+//! When the journal grows past the snapshot (and at least [`JOURNAL_MIN_BOUND`]), a write
+//! compacts instead: the whole state becomes a new snapshot (temp file, fsync, rename over
+//! `state.json`, fsync the directory) with a new `JournalID`, then a fresh journal naming that
+//! ID takes the old one's place the same way. A crash at any instant leaves the old snapshot and
+//! journal, or the new snapshot with the old journal (which names the old ID and is ignored: the
+//! new snapshot holds all of it), or the new pair. The first write after start compacts too (the
+//! journal may end in a record a crash cut short), so does the first after a failed write (the
+//! journal may end in a refused record), and the clean shutdown's last write
+//! ([`StateStore::save_compacted`]), which removes the journal: after a clean stop `state.json`
+//! alone holds the state.
 //!
 //! [`StateStore::save`] is synchronous: callers that acknowledge something to a user (a volume
 //! create) call it before answering. A change that must be on disk before it is made at all (a job
 //! registration: nothing may be killed or started for a change that is then lost) goes through a
 //! [`Transaction`]: the caller holds the write lock, stages the change where its `Snapshot::fill`
 //! sees it, saves, and only makes the change once the write succeeded, still under the lock, so
-//! no other write can land in between. [`StateStore::save_soon`] marks the state dirty for the
-//! flusher thread, which coalesces bursts (task events) into one write within [`FLUSH_DELAY`].
+//! no other write can land in between. A write is one journal record, replayed whole or not at
+//! all. [`StateStore::save_soon`] marks the state dirty for the flusher thread, which coalesces
+//! bursts (task events) into one write within [`FLUSH_DELAY`].
 //!
 //! A write that fails (a full disk, a read-only remount) is retried by the flusher until one
 //! succeeds, with a backoff from [`RETRY_FIRST`] to [`RETRY_MAX`]: the in-memory state is then
-//! newer than the file, and [`StateStore::failing`] says so (`/v1/agent/health`). One warning is
+//! newer than the files, and [`StateStore::failing`] says so (`/v1/agent/health`). One warning is
 //! logged when such a failure streak begins and one line when it ends, not one per attempt.
 //!
-//! Lock: `write` serialises writers, so two saves never interleave on disk and the last write holds
-//! the newest snapshot. It is the only lock here held across I/O, by design; no registry lock is
-//! ever taken while it is held except inside `Snapshot::fill`, which copies and returns, and a
-//! [`Transaction`]'s commit, which changes a registry and returns. `failing` is a leaf.
+//! Locks: `disk` serialises writers, so two writes never interleave on disk and the last write
+//! holds the newest state. It is the only lock here held across I/O, by design; no registry lock
+//! is ever taken while it is held except inside `Snapshot::fill` and `KeyedSnapshot::fill_keys`,
+//! which copy and return, and a [`Transaction`]'s commit, which changes a registry and returns.
+//! `changed` and `failing` are leaves; `sources` is copied and released.
+
+mod delta;
+mod journal;
+mod lock;
+mod snapshot;
 
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-use crate::records::{AllocRecord, JobRecord, PluginRecord, VolumeRecord};
+use delta::{Delta, Named, Written};
+use journal::Found;
 
-/// The version this build writes. Older files are upgraded on load; newer ones are refused.
-///
-/// - 1: the first format.
-/// - 2: tasks outlive the agent (live-restore.md): a task's driver handle (`Handle`), the restart
-///   delay's deadline (`RestartAt`) and the restart tracker's window (`RestartWindowStart`,
-///   `RestartWindowCount`). A version-1 task has a `PID` and `PidStartTicks` only: a child of the
-///   agent that wrote it, which the runner stops and starts again under the keeper.
-pub const STATE_VERSION: u32 = 2;
-pub const STATE_FILE: &str = "state.json";
+pub use delta::{Key, Section};
+pub use journal::{PluginKey, JOURNAL_FILE};
+pub use lock::{DataDirLock, LOCK_FILE};
+pub use snapshot::{decode, write_atomic, StateFile, STATE_FILE, STATE_VERSION};
+
 /// How long the flusher waits to gather a burst of changes into one write.
 pub const FLUSH_DELAY: Duration = Duration::from_millis(50);
-/// The least time between two background writes: each rewrites the whole file, so a thousand
+/// The least time between two background writes: each compares every allocation, so a thousand
 /// crash-looping tasks must not turn into a thousand writes a second.
 pub const FLUSH_SPACING: Duration = Duration::from_millis(500);
 /// The first wait before a failed write is tried again; it doubles up to [`RETRY_MAX`].
@@ -57,6 +78,11 @@ pub const RETRY_FIRST: Duration = FLUSH_SPACING;
 /// The longest wait between two attempts to write a state file that cannot be written: how long
 /// the agent may take to notice that the disk has room again.
 pub const RETRY_MAX: Duration = Duration::from_secs(5);
+/// The journal is compacted once it would grow past the snapshot's size, and never below this:
+/// a small state is not rewritten every few writes, and replaying the journal at start reads at
+/// most about twice the state. Compacting when the journal is as large as the snapshot keeps
+/// what a write costs, compactions included, within about twice what it changed.
+pub const JOURNAL_MIN_BOUND: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -78,80 +104,21 @@ pub enum StateError {
     Lock { path: PathBuf, source: io::Error },
 }
 
-/// The lock file in the data directory; holds the PID of the agent that owns it.
-pub const LOCK_FILE: &str = "agent.lock";
-
-/// An exclusive `flock` on `<data_dir>/agent.lock`, held for the agent's whole life: one agent per
-/// data directory (live-restore.md). The kernel drops it when the process ends, however it ends,
-/// so a crashed agent never leaves a stale lock. The descriptor is close-on-exec: a task never
-/// inherits it (it would otherwise keep the lock after the agent is gone).
-#[derive(Debug)]
-pub struct DataDirLock {
-    _file: File,
-}
-
-impl DataDirLock {
-    /// Takes the lock, creating the data directory (0700) if needed, and records this process's
-    /// PID in the lock file. Fails at once, changing nothing, when another process holds it.
-    pub fn acquire(data_dir: &Path) -> Result<DataDirLock, StateError> {
-        let path = data_dir.join(LOCK_FILE);
-        let err = |source| StateError::Lock {
-            path: path.clone(),
-            source,
-        };
-        private_dir(data_dir).map_err(err)?;
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(err)?;
-        // SAFETY: flock on a descriptor this function owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                let mut pid = String::new();
-                let _ = file.read_to_string(&mut pid);
-                let pid = pid.trim();
-                return Err(StateError::Held {
-                    pid: if pid.is_empty() { "unknown" } else { pid }.to_string(),
-                    data_dir: data_dir.to_path_buf(),
-                });
-            }
-            return Err(err(e));
-        }
-        file.set_len(0).map_err(err)?;
-        file.write_all(format!("{}\n", std::process::id()).as_bytes())
-            .map_err(err)?;
-        file.sync_all().map_err(err)?;
-        Ok(DataDirLock { _file: file })
-    }
-}
-
-/// Everything in `state.json`. Sections belong to their subsystems; this file only stores them.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct StateFile {
-    pub version: u32,
-    #[serde(rename = "NodeID")]
-    pub node_id: String,
-    #[serde(default)]
-    pub jobs: Vec<JobRecord>,
-    #[serde(default)]
-    pub allocations: Vec<AllocRecord>,
-    #[serde(default, rename = "CSIPlugins")]
-    pub csi_plugins: Vec<PluginRecord>,
-    #[serde(default)]
-    pub host_volumes: Vec<VolumeRecord>,
-}
-
 /// A subsystem that owns a section of the state file.
 pub trait Snapshot: Send + Sync {
     /// Copies this subsystem's persistent data into `out`. Takes its own lock only for the copy.
     fn fill(&self, out: &mut StateFile);
+}
+
+/// A subsystem that names every entry of its section it changes ([`StateStore::changed`] or
+/// [`StateStore::save_entries`], after the change), so that a write asks it for those entries
+/// only. [`Snapshot::fill`] still gives the whole section, for a compaction.
+pub trait KeyedSnapshot: Snapshot {
+    /// The section it owns.
+    fn section(&self) -> Section;
+    /// Copies into `out` those of `keys` (all of its section) that it holds now; a key whose
+    /// entry it does not copy is gone from the state. Takes its own lock only for the copy.
+    fn fill_keys(&self, keys: &[Key], out: &mut StateFile);
 }
 
 /// A failure streak: the state file could not be written since `since`, in `attempts` tries.
@@ -164,77 +131,186 @@ pub struct Failing {
     pub error: String,
 }
 
+/// What the store knows of the files on disk; guarded by the write lock.
+struct Disk {
+    /// Writes done since start.
+    writes: u64,
+    /// The fingerprint of every entry the files hold.
+    written: Written,
+    snapshot_len: u64,
+    journal_len: u64,
+    /// The next write compacts: the first after start, the first after a failed write, and any
+    /// after a compaction that could not start its journal.
+    compact: bool,
+    /// The least size past which the journal is compacted: [`JOURNAL_MIN_BOUND`] (tests lower it).
+    min_bound: u64,
+}
+
+#[derive(Clone, Default)]
+struct Sources {
+    compared: Vec<Arc<dyn Snapshot>>,
+    keyed: Vec<Arc<dyn KeyedSnapshot>>,
+}
+
+/// What a write covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cover {
+    /// Everything that changed.
+    All,
+    /// The entries named changed (keyed sections) only; the rest waits for the flusher.
+    Named,
+    /// Everything, as a new snapshot, and no journal after it (the clean shutdown).
+    Final,
+}
+
 pub struct StateStore {
     path: PathBuf,
+    journal: PathBuf,
     node_id: String,
-    /// Guards: the file on disk (serialises writers); the value counts writes done.
-    write: Mutex<u64>,
+    /// Guards: the files on disk (serialises writers), and what the store knows of them.
+    disk: Mutex<Disk>,
     /// Guards: the current failure streak, set by a failed write and cleared by the next one that
-    /// succeeds. A leaf: taken under `write` for the update, never across I/O or a log line.
+    /// succeeds. A leaf: taken under `disk` for the update, never across I/O or a log line.
     failing: Mutex<Option<Failing>>,
     /// Guards: the list of sources. Set up at start, read by every save.
-    sources: Mutex<Vec<Arc<dyn Snapshot>>>,
+    sources: Mutex<Sources>,
+    /// Guards: the entries of keyed sections changed since the write that took them. A leaf.
+    changed: Mutex<BTreeSet<Key>>,
     dirty: Sender<()>,
     dirty_rx: Receiver<()>,
 }
 
+/// Reads the state as an agent starting now would (the snapshot, its journal replayed), changing
+/// nothing. A journal's damaged tail is left out with a warning; see [`journal`].
+pub fn read(data_dir: &Path) -> Result<StateFile, StateError> {
+    let path = data_dir.join(STATE_FILE);
+    let mut state = match fs::read(&path) {
+        Ok(bytes) => decode(&path, &bytes)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => snapshot::new_state(),
+        Err(source) => return Err(StateError::Read { path, source }),
+    };
+    if state.journal_id.is_empty() {
+        return Ok(state);
+    }
+    let jpath = data_dir.join(JOURNAL_FILE);
+    match journal::read(&jpath, &state.journal_id)? {
+        Found::Nothing => {}
+        Found::Stale(id) => log::info!(
+            "state journal {} continues an earlier snapshot ({id}, not {}): a compaction was \
+             interrupted once the new snapshot was in place; the snapshot holds all of it",
+            jpath.display(),
+            state.journal_id
+        ),
+        Found::Writes {
+            batches, dropped, ..
+        } => {
+            if let Some(d) = dropped {
+                log::warn!(
+                    "state journal {}: ignored the last {} bytes, from offset {} ({}): a write \
+                     that a crash cut short, never acknowledged",
+                    jpath.display(),
+                    d.bytes,
+                    d.offset,
+                    d.why
+                );
+            }
+            delta::apply(&mut state, batches);
+        }
+    }
+    Ok(state)
+}
+
 impl StateStore {
-    /// Opens `<data_dir>/state.json`, creating the data directory (0700) if needed. Returns the store
-    /// and what the file held (an empty state with a new node ID when there was no file).
-    /// A file that does not parse is never overwritten: unless `fresh` is set, that is an error; with
-    /// `fresh` it is renamed to `state.json.corrupt-<time>` and the agent starts empty.
+    /// Opens the state in `data_dir`, creating the directory (0700) if needed. Returns the store
+    /// and what the files held (an empty state with a new node ID when there were none). Nothing
+    /// is written here; the first write compacts.
+    /// A file that does not parse is never overwritten: unless `fresh` is set, that is an error;
+    /// with `fresh` the snapshot and the journal are renamed to `<name>.corrupt-<time>` and the
+    /// agent starts empty.
     pub fn open(data_dir: &Path, fresh: bool) -> Result<(Arc<StateStore>, StateFile), StateError> {
         let path = data_dir.join(STATE_FILE);
+        let journal = data_dir.join(JOURNAL_FILE);
         let write_err = |source| StateError::Write {
             path: path.clone(),
             source,
         };
         private_dir(data_dir).map_err(write_err)?;
-        let state = match fs::read(&path) {
-            Ok(bytes) => match decode(&path, &bytes) {
-                Ok(state) => state,
-                Err(StateError::Corrupt { .. }) if fresh => {
-                    let aside = PathBuf::from(format!(
-                        "{}.corrupt-{}",
-                        path.display(),
-                        chrono::Utc::now().format("%Y%m%dT%H%M%SZ")
-                    ));
-                    fs::rename(&path, &aside).map_err(write_err)?;
-                    log::warn!(
-                        "state file {} was corrupt; kept it as {} and started empty",
-                        path.display(),
-                        aside.display()
-                    );
-                    new_state()
+        let state = match read(data_dir) {
+            Ok(state) => state,
+            Err(StateError::Corrupt { .. }) if fresh => {
+                let time = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+                for file in [&path, &journal] {
+                    let aside = PathBuf::from(format!("{}.corrupt-{time}", file.display()));
+                    match fs::rename(file, &aside) {
+                        Ok(()) => log::warn!(
+                            "state file {} was corrupt; kept it as {} and started empty",
+                            file.display(),
+                            aside.display()
+                        ),
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                        Err(source) => {
+                            return Err(StateError::Write {
+                                path: file.clone(),
+                                source,
+                            })
+                        }
+                    }
                 }
-                Err(e) => return Err(e),
-            },
-            Err(e) if e.kind() == io::ErrorKind::NotFound => new_state(),
-            Err(source) => return Err(StateError::Read { path, source }),
+                snapshot::new_state()
+            }
+            Err(e) => return Err(e),
         };
         let (dirty, dirty_rx) = bounded(1);
         let store = Arc::new(StateStore {
             path,
+            journal,
             node_id: state.node_id.clone(),
-            write: Mutex::new(0),
+            disk: Mutex::new(Disk {
+                writes: 0,
+                written: Written::default(),
+                snapshot_len: 0,
+                journal_len: 0,
+                compact: true,
+                min_bound: JOURNAL_MIN_BOUND,
+            }),
             failing: Mutex::new(None),
-            sources: Mutex::new(Vec::new()),
+            sources: Mutex::new(Sources::default()),
+            changed: Mutex::new(BTreeSet::new()),
             dirty,
             dirty_rx,
         });
         Ok((store, state))
     }
 
+    /// The snapshot's path, `<data_dir>/state.json`.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The journal's path, `<data_dir>/state.journal`.
+    pub fn journal_path(&self) -> &Path {
+        &self.journal
     }
 
     pub fn node_id(&self) -> &str {
         &self.node_id
     }
 
+    /// Adds a source whose section every write compares whole.
     pub fn register(&self, source: Arc<dyn Snapshot>) {
-        self.sources.lock().push(source);
+        self.sources.lock().compared.push(source);
+    }
+
+    /// Adds a source that names what it changes: writes ask it for those entries only.
+    pub fn register_keyed(&self, source: Arc<dyn KeyedSnapshot>) {
+        self.sources.lock().keyed.push(source);
+    }
+
+    /// Notes that the entry `key` of a keyed section changed (call it after the change): the
+    /// next write records it, the flusher's at the latest.
+    pub fn changed(&self, key: Key) {
+        self.changed.lock().insert(key);
+        self.save_soon();
     }
 
     /// Writes the current state now, durably. Returns once it is on disk. A failure is retried
@@ -243,12 +319,26 @@ impl StateStore {
         self.transaction().save()
     }
 
+    /// Notes that the entries `keys` of keyed sections changed and writes them now, durably,
+    /// without comparing anything else: what costs a write is what the caller changed. Other
+    /// changes wait for the flusher (unless this write compacts, which writes everything).
+    pub fn save_entries(&self, keys: impl IntoIterator<Item = Key>) -> Result<(), StateError> {
+        self.changed.lock().extend(keys);
+        self.transaction().write(Cover::Named)
+    }
+
+    /// The clean shutdown's last write: the whole state as a new snapshot, and the journal
+    /// removed, so that `state.json` alone holds the state.
+    pub fn save_compacted(&self) -> Result<(), StateError> {
+        self.transaction().write(Cover::Final)
+    }
+
     /// Takes the write lock for a change that must be on disk before it is made: see
     /// [`Transaction`]. No other write happens until it is dropped.
     pub fn transaction(&self) -> Transaction<'_> {
         Transaction {
             store: self,
-            writes: self.write.lock(),
+            disk: self.disk.lock(),
         }
     }
 
@@ -258,34 +348,139 @@ impl StateStore {
         self.failing.lock().clone()
     }
 
-    /// Serialises and writes every source's section. The caller holds the write lock.
-    fn write_file(&self) -> Result<(), StateError> {
+    /// Writes what `cover` asks. The caller holds the write lock. Returns whether anything was
+    /// written (a write with nothing to record writes nothing). On a failure the entries named
+    /// changed are kept for the next write, and that write compacts.
+    fn write(&self, disk: &mut Disk, cover: Cover) -> Result<bool, StateError> {
+        // Taken before the sources are asked: an entry named after this is asked for next time.
+        let named = std::mem::take(&mut *self.changed.lock());
+        let result = if disk.compact || cover == Cover::Final {
+            self.compact(disk, cover == Cover::Final)
+        } else {
+            self.append(disk, cover, &named)
+        };
+        if result.is_err() {
+            self.changed.lock().extend(named);
+            disk.compact = true;
+        }
+        result
+    }
+
+    /// Journals what changed since the last write.
+    fn append(
+        &self,
+        disk: &mut Disk,
+        cover: Cover,
+        named: &BTreeSet<Key>,
+    ) -> Result<bool, StateError> {
+        let err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StateError::Write { path, source }
+        };
+        let sources = self.sources.lock().clone();
+        let mut now = StateFile::default();
+        if cover == Cover::All {
+            for source in &sources.compared {
+                source.fill(&mut now);
+            }
+        }
+        let keyed: Vec<Section> = sources.keyed.iter().map(|s| s.section()).collect();
+        for source in &sources.keyed {
+            let keys: Vec<Key> = named
+                .iter()
+                .filter(|k| k.section() == source.section())
+                .cloned()
+                .collect();
+            if !keys.is_empty() {
+                source.fill_keys(&keys, &mut now);
+            }
+        }
+        let names = Named::of(named.iter().filter(|k| keyed.contains(&k.section())));
+        let scopes = names.scopes(&keyed, cover == Cover::All);
+        let delta = Delta::between(now, &disk.written, &scopes).map_err(err(&self.path))?;
+        if delta.batch.is_empty() {
+            return Ok(false);
+        }
+        let payload = serde_json::to_vec(&delta.batch).map_err(|e| err(&self.path)(e.into()))?;
+        let record = journal::frame(&payload);
+        drop(payload);
+        let bound = disk.snapshot_len.max(disk.min_bound);
+        if disk.journal_len + record.len() as u64 > bound {
+            return self.compact(disk, false);
+        }
+        journal::append(&self.journal, disk.journal_len, &record).map_err(err(&self.journal))?;
+        disk.journal_len += record.len() as u64;
+        delta.recorded(&mut disk.written);
+        Ok(true)
+    }
+
+    /// Writes the whole state as a new snapshot, then a fresh journal for it (or, when `last`,
+    /// removes the journal). The snapshot's rename is the commit: once it is done the write
+    /// succeeded, whatever happens to the journal after it.
+    fn compact(&self, disk: &mut Disk, last: bool) -> Result<bool, StateError> {
+        let err = |source| StateError::Write {
+            path: self.path.clone(),
+            source,
+        };
+        let journal_id = if last {
+            String::new()
+        } else {
+            uuid::Uuid::new_v4().to_string()
+        };
         let mut state = StateFile {
             version: STATE_VERSION,
             node_id: self.node_id.clone(),
+            journal_id: journal_id.clone(),
             ..StateFile::default()
         };
         let sources = self.sources.lock().clone();
-        for source in &sources {
+        for source in &sources.compared {
             source.fill(&mut state);
         }
-        let bytes = serde_json::to_vec(&state).map_err(|e| StateError::Write {
-            path: self.path.clone(),
-            source: io::Error::other(e),
-        })?;
+        for source in &sources.keyed {
+            source.fill(&mut state);
+        }
+        let bytes = serde_json::to_vec(&state).map_err(|e| err(e.into()))?;
+        let written = Written::of(&state).map_err(err)?;
         drop(state);
-        let written = write_atomic(&self.path, &bytes);
+        let result = write_atomic(&self.path, &bytes);
+        let len = bytes.len() as u64;
         drop(bytes);
+        if let Err(source) = result {
+            release_free_memory();
+            return Err(err(source));
+        }
+        disk.written = written;
+        disk.snapshot_len = len;
+        disk.journal_len = 0;
+        disk.compact = true;
+        if last {
+            if let Err(e) = fs::remove_file(&self.journal) {
+                if e.kind() != io::ErrorKind::NotFound {
+                    log::warn!("cannot remove {}: {e}", self.journal.display());
+                }
+            }
+        } else {
+            match journal::start(&self.journal, &journal_id) {
+                Ok(len) => {
+                    disk.journal_len = len;
+                    disk.compact = false;
+                }
+                Err(e) => log::warn!(
+                    "state file {} written, but its journal {} could not be started: {e}; the \
+                     next write writes the whole state again",
+                    self.path.display(),
+                    self.journal.display()
+                ),
+            }
+        }
         release_free_memory();
-        written.map_err(|source| StateError::Write {
-            path: self.path.clone(),
-            source,
-        })
+        Ok(true)
     }
 
     /// Keeps the failure streak up to date after a write, and logs its start and its end: one
     /// warning per streak, whatever the number of attempts.
-    fn record(&self, result: &Result<(), StateError>) {
+    fn record(&self, result: &Result<bool, StateError>) {
         enum Note {
             Began,
             Ended(Failing),
@@ -307,8 +502,8 @@ impl StateStore {
                     streak.error = e.to_string();
                     None
                 }
-                (Ok(()), Some(_)) => failing.take().map(Note::Ended),
-                (Ok(()), None) => None,
+                (Ok(_), Some(_)) => failing.take().map(Note::Ended),
+                (Ok(_), None) => None,
             }
         };
         match (note, result) {
@@ -327,14 +522,18 @@ impl StateStore {
     }
 
     /// Checks, before the agent adopts or starts any task, that the state file can be written:
-    /// a probe file twice the state file's size (at least 64 KiB) is written next to it, synced
-    /// and removed. A full disk or a read-only data directory fails here, not after tasks ran.
+    /// a probe file twice the state's size on disk (snapshot and journal, at least 64 KiB) is
+    /// written next to it, synced and removed. A full disk or a read-only data directory fails
+    /// here, not after tasks ran.
     pub fn check_writable(&self) -> Result<(), StateError> {
         let err = |source| StateError::Write {
             path: self.path.clone(),
             source,
         };
-        let size = fs::metadata(&self.path).map_or(0, |m| m.len());
+        let size: u64 = [&self.path, &self.journal]
+            .iter()
+            .map(|p| fs::metadata(p).map_or(0, |m| m.len()))
+            .sum();
         let probe = self.path.with_file_name(".state.json.probe");
         let bytes = vec![b' '; (2 * size).max(64 * 1024) as usize];
         let written = write_atomic(&probe, &bytes);
@@ -349,7 +548,7 @@ impl StateStore {
 
     /// Writes done since start.
     pub fn writes(&self) -> u64 {
-        *self.write.lock()
+        self.disk.lock().writes
     }
 
     /// The flusher loop: run it on a thread of its own. Ends when `stop` disconnects, after a last
@@ -405,27 +604,37 @@ impl StateStore {
 /// and make it only if that succeeded, before the transaction is dropped.
 pub struct Transaction<'a> {
     store: &'a StateStore,
-    writes: parking_lot::MutexGuard<'a, u64>,
+    disk: parking_lot::MutexGuard<'a, Disk>,
 }
 
 impl Transaction<'_> {
-    /// Writes the state as the sources fill it now (staged changes included), durably. A failure
-    /// starts (or continues) a failure streak, which the flusher retries.
+    /// Writes the state as the sources fill it now (staged changes included), durably, as one
+    /// journal record. A failure starts (or continues) a failure streak, which the flusher
+    /// retries.
     pub fn save(&mut self) -> Result<(), StateError> {
-        let result = self.store.write_file();
+        self.write(Cover::All)
+    }
+
+    fn write(&mut self, cover: Cover) -> Result<(), StateError> {
+        let result = self.store.write(&mut self.disk, cover);
         self.store.record(&result);
         match result {
-            Ok(()) => *self.writes += 1,
+            Ok(wrote) => {
+                self.disk.writes += u64::from(wrote);
+                Ok(())
+            }
             // Whatever the caller does about its change, the rest of the state is not on disk
             // either: the flusher tries again until it is.
-            Err(_) => self.store.save_soon(),
+            Err(e) => {
+                self.store.save_soon();
+                Err(e)
+            }
         }
-        result
     }
 }
 
-/// A save copies and serialises the whole state, then frees it all; give those pages back so the
-/// agent's footprint is what it keeps, not its high-water mark.
+/// A compaction copies and serialises the whole state, then frees it all; give those pages back
+/// so the agent's footprint is what it keeps, not its high-water mark.
 fn release_free_memory() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only returns free memory to the system.
@@ -440,76 +649,46 @@ fn private_dir(dir: &Path) -> io::Result<()> {
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
 }
 
-fn new_state() -> StateFile {
-    StateFile {
-        version: STATE_VERSION,
-        node_id: uuid::Uuid::new_v4().to_string(),
-        ..StateFile::default()
+/// Helpers for tests that need state writes to fail.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::JOURNAL_FILE;
+    use std::fs;
+    use std::path::{Path, PathBuf};
+
+    /// Makes every state write in a data directory fail, even as root, while the state stays
+    /// readable: a directory where a compaction's temporary snapshot goes, and the journal
+    /// replaced by a link to itself moved aside (the store never writes through a link).
+    pub struct Blocker {
+        dir: PathBuf,
+    }
+
+    const ASIDE: &str = ".state.journal.blocked";
+
+    impl Blocker {
+        pub fn new(dir: &Path) -> Blocker {
+            fs::create_dir(dir.join(".state.json.tmp")).unwrap();
+            let journal = dir.join(JOURNAL_FILE);
+            if journal.exists() {
+                fs::rename(&journal, dir.join(ASIDE)).unwrap();
+                std::os::unix::fs::symlink(ASIDE, &journal).unwrap();
+            }
+            Blocker {
+                dir: dir.to_path_buf(),
+            }
+        }
+
+        /// Writes work again.
+        pub fn remove(self) {
+            fs::remove_dir(self.dir.join(".state.json.tmp")).unwrap();
+            let journal = self.dir.join(JOURNAL_FILE);
+            if self.dir.join(ASIDE).exists() {
+                fs::remove_file(&journal).unwrap();
+                fs::rename(self.dir.join(ASIDE), &journal).unwrap();
+            }
+        }
     }
 }
-
-/// Parses a state file, upgrading older versions and refusing newer ones.
-pub fn decode(path: &Path, bytes: &[u8]) -> Result<StateFile, StateError> {
-    let corrupt = |reason: String| StateError::Corrupt {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
-    let version = value
-        .get("Version")
-        .and_then(|v| v.as_u64())
-        .ok_or_else(|| corrupt("no Version field".to_string()))?;
-    if version > u64::from(STATE_VERSION) {
-        return Err(StateError::TooNew {
-            path: path.to_path_buf(),
-            found: version as u32,
-            supported: STATE_VERSION,
-        });
-    }
-    // One upgrade step per version. 1 -> 2 only adds fields, which default to "not recorded".
-    let mut state: StateFile = serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
-    if state.version < 2 {
-        log::info!(
-            "state file {} has version {}: upgrading it to {STATE_VERSION}",
-            path.display(),
-            state.version
-        );
-    }
-    state.version = STATE_VERSION;
-    if uuid::Uuid::parse_str(&state.node_id).is_err() {
-        return Err(corrupt(format!("NodeID {:?} is not a UUID", state.node_id)));
-    }
-    Ok(state)
-}
-
-/// Writes `bytes` to `path` atomically and durably, with mode 0600: temp file in the same directory,
-/// fsync, rename over `path`, fsync the directory. Never truncates `path` in place.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::other("state path has no file name"))?;
-    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,6 +707,12 @@ mod tests {
         store.save().unwrap();
         let mode = fs::metadata(store.path()).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+        let jmode = fs::metadata(store.journal_path())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(jmode, 0o600);
         let dmode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(dmode, 0o700);
         let (_, again) = StateStore::open(&dir, false).unwrap();
@@ -577,29 +762,6 @@ mod tests {
     }
 
     #[test]
-    fn one_agent_per_data_directory() {
-        let dir = tempdir().join("data");
-        let held = DataDirLock::acquire(&dir).unwrap();
-        let pid = std::process::id().to_string();
-        assert_eq!(fs::read_to_string(dir.join(LOCK_FILE)).unwrap().trim(), pid);
-        // flock locks belong to the open file: a second open, even in this process, is refused.
-        let err = DataDirLock::acquire(&dir).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            format!("another nodeward agent (pid {pid}) holds {}", dir.display())
-        );
-        drop(held);
-        let again = DataDirLock::acquire(&dir).unwrap();
-        let mode = fs::metadata(dir.join(LOCK_FILE))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777;
-        assert_eq!(mode, 0o600);
-        drop(again);
-    }
-
-    #[test]
     fn corrupt_file_is_refused_and_kept() {
         let dir = tempdir();
         fs::write(dir.join(STATE_FILE), b"{\"Version\": 1, \"NodeID\": ").unwrap();
@@ -628,5 +790,435 @@ mod tests {
         fs::write(dir.join(STATE_FILE), body).unwrap();
         let err = StateStore::open(&dir, true).err().unwrap();
         assert!(matches!(err, StateError::TooNew { found: 99, .. }), "{err}");
+    }
+
+    use crate::records::{AllocRecord, DesiredStatus, VolumeRecord};
+    use std::collections::BTreeMap;
+
+    /// Allocations: a source compared whole on every write.
+    #[derive(Default)]
+    struct Allocs(Mutex<BTreeMap<String, AllocRecord>>);
+
+    impl Snapshot for Allocs {
+        fn fill(&self, out: &mut StateFile) {
+            out.allocations = self.0.lock().values().cloned().collect();
+        }
+    }
+
+    /// Host volumes: a keyed source.
+    #[derive(Default)]
+    struct Volumes(Mutex<BTreeMap<String, VolumeRecord>>);
+
+    impl Snapshot for Volumes {
+        fn fill(&self, out: &mut StateFile) {
+            out.host_volumes = self.0.lock().values().cloned().collect();
+        }
+    }
+
+    impl KeyedSnapshot for Volumes {
+        fn section(&self) -> Section {
+            Section::HostVolumes
+        }
+        fn fill_keys(&self, keys: &[Key], out: &mut StateFile) {
+            let map = self.0.lock();
+            for k in keys {
+                if let Key::HostVolume(id) = k {
+                    out.host_volumes.extend(map.get(id).cloned());
+                }
+            }
+        }
+    }
+
+    fn alloc(id: &str, modify_time: i64) -> AllocRecord {
+        AllocRecord {
+            id: id.to_string(),
+            job_id: "job".to_string(),
+            task_group: "g".to_string(),
+            name: format!("job.g[{id}]"),
+            index: 0,
+            desired_status: DesiredStatus::Run,
+            create_time: 1,
+            modify_time,
+            job: None,
+            task_states: BTreeMap::new(),
+        }
+    }
+
+    fn volume(id: &str) -> VolumeRecord {
+        VolumeRecord {
+            id: id.to_string(),
+            name: format!("name-{id}"),
+            namespace: "default".to_string(),
+            plugin_id: "mkdir".to_string(),
+            node_id: String::new(),
+            node_pool: "default".to_string(),
+            requested_capacity_min_bytes: 0,
+            requested_capacity_max_bytes: 0,
+            requested_capabilities: Vec::new(),
+            parameters: BTreeMap::new(),
+            host_path: format!("/srv/volumes/{id}"),
+            capacity_bytes: 0,
+            registered: false,
+            create_time: 1,
+            modify_time: 1,
+        }
+    }
+
+    /// A store on `dir` with both kinds of source.
+    struct Node {
+        dir: PathBuf,
+        store: Arc<StateStore>,
+        allocs: Arc<Allocs>,
+        volumes: Arc<Volumes>,
+    }
+
+    /// What a state holds: (allocation, modify time) and volume IDs.
+    type Held = (Vec<(String, i64)>, Vec<String>);
+
+    impl Node {
+        fn open(dir: &Path) -> Node {
+            let (store, state) = StateStore::open(dir, false).unwrap();
+            let allocs = Arc::new(Allocs::default());
+            let volumes = Arc::new(Volumes::default());
+            for a in state.allocations {
+                allocs.0.lock().insert(a.id.clone(), a);
+            }
+            for v in state.host_volumes {
+                volumes.0.lock().insert(v.id.clone(), v);
+            }
+            store.register(allocs.clone());
+            store.register_keyed(volumes.clone());
+            Node {
+                dir: dir.to_path_buf(),
+                store,
+                allocs,
+                volumes,
+            }
+        }
+        fn put_volume(&self, id: &str) -> Result<(), StateError> {
+            self.volumes.0.lock().insert(id.to_string(), volume(id));
+            self.store.save_entries([Key::HostVolume(id.to_string())])
+        }
+        fn delete_volume(&self, id: &str) -> Result<(), StateError> {
+            self.volumes.0.lock().remove(id);
+            self.store.save_entries([Key::HostVolume(id.to_string())])
+        }
+        fn put_alloc(&self, id: &str, t: i64) {
+            self.allocs.0.lock().insert(id.to_string(), alloc(id, t));
+        }
+        fn in_memory(&self) -> Held {
+            let mut s = StateFile::default();
+            self.allocs.fill(&mut s);
+            self.volumes.fill(&mut s);
+            held(&s)
+        }
+        fn on_disk(&self) -> Held {
+            held(&read(&self.dir).unwrap())
+        }
+        fn journal_len(&self) -> u64 {
+            fs::metadata(self.dir.join(JOURNAL_FILE)).unwrap().len()
+        }
+        fn journal_id(&self) -> String {
+            let text = fs::read(self.dir.join(STATE_FILE)).unwrap();
+            decode(&self.dir, &text).unwrap().journal_id
+        }
+    }
+
+    fn held(s: &StateFile) -> Held {
+        (
+            s.allocations
+                .iter()
+                .map(|a| (a.id.clone(), a.modify_time))
+                .collect(),
+            s.host_volumes.iter().map(|v| v.id.clone()).collect(),
+        )
+    }
+
+    /// A write journals the entries it changed and nothing else: one volume among hundreds
+    /// costs one volume's record, the snapshot is not touched, a write with nothing changed
+    /// writes nothing, and a keyed write leaves the compared sections to the next full write.
+    #[test]
+    fn a_write_costs_what_changed() {
+        let dir = tempdir();
+        let n = Node::open(&dir);
+        for i in 0..20 {
+            n.put_alloc(&format!("a{i:02}"), 1);
+        }
+        n.store.save().unwrap();
+        let id = n.journal_id();
+        for i in 0..300 {
+            n.put_volume(&format!("v{i:03}")).unwrap();
+        }
+        assert_eq!(n.journal_id(), id, "no compaction yet");
+        let snapshot = fs::read(n.store.path()).unwrap();
+        let one = serde_json::to_vec(&volume("v999")).unwrap().len() as u64;
+        let before = n.journal_len();
+        n.put_volume("v999").unwrap();
+        let grew = n.journal_len() - before;
+        assert!(
+            grew > one && grew < one + 64,
+            "{grew} bytes for a {one}-byte volume"
+        );
+        assert_eq!(fs::read(n.store.path()).unwrap(), snapshot);
+        assert_eq!(n.on_disk(), n.in_memory());
+
+        let (len, writes) = (n.journal_len(), n.store.writes());
+        n.store.save().unwrap();
+        assert_eq!((n.journal_len(), n.store.writes()), (len, writes));
+
+        n.put_alloc("a07", 2);
+        n.put_volume("v000").unwrap();
+        assert!(n.on_disk().0.contains(&("a07".to_string(), 1)));
+        n.store.save().unwrap();
+        assert_eq!(n.on_disk(), n.in_memory());
+        n.delete_volume("v150").unwrap();
+        n.allocs.0.lock().remove("a03");
+        n.store.save().unwrap();
+        let (allocs, volumes) = n.on_disk();
+        assert!(!volumes.contains(&"v150".to_string()));
+        assert!(!allocs.iter().any(|(id, _)| id == "a03"));
+        assert_eq!((allocs, volumes), n.in_memory());
+        assert_eq!(Node::open(&dir).in_memory(), n.in_memory());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Past its bound the journal is folded into a new snapshot with a new ID and starts again
+    /// with its header alone; the state reads back the same throughout.
+    #[test]
+    fn the_journal_is_compacted_once_it_outgrows_the_snapshot() {
+        let dir = tempdir();
+        let n = Node::open(&dir);
+        n.store.disk.lock().min_bound = 16 * 1024;
+        n.store.save().unwrap();
+        let header = n.journal_len();
+        let mut ids = vec![n.journal_id()];
+        for i in 0..200 {
+            let v = format!("v{i:03}");
+            let record = journal::frame(
+                &serde_json::to_vec(&journal::Batch {
+                    host_volumes: vec![volume(&v)],
+                    ..journal::Batch::default()
+                })
+                .unwrap(),
+            );
+            let bound = fs::metadata(n.store.path()).unwrap().len().max(16 * 1024);
+            let before = n.journal_len();
+            n.put_volume(&v).unwrap();
+            let passes = before + record.len() as u64 > bound;
+            let id = n.journal_id();
+            assert_eq!(
+                id != *ids.last().unwrap(),
+                passes,
+                "{v}: {before} + {} vs {bound}",
+                record.len()
+            );
+            if passes {
+                assert_eq!(n.journal_len(), header, "a fresh journal");
+                ids.push(id);
+            } else {
+                assert_eq!(n.journal_len(), before + record.len() as u64);
+            }
+            assert_eq!(n.on_disk(), n.in_memory(), "after {v}");
+        }
+        assert!(ids.len() >= 3, "compactions: {ids:?}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A crash may cut the last write anywhere: every cut loses that write alone, and the next
+    /// agent's first write starts a fresh journal, so its later writes are not hidden behind the
+    /// cut record.
+    #[test]
+    fn a_torn_journal_tail_loses_only_the_write_it_held() {
+        let dir = tempdir();
+        let n = Node::open(&dir);
+        n.put_volume("a").unwrap();
+        n.put_volume("b").unwrap();
+        let good = fs::read(n.store.journal_path()).unwrap();
+        n.put_volume("c").unwrap();
+        let whole = fs::read(n.store.journal_path()).unwrap();
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for cut in good.len()..whole.len() {
+            fs::write(n.store.journal_path(), &whole[..cut]).unwrap();
+            assert_eq!(n.on_disk().1, ids(&["a", "b"]), "cut at {cut}");
+        }
+        fs::write(n.store.journal_path(), &whole[..whole.len() - 5]).unwrap();
+        drop(n);
+        let again = Node::open(&dir);
+        assert_eq!(again.in_memory().1, ids(&["a", "b"]));
+        again.put_volume("d").unwrap();
+        again.put_volume("e").unwrap();
+        assert_eq!(again.on_disk().1, ids(&["a", "b", "d", "e"]));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A compaction is two renames, the snapshot's then the fresh journal's. Whatever step a
+    /// crash stops it at, the files read back as the state before the compaction's write or the
+    /// state after it, never a mix: the old journal is never replayed over the new snapshot (it
+    /// would bring back a volume the compacting write deleted).
+    #[test]
+    fn a_crash_between_compaction_steps_leaves_a_whole_state() {
+        let dir = tempdir();
+        let n = Node::open(&dir);
+        n.put_alloc("a1", 1);
+        n.store.save().unwrap();
+        for v in ["v1", "v2", "v3"] {
+            n.put_volume(v).unwrap();
+        }
+        let before = n.on_disk();
+        let (s1, j1) = (
+            fs::read(n.store.path()).unwrap(),
+            fs::read(n.store.journal_path()).unwrap(),
+        );
+        // The next write compacts: it deletes v1, which the old journal puts.
+        n.store.disk.lock().compact = true;
+        n.delete_volume("v1").unwrap();
+        let after = n.in_memory();
+        assert_ne!(n.journal_id(), decode(&dir, &s1).unwrap().journal_id);
+        let (s2, j2) = (
+            fs::read(n.store.path()).unwrap(),
+            fs::read(n.store.journal_path()).unwrap(),
+        );
+        let lay = |snapshot: &[u8], journal: &[u8], tmp: Option<(&str, &[u8])>| {
+            fs::write(n.store.path(), snapshot).unwrap();
+            fs::write(n.store.journal_path(), journal).unwrap();
+            for t in [".state.json.tmp", ".state.journal.tmp"] {
+                let _ = fs::remove_file(dir.join(t));
+            }
+            if let Some((name, bytes)) = tmp {
+                fs::write(dir.join(name), bytes).unwrap();
+            }
+            n.on_disk()
+        };
+        assert_eq!(
+            lay(&s1, &j1, Some((".state.json.tmp", &s2))),
+            before,
+            "new snapshot not yet in place"
+        );
+        assert_eq!(lay(&s2, &j1, None), after, "new snapshot, old journal");
+        assert_eq!(
+            lay(&s2, &j1, Some((".state.journal.tmp", &j2))),
+            after,
+            "fresh journal not yet in place"
+        );
+        assert_eq!(lay(&s2, &j2, None), after, "done");
+        assert!(!after.1.contains(&"v1".to_string()));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A write that fails leaves nothing on disk that a restart would replay, and the next write
+    /// compacts (the journal may end in bytes of the refused record).
+    #[test]
+    fn a_refused_write_is_never_replayed_and_the_next_write_compacts() {
+        let dir = tempdir();
+        let n = Node::open(&dir);
+        n.put_volume("kept").unwrap();
+        let id = n.journal_id();
+        let blocker = testing::Blocker::new(&dir);
+        let err = n.put_volume("refused").unwrap_err();
+        assert!(
+            err.to_string().starts_with("cannot write state file "),
+            "{err}"
+        );
+        assert!(n.store.failing().is_some());
+        // As the volume manager does when its write fails: the volume is not kept.
+        n.volumes.0.lock().remove("refused");
+        n.store.changed(Key::HostVolume("refused".to_string()));
+        assert_eq!(n.on_disk().1, vec!["kept".to_string()]);
+        assert!(
+            n.put_volume("refused too").is_err(),
+            "a compaction is blocked too"
+        );
+        n.volumes.0.lock().remove("refused too");
+        blocker.remove();
+        n.put_volume("later").unwrap();
+        assert!(n.store.failing().is_none());
+        assert_ne!(n.journal_id(), id, "the write after a failure compacts");
+        assert_eq!(n.on_disk().1, vec!["kept".to_string(), "later".to_string()]);
+        assert_eq!(Node::open(&dir).in_memory(), n.in_memory());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A damaged record with good ones after it is not a crash: the agent refuses the state,
+    /// and `-fresh-state` keeps both files aside.
+    #[test]
+    fn a_damaged_journal_is_refused_and_fresh_state_keeps_both_files() {
+        let dir = tempdir();
+        let n = Node::open(&dir);
+        n.put_volume("a").unwrap();
+        let a = n.journal_len() as usize;
+        for v in ["b", "c"] {
+            n.put_volume(v).unwrap();
+        }
+        drop(n);
+        let journal = dir.join(JOURNAL_FILE);
+        let mut bytes = fs::read(&journal).unwrap();
+        // A byte inside b's payload.
+        bytes[a + journal::FRAME + 20] ^= 0x20;
+        fs::write(&journal, &bytes).unwrap();
+        let err = StateStore::open(&dir, false).err().unwrap();
+        assert!(
+            matches!(&err, StateError::Corrupt { path, .. } if *path == journal),
+            "{err}"
+        );
+        assert_eq!(fs::read(&journal).unwrap(), bytes, "left untouched");
+        let (_, state) = StateStore::open(&dir, true).unwrap();
+        assert!(state.host_volumes.is_empty());
+        let kept: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.contains(".corrupt-"))
+            .collect();
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A version-2 file (an older agent's, which has no journal) loads; a journal lying next to
+    /// it is not its own and is ignored; the first write makes it version 3 with a journal.
+    #[test]
+    fn an_older_state_file_loads_and_a_journal_beside_it_is_ignored() {
+        let dir = tempdir();
+        let v2 = serde_json::json!({
+            "Version": 2, "NodeID": uuid::Uuid::new_v4().to_string(),
+            "HostVolumes": [volume("old")],
+        });
+        fs::write(dir.join(STATE_FILE), v2.to_string()).unwrap();
+        let batch = journal::Batch {
+            host_volumes: vec![volume("stray")],
+            ..journal::Batch::default()
+        };
+        let stray = [
+            journal::frame(b"{\"Journal\":1,\"JournalID\":\"left-by-someone\"}"),
+            journal::frame(&serde_json::to_vec(&batch).unwrap()),
+        ]
+        .concat();
+        fs::write(dir.join(JOURNAL_FILE), stray).unwrap();
+        let n = Node::open(&dir);
+        assert_eq!(n.in_memory().1, vec!["old".to_string()]);
+        n.put_volume("new").unwrap();
+        let text = fs::read_to_string(n.store.path()).unwrap();
+        assert!(text.contains("\"Version\":3"), "{text}");
+        assert_eq!(n.on_disk().1, vec!["new".to_string(), "old".to_string()]);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// The clean shutdown's last write leaves the snapshot alone, complete, with no journal; a
+    /// write after it still works (it compacts).
+    #[test]
+    fn the_last_write_leaves_the_snapshot_alone() {
+        let dir = tempdir();
+        let n = Node::open(&dir);
+        n.put_alloc("a", 1);
+        n.store.save().unwrap();
+        n.put_volume("v").unwrap();
+        n.store.save_compacted().unwrap();
+        assert!(!n.store.journal_path().exists());
+        let text = fs::read(n.store.path()).unwrap();
+        let alone = decode(&dir, &text).unwrap();
+        assert!(alone.journal_id.is_empty());
+        assert_eq!(held(&alone), n.in_memory());
+        n.put_volume("w").unwrap();
+        assert_eq!(n.on_disk(), n.in_memory());
+        let _ = fs::remove_dir_all(&dir);
     }
 }

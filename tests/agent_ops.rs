@@ -272,15 +272,17 @@ fn a_second_agent_on_the_same_data_directory_touches_nothing() {
         [pid] => Some(pid),
         _ => None,
     });
-    let state = agent.data_dir.join("state.json");
+    // The snapshot and its journal, byte for byte.
+    let files =
+        || ["state.json", "state.journal"].map(|f| std::fs::read(agent.data_dir.join(f)).ok());
     // The first agent's own writes of the task's start are done once the file has its PID.
     wait_for(WAIT, "the state file to record the task", || {
-        std::fs::read_to_string(&state)
-            .ok()?
+        state_on_disk(&agent.data_dir)?
+            .to_string()
             .contains(&format!("\"PID\":{pid}"))
             .then_some(())
     });
-    let before = std::fs::read(&state).unwrap();
+    let before = files();
     let mut second = Command::new(BIN)
         .args(["agent", "-config"])
         .arg(&agent.config)
@@ -318,11 +320,7 @@ fn a_second_agent_on_the_same_data_directory_touches_nothing() {
     assert_eq!(pids_with(&marker), [pid], "the task was touched or copied");
     let keepers = pids_with(&format!("nodeward-keeper {}", agent.data_dir.display()));
     assert_eq!(keepers.len(), 1, "a second keeper was started: {keepers:?}");
-    assert_eq!(
-        std::fs::read(&state).unwrap(),
-        before,
-        "the state was written"
-    );
+    assert_eq!(files(), before, "the state was written");
     assert_eq!(
         agent.task_state(&agent.alloc_id("lock"), "t")["State"],
         "running"

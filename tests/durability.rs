@@ -99,26 +99,39 @@ fn a_full_disk_changes_nothing_and_the_state_is_written_once_there_is_room() {
             .flatten()
     });
     wait_for(WAIT, "the state file to record the run", || {
-        std::fs::read_to_string(data.join("state.json"))
-            .ok()?
+        state_on_disk(&data)?
+            .to_string()
             .contains(&format!("\"PID\":{pid}"))
             .then_some(())
     });
     assert_eq!(health(&agent).0, 200);
 
     let filler = fill_disk(&data);
-    // A background write: the task's `Signaling` event (the task ignores the signal).
-    let (status, body) = agent.request(
-        "POST",
-        &format!("/v1/client/allocation/{alloc}/signal"),
-        Some(r#"{"Signal": "SIGHUP", "Task": "t"}"#),
-    );
-    assert_eq!(status, 200, "{body}");
+    // A background write: the task's `Signaling` event (the task ignores the signal). An event
+    // appended to the state journal may still fit in the last page the journal has; the first
+    // that does not fails, and every write after a failure rewrites the whole state, which needs
+    // room. So signal until a write fails.
+    let signal = || {
+        let (status, body) = agent.request(
+            "POST",
+            &format!("/v1/client/allocation/{alloc}/signal"),
+            Some(r#"{"Signal": "SIGHUP", "Task": "t"}"#),
+        );
+        assert_eq!(status, 200, "{body}");
+        std::time::Instant::now()
+    };
+    let mut signalled = signal();
     let message = wait_for(WAIT, "the health to say the state is not durable", || {
         let (status, h) = health(&agent);
         let state = &h["state"];
-        (status == 500 && state["ok"] == false)
-            .then(|| state["message"].as_str().unwrap().to_string())
+        if status == 500 && state["ok"] == false {
+            return Some(state["message"].as_str().unwrap().to_string());
+        }
+        // The flusher writes within half a second: that event was written.
+        if signalled.elapsed() > Duration::from_secs(2) {
+            signalled = signal();
+        }
+        None
     });
     assert!(
         message.starts_with("state not durable: cannot write state file ")
@@ -136,9 +149,25 @@ fn a_full_disk_changes_nothing_and_the_state_is_written_once_there_is_room() {
         1,
         "one warning per streak"
     );
-    assert!(!std::fs::read_to_string(data.join("state.json"))
-        .unwrap()
-        .contains("Signaling"));
+    // The newest event is the one that could not be written.
+    let events = agent.task_state(&alloc, "t")["Events"].clone();
+    let unwritten = events.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(unwritten["Type"], "Signaling");
+    let on_disk = |event: &Value| {
+        let state = state_on_disk(&data).unwrap();
+        let a = state["Allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["ID"] == alloc.as_str())
+            .unwrap()
+            .clone();
+        a["TaskStates"]["t"]["Events"]
+            .as_array()
+            .unwrap()
+            .contains(event)
+    };
+    assert!(!on_disk(&unwritten));
 
     // API writes: all or nothing.
     let changed = parse(&agent, &job(&m, "v2"));
@@ -187,10 +216,7 @@ fn a_full_disk_changes_nothing_and_the_state_is_written_once_there_is_room() {
         (status == 200 && h["state"]["ok"] == true).then_some(())
     });
     wait_for(WAIT, "the event written by the flusher's retry", || {
-        std::fs::read_to_string(data.join("state.json"))
-            .ok()?
-            .contains("Signaling")
-            .then_some(())
+        on_disk(&unwritten).then_some(())
     });
     assert_eq!(count(&agent, "the agent keeps trying"), 1);
     assert_eq!(count(&agent, "written again, after "), 1);
@@ -213,4 +239,111 @@ fn a_full_disk_changes_nothing_and_the_state_is_written_once_there_is_room() {
             .find(|a| a["DesiredStatus"] == "run" && a["ClientStatus"] == "running")
     });
     assert_ne!(new["ID"], alloc.as_str());
+}
+
+/// The host volumes an agent lists: ID → state.
+fn volumes(agent: &TestAgent) -> std::collections::BTreeMap<String, String> {
+    agent
+        .get("/v1/volumes?type=host")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            let id = v["ID"].as_str().unwrap().to_string();
+            (id, v["State"].as_str().unwrap().to_string())
+        })
+        .collect()
+}
+
+/// A volume create costs what it changes: the agent appends the volume to the state journal
+/// instead of rewriting `state.json` (whose inode stays the same through hundreds of creates and
+/// deletes), about one volume's record per write. Killed with SIGKILL, and with the journal
+/// ending in a record a crash cut short, the next agent has exactly the volumes whose create was
+/// acknowledged and not those whose delete was, says which bytes it ignored, and a clean stop
+/// then leaves `state.json` alone holding them all.
+#[test]
+fn acknowledged_volume_writes_survive_a_kill_9_and_cost_what_they_change() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = TempDir::new("dur-journal");
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    let snapshot = agent.data_dir.join("state.json");
+    let journal = agent.data_dir.join("state.journal");
+    let inode = std::fs::metadata(&snapshot).unwrap().ino();
+    let start = std::fs::metadata(&journal).map_or(0, |m| m.len());
+    let mut acknowledged = std::collections::BTreeSet::new();
+    let mut writes = 0;
+    for i in 0..300 {
+        let (status, body) = agent.put_json(
+            "/v1/volume/host/create",
+            &json!({"Volume": {"Name": format!("v{i}"), "PluginID": "mkdir"}}),
+        );
+        assert_eq!(status, 200, "{body}");
+        let id = serde_json::from_str::<Value>(&body).unwrap()["Volume"]["ID"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        acknowledged.insert(id.clone());
+        writes += 1;
+        if i % 10 == 3 {
+            let (status, body) = agent.request("DELETE", &format!("/v1/volume/host/{id}"), None);
+            assert_eq!(status, 200, "{body}");
+            acknowledged.remove(&id);
+            writes += 1;
+        }
+    }
+    assert_eq!(
+        std::fs::metadata(&snapshot).unwrap().ino(),
+        inode,
+        "state.json was rewritten by a volume write"
+    );
+    let grown = std::fs::metadata(&journal).unwrap().len() - start;
+    assert!(
+        grown / writes < 1024,
+        "{grown} bytes of journal for {writes} volume writes"
+    );
+
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    // The start of a record that a crash cut short: 200 bytes announced, a few there.
+    let torn_at = std::fs::metadata(&journal).unwrap().len();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&journal)
+        .unwrap();
+    std::io::Write::write_all(&mut file, b"\xc8\0\0\0\x01\x02\x03\x04{\"HostVolu").unwrap();
+    drop(file);
+    agent.restart();
+    let listed = volumes(&agent);
+    assert_eq!(
+        listed
+            .keys()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>(),
+        acknowledged
+    );
+    assert!(listed.values().all(|s| s == "ready"), "{listed:?}");
+    let log = agent.log_text();
+    assert!(
+        log.contains(&format!(
+            "state journal {}: ignored the last 18 bytes, from offset {torn_at} (it is cut short: \
+             200 bytes announced, 10 there)",
+            journal.display()
+        )),
+        "{log}"
+    );
+
+    assert_eq!(
+        agent.stop_with(libc::SIGTERM, Duration::from_secs(30)),
+        Some(0)
+    );
+    assert!(
+        !journal.exists(),
+        "a clean stop folds the journal into state.json"
+    );
+    let alone: Value = serde_json::from_slice(&std::fs::read(&snapshot).unwrap()).unwrap();
+    assert_eq!(
+        alone["HostVolumes"].as_array().unwrap().len(),
+        acknowledged.len()
+    );
+    agent.restart();
+    assert_eq!(volumes(&agent).len(), acknowledged.len());
 }

@@ -82,9 +82,9 @@ fn api_allocs(agent: &TestAgent) -> BTreeSet<String> {
         .collect()
 }
 
+/// The allocations the state on disk holds (the snapshot with its journal replayed).
 fn state_allocs(data_dir: &Path) -> BTreeSet<String> {
-    let text = std::fs::read_to_string(data_dir.join("state.json")).unwrap();
-    let state: Value = serde_json::from_str(&text).unwrap();
+    let state: Value = state_on_disk(data_dir).expect("a readable state");
     state["Allocations"]
         .as_array()
         .unwrap()

@@ -58,8 +58,8 @@ fn sleepers(m: &str) -> Vec<i32> {
 /// test that compares what the next agent shows with what this one showed needs it there.
 fn wait_persisted(agent: &TestAgent, pid: i32) {
     wait_for(WAIT, "the state file to record the run", || {
-        std::fs::read_to_string(agent.data_dir.join("state.json"))
-            .ok()?
+        state_on_disk(&agent.data_dir)?
+            .to_string()
             .contains(&format!("\"PID\":{pid}"))
             .then_some(())
     });
@@ -396,8 +396,7 @@ fn a_restart_delay_continues_to_its_deadline_across_an_agent_restart() {
         ),
     )));
     let restart_at = wait_for(WAIT, "the restart delay recorded", || {
-        let text = std::fs::read_to_string(agent.data_dir.join("state.json")).ok()?;
-        let v: Value = serde_json::from_str(&text).ok()?;
+        let v = state_on_disk(&agent.data_dir)?;
         v["Allocations"][0]["TaskStates"]["t"]["RestartAt"].as_i64()
     });
     agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
@@ -519,8 +518,8 @@ job "csi" {{
     let before = agent.task_state(&alloc, "plugin");
     // The registration reached the state file.
     wait_for(WAIT, "the state file", || {
-        std::fs::read_to_string(agent.data_dir.join("state.json"))
-            .unwrap()
+        state_on_disk(&agent.data_dir)?
+            .to_string()
             .contains("\"Healthy\":true")
             .then_some(())
     });
@@ -553,7 +552,7 @@ fn start_ticks(pid: i32) -> u64 {
 /// An agent of this version adopts what a version-1 state file holds: a task that was stopped
 /// cleanly starts under the keeper with its history and restart count; a process that a
 /// version-1 agent left running (a child of that agent: nothing can read its output now) is
-/// stopped and started again under the keeper. The file is written back as version 2, and the
+/// stopped and started again under the keeper. The file is written back as version 3, and the
 /// next agent re-attaches to both.
 #[test]
 fn a_version_1_state_file_is_adopted() {
@@ -583,8 +582,10 @@ fn a_version_1_state_file_is_adopted() {
         .unwrap();
     let old = leftover.id() as i32;
     let path = agent.data_dir.join("state.json");
+    // A clean stop leaves the snapshot alone, with no journal.
+    assert!(!agent.data_dir.join("state.journal").exists());
     let mut state: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(state["Version"], 2);
+    assert_eq!(state["Version"], 3);
     state["Version"] = 1.into();
     for a in state["Allocations"].as_array_mut().unwrap() {
         let id = a["ID"].as_str().unwrap().to_string();
@@ -630,9 +631,12 @@ fn a_version_1_state_file_is_adopted() {
         (s["State"] == "running" && s["PID"].is_i64() && s["PID"] != old).then_some(s)
     });
     assert_eq!(pids_with(&m2), vec![l["PID"].as_i64().unwrap() as i32]);
-    wait_for(WAIT, "the state file written as version 2", || {
+    wait_for(WAIT, "the state file written as version 3", || {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).ok()?).ok()?;
-        (v["Version"] == 2 && v.to_string().contains("\"Kind\":\"Kept\"")).then_some(())
+        let kept = state_on_disk(&agent.data_dir)?
+            .to_string()
+            .contains("\"Kind\":\"Kept\"");
+        (v["Version"] == 3 && kept).then_some(())
     });
 
     // Adopted for good: the next agent re-attaches to both.
@@ -668,15 +672,14 @@ fn a_full_disk_at_start_changes_no_task() {
     wait_for(WAIT, "the second task gone", || {
         (!alive(pid2)).then_some(())
     });
-    let path = data.join("state.json");
-    let mut state: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut state = state_on_disk(&data).unwrap();
     for a in state["Allocations"].as_array_mut().unwrap() {
         if a["ID"] == other.as_str() {
             a["TaskStates"]["t"] = serde_json::json!({"State": "pending", "Failed": false,
                 "Restarts": 0, "Events": []});
         }
     }
-    std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+    write_state(&data, &state);
     let filler = fill_disk(&data);
     let state_before = std::fs::read(data.join("state.json")).unwrap();
     let out = std::process::Command::new(BIN)
@@ -692,6 +695,10 @@ fn a_full_disk_at_start_changes_no_task() {
     assert_eq!(
         std::fs::read(data.join("state.json")).unwrap(),
         state_before
+    );
+    assert!(
+        !data.join("state.journal").exists(),
+        "a journal was started"
     );
     std::fs::remove_file(&filler).unwrap();
     agent.restart();

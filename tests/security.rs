@@ -319,6 +319,11 @@ fn the_state_file_and_data_dir_stay_private_whatever_the_umask() {
     assert_eq!(s, 200, "{b}");
     check("after writes");
     assert_eq!(
+        mode_of(&data_dir.join("state.journal")),
+        0o600,
+        "state journal"
+    );
+    assert_eq!(
         agent.stop_with(libc::SIGTERM, Duration::from_secs(30)),
         Some(0)
     );

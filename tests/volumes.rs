@@ -36,9 +36,9 @@ impl Node {
     fn script(&self, name: &str, body: &str) {
         script(&self.plugin_dir(), name, body);
     }
+    /// What the state files hold: the snapshot with its journal replayed.
     fn on_disk(&self) -> StateFile {
-        let bytes = fs::read(self.store.path()).unwrap();
-        serde_json::from_slice(&bytes).unwrap()
+        nodeward::state::read(&self.data).unwrap()
     }
     fn create(&self, body: Value) -> Result<Value, (u16, String)> {
         let body = serde_json::to_vec(&json!({ "Volume": body })).unwrap();

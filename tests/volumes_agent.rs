@@ -162,7 +162,7 @@ fn restore_is_partial_and_sighup_retries() {
     let v = agent.get(&format!("/v1/volume/host/{b}"));
     assert!(v.to_string().contains("no such plugin"), "{v}");
     assert!(host_volumes(&agent).get("lost").is_none());
-    let state = std::fs::read_to_string(agent.data_dir.join("state.json")).unwrap();
+    let state = state_on_disk(&agent.data_dir).unwrap().to_string();
     assert!(
         state.contains(&b),
         "an unavailable volume stays in the state file"
@@ -373,7 +373,7 @@ job "startstop" {{
         vec![task],
         "a task was started or stopped while the start-up was cancelled"
     );
-    let state = std::fs::read_to_string(agent.data_dir.join("state.json")).unwrap();
+    let state = state_on_disk(&agent.data_dir).unwrap().to_string();
     assert!(state.contains(&id) && state.contains(&job), "{state}");
 
     std::fs::remove_file(&hang).unwrap();

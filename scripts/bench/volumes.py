@@ -5,13 +5,17 @@
    (separately) through an external shell-script plugin; the agent is restarted and the time from
    its start to `host volumes restored` in its log (restores finish before the API answers) is
    printed, next to the start time of an agent with no volumes.
-2. Create throughput as the state file grows: creates per second through the API with 0 and with
-   10,000 volumes already in the state file (the state is seeded by copying records, then the agent
-   restores them), and the state file's size. Every create rewrites the whole state file (atomic
-   and durable); the figures show how much that costs.
+2. Create throughput as the state grows: creates per second through the API while the first 200
+   volumes are created, and 200 more with 10,000 volumes already in the state (seeded by copying
+   records into state.json after a clean stop, then restored by the agent), with the bytes the
+   agent wrote per create (`wchar` of /proc/<pid>/io: every file and socket) and the size of the
+   state on disk. Every create is acknowledged only once it is durable. With `--old-bin` a second
+   build (a copy of an older release binary, with its nodeward-keeper next to it) is measured the
+   same way in the same run, side by side.
 Prints numbers; asserts nothing.
 
-Usage: scripts/bench/volumes.py [--bin PATH] [--volumes 1000] [--big 10000] [--creates 200]
+Usage: scripts/bench/volumes.py [--bin PATH] [--old-bin PATH] [--volumes 1000] [--big 10000]
+                                [--creates 200] [--skip-restore]
 """
 import argparse, json, os, shutil, signal, subprocess, tempfile, threading, time, uuid
 
@@ -66,20 +70,67 @@ def create_many(agent, n, plugin, prefix):
         req(agent.addr, "PUT", "/v1/volume/host/create", {"Volume": {"Name": f"{prefix}{i}", "PluginID": plugin}})
     return n / (time.perf_counter() - t0)
 
+
+def wchar(pid):
+    """Bytes the process has passed to write() and its kin so far (/proc/<pid>/io)."""
+    with open(f"/proc/{pid}/io") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("wchar:"))
+
+
+def state_size(data):
+    """Bytes of state on disk: the snapshot and, when there is one, its journal."""
+    return sum(os.path.getsize(os.path.join(data, f)) for f in ("state.json", "state.journal")
+               if os.path.exists(os.path.join(data, f)))
+
+
+def measured_creates(ag, n, prefix):
+    """Creates/s of `n` creates through `mkdir`, and the bytes the agent wrote per create."""
+    w0 = wchar(ag.p.pid)
+    rate = create_many(ag, n, "mkdir", prefix)
+    return rate, (wchar(ag.p.pid) - w0) / n
+
+
+def growth(binary, tmp, creates, big):
+    """Create throughput of `binary` with `creates` and with `big` + `creates` volumes."""
+    ag = Agent(binary, tmp).start()
+    small_rate, small_bytes = measured_creates(ag, creates, "s")
+    ag.stop()
+    path = os.path.join(ag.data, "state.json")
+    with open(path) as f:
+        state = json.load(f)
+    template = state["HostVolumes"][0]
+    vols_dir = os.path.dirname(template["HostPath"])
+    for i in range(big):
+        r = dict(template)
+        r["ID"] = str(uuid.uuid4()); r["Name"] = f"big{i}"; r["HostPath"] = os.path.join(vols_dir, r["ID"])
+        state["HostVolumes"].append(r)
+    with open(path, "w") as f:
+        json.dump(state, f)
+    ag.start()
+    size = os.path.getsize(path)
+    big_rate, big_bytes = measured_creates(ag, creates, "t")
+    on_disk = state_size(ag.data)
+    ag.stop()
+    return dict(small_rate=small_rate, small_bytes=small_bytes, big_rate=big_rate, big_bytes=big_bytes,
+                seeded=size, on_disk=on_disk, restored=ag.restored)
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=RELEASE_BIN)
+    ap.add_argument("--old-bin", help="a second build to measure side by side (its nodeward-keeper next to it)")
+    ap.add_argument("--skip-restore", action="store_true", help="only the create throughput")
     ap.add_argument("--volumes", type=int, default=1000)
     ap.add_argument("--big", type=int, default=10000)
     ap.add_argument("--creates", type=int, default=200)
     a = ap.parse_args()
-    if not os.path.exists(a.bin):
-        raise SystemExit(f"{a.bin} not found: run 'cargo build --release' first")
+    for b in filter(None, (a.bin, a.old_bin)):
+        if not os.path.exists(b):
+            raise SystemExit(f"{b} not found: run 'cargo build --release' first")
     tmp = tempfile.mkdtemp(prefix="nwv-", dir="/tmp")
     try:
         empty = Agent(a.bin, os.path.join(tmp, "empty")).start(); empty.stop()
         print(f"agent start with no volumes: {empty.ready * 1000:.0f} ms to serving")
-        for plugin in ("mkdir", "script"):
+        for plugin in () if a.skip_restore else ("mkdir", "script"):
             ag = Agent(a.bin, os.path.join(tmp, plugin)).start()
             rate = create_many(ag, a.volumes, plugin, "v")
             ag.stop()
@@ -88,28 +139,16 @@ def main():
             ag.stop()
             print(f"{plugin:>6}: created {a.volumes} at {rate:.0f}/s; restart restored {ready} ready "
                   f"in {ag.restored * 1000 if ag.restored else float('nan'):.0f} ms (serving after {ag.ready * 1000:.0f} ms)")
-        # Create throughput with a big state file.
-        ag = Agent(a.bin, os.path.join(tmp, "big")).start()
-        small_rate = create_many(ag, a.creates, "mkdir", "s")
-        ag.stop()
-        path = os.path.join(ag.data, "state.json")
-        with open(path) as f:
-            state = json.load(f)
-        template = state["HostVolumes"][0]
-        vols_dir = os.path.dirname(template["HostPath"])
-        for i in range(a.big):
-            r = dict(template)
-            r["ID"] = str(uuid.uuid4()); r["Name"] = f"big{i}"; r["HostPath"] = os.path.join(vols_dir, r["ID"])
-            state["HostVolumes"].append(r)
-        with open(path, "w") as f:
-            json.dump(state, f)
-        ag.start()
-        size = os.path.getsize(path)
-        big_rate = create_many(ag, a.creates, "mkdir", "t")
-        ag.stop()
-        print(f"creates/s with {a.creates} volumes in the state: {small_rate:.0f}; with {a.big + a.creates}: "
-              f"{big_rate:.0f} (state file {size / 1e6:.1f} MB, rewritten whole on every create); "
-              f"restore of {a.big + a.creates} took {ag.restored * 1000 if ag.restored else float('nan'):.0f} ms")
+        # Create throughput as the state grows, for each build.
+        builds = [("this build", a.bin)] + ([("old build", a.old_bin)] if a.old_bin else [])
+        print(f"\ncreate throughput ({a.creates} creates through mkdir, each acknowledged once durable):")
+        print(f"{'build':>10}  {'volumes':>7}  {'creates/s':>9}  {'bytes written/create':>20}  state on disk")
+        for name, binary in builds:
+            g = growth(binary, os.path.join(tmp, "big-" + name.split()[0]), a.creates, a.big)
+            print(f"{name:>10}  {a.creates:>7}  {g['small_rate']:>9.0f}  {g['small_bytes']:>20.0f}")
+            print(f"{name:>10}  {a.big + a.creates:>7}  {g['big_rate']:>9.0f}  {g['big_bytes']:>20.0f}  "
+                  f"{g['on_disk'] / 1e6:.1f} MB (seeded snapshot {g['seeded'] / 1e6:.1f} MB); restore of "
+                  f"{a.big + a.creates} took {g['restored'] * 1000 if g['restored'] else float('nan'):.0f} ms")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -601,8 +601,7 @@ mod tests {
 
     /// What the state file records of the allocations and jobs.
     fn on_disk(dir: &std::path::Path) -> Recorded {
-        let text = std::fs::read(dir.join(crate::state::STATE_FILE)).unwrap();
-        let state = crate::state::decode(dir, &text).unwrap();
+        let state = crate::state::read(dir).unwrap();
         let allocs = state
             .allocations
             .iter()
@@ -626,7 +625,7 @@ mod tests {
 
     /// An API write whose state write fails changes nothing, in memory or on disk, and the same
     /// request then succeeds; once it does, the file records exactly what the registry holds.
-    /// (A directory where the write's temporary file goes makes every write fail, even as root.)
+    /// ([`crate::state::testing::Blocker`] makes every write fail, even as root.)
     #[test]
     fn a_write_that_cannot_be_saved_changes_nothing() {
         let (allocs, dir, _shutdown) = manager("unsaved");
@@ -635,8 +634,7 @@ mod tests {
         let before = (in_memory(&allocs), on_disk(&dir));
         assert_eq!(before.0.len(), 2);
         assert_eq!(before.0, before.1 .0);
-        let blocker = dir.join(".state.json.tmp");
-        std::fs::create_dir(&blocker).unwrap();
+        let blocker = crate::state::testing::Blocker::new(&dir);
 
         let changed = gated_job("web", 3);
         let err = allocs.register_job(changed.clone()).unwrap_err();
@@ -658,7 +656,7 @@ mod tests {
             "the failed write is reported"
         );
 
-        std::fs::remove_dir(&blocker).unwrap();
+        blocker.remove();
         let again = allocs.register_job(changed).unwrap();
         assert!(again.changed, "the same request, sent again, is a change");
         assert!(allocs.store.failing().is_none());

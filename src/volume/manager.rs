@@ -44,7 +44,7 @@ use super::registry::{self, HostVolumeConfig, Registry, RestoreReport, VolumeVie
 use super::spec::VolumeSpec;
 use crate::config::{AgentConfig, StaticVolume};
 use crate::records::{VolumeRecord, VolumeState};
-use crate::state::{Snapshot, StateFile, StateStore};
+use crate::state::{Key, KeyedSnapshot, Section, Snapshot, StateFile, StateStore};
 use crate::task::events::now_nanos;
 use crate::task::mounts::{HostVolume, VolumeLookup};
 use crate::thread::{Never, Worker};
@@ -182,7 +182,7 @@ impl VolumeManager {
             subscribers: Mutex::new(Vec::new()),
             retry: Mutex::new(None),
         });
-        store.register(manager.clone());
+        store.register_keyed(manager.clone());
         Ok(manager)
     }
 
@@ -333,11 +333,12 @@ impl VolumeManager {
         }
         self.registry.lock().withdraw(&id);
         self.notify();
-        if let Err(source) = self.store.save() {
+        if let Err(source) = self.store.save_entries([Key::HostVolume(id.clone())]) {
             // The file still holds the volume: keep it, so memory and file agree; a retry of the
             // delete is safe because plugins' deletes are idempotent.
             let status = format!("deleted, but the state file could not be written: {source}");
             self.registry.lock().withdraw_failed(&id, status);
+            self.store.changed(Key::HostVolume(id.clone()));
             return Err(VolumeError::State {
                 what: format!("volume {id:?} was deleted"),
                 source,
@@ -362,7 +363,7 @@ impl VolumeManager {
     ) -> Result<VolumeRecord, VolumeError> {
         let id = record.id.clone();
         self.registry.lock().persist(record.clone());
-        if let Err(source) = self.store.save() {
+        if let Err(source) = self.store.save_entries([Key::HostVolume(id.clone())]) {
             match old {
                 None => {
                     self.registry.lock().unpersist(&id);
@@ -383,6 +384,9 @@ impl VolumeManager {
                 }
                 Some(old) => self.registry.lock().revert(old),
             }
+            // Another write may have recorded the volume meanwhile: the next one records it as
+            // it is now.
+            self.store.changed(Key::HostVolume(id.clone()));
             return Err(VolumeError::State {
                 what: format!("volume {:?} was created by its plugin", record.name),
                 source,
@@ -477,7 +481,8 @@ impl VolumeManager {
             }
         }
         if changed {
-            if let Err(e) = self.store.save() {
+            let keys = ids.iter().map(|id| Key::HostVolume(id.clone()));
+            if let Err(e) = self.store.save_entries(keys) {
                 log::error!("recording restored host volumes: {e}");
             }
         }
@@ -590,6 +595,26 @@ impl VolumeManager {
 impl Snapshot for VolumeManager {
     fn fill(&self, out: &mut StateFile) {
         out.host_volumes = self.registry.lock().persisted();
+    }
+}
+
+/// Every change to what the state file holds of a volume names the volume
+/// ([`StateStore::save_entries`], [`StateStore::changed`]), so a write costs one volume, however
+/// many the node has.
+impl KeyedSnapshot for VolumeManager {
+    fn section(&self) -> Section {
+        Section::HostVolumes
+    }
+
+    fn fill_keys(&self, keys: &[Key], out: &mut StateFile) {
+        let ids: Vec<&str> = keys
+            .iter()
+            .filter_map(|k| match k {
+                Key::HostVolume(id) => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
+        out.host_volumes = self.registry.lock().persisted_among(&ids);
     }
 }
 

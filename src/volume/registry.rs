@@ -505,6 +505,15 @@ impl Registry {
             .collect()
     }
 
+    /// The records among `ids` that belong in the state file.
+    pub fn persisted_among(&self, ids: &[&str]) -> Vec<VolumeRecord> {
+        ids.iter()
+            .filter_map(|id| self.volumes.get(*id))
+            .filter(|e| e.persisted)
+            .map(|e| e.record.clone())
+            .collect()
+    }
+
     // ---- claims ---------------------------------------------------------------------------
 
     /// Allocation `alloc_id` uses the volume named `name`.

@@ -314,8 +314,7 @@ impl TestAgent {
 
     /// A task's events as the state file holds them (the agent may be stopped).
     pub fn task_state_from_file(&self, alloc: &str) -> Vec<Value> {
-        let text = std::fs::read_to_string(self.data_dir.join("state.json")).unwrap();
-        let v: Value = serde_json::from_str(&text).unwrap();
+        let v = state_on_disk(&self.data_dir).unwrap();
         v["Allocations"]
             .as_array()
             .unwrap()
@@ -428,6 +427,27 @@ impl Tmpfs {
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// The state as the agent's files hold it, as JSON: the snapshot `state.json` with its journal
+/// `state.journal` replayed, which is what the next agent loads. Safe while the agent runs: a
+/// record it is appending is left out until it is whole. `None` when the files cannot be read.
+pub fn state_on_disk(data_dir: &Path) -> Option<Value> {
+    serde_json::to_value(nodeward::state::read(data_dir).ok()?).ok()
+}
+
+/// Replaces the state of a stopped agent with `state` as an agent before the journal left its
+/// state: `state.json` alone, with no journal beside it.
+pub fn write_state(data_dir: &Path, state: &Value) {
+    std::fs::write(
+        data_dir.join("state.json"),
+        serde_json::to_vec(state).unwrap(),
+    )
+    .unwrap();
+    match std::fs::remove_file(data_dir.join("state.journal")) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => panic!("remove the journal: {e}"),
+        _ => {}
     }
 }
 

@@ -8,11 +8,7 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn marker() -> String {
     // A unique sleep length marks this test's processes in /proc.
-    format!(
-        "{}.{}",
-        100_000 + fastrand::u32(0..100_000),
-        fastrand::u32(1..999_999)
-    )
+    unique_marker(100_000)
 }
 
 #[test]

@@ -505,11 +505,7 @@ fn follow(agent: &TestAgent, alloc: &str) -> Result<TcpStream, u16> {
 fn abandoned_log_followers_free_their_slots() {
     let dir = TempDir::new("api-follow");
     let agent = TestAgent::start_in(dir.path(), "");
-    let m = format!(
-        "{}.{}",
-        200_000 + fastrand::u32(0..100_000),
-        fastrand::u32(1..999_999)
-    );
+    let m = unique_marker(200_000);
     let job = agent.run_hcl(&format!(
         r#"
 job "quiet" {{

@@ -9,11 +9,7 @@ use std::time::Duration;
 const WAIT: Duration = Duration::from_secs(60);
 
 fn marker() -> String {
-    format!(
-        "{}.{}",
-        400_000 + fastrand::u32(0..100_000),
-        fastrand::u32(1..999_999)
-    )
+    unique_marker(400_000)
 }
 
 /// A job whose task ignores SIGHUP and SIGTERM and sleeps; `greeting` is its env, to change it.

@@ -11,11 +11,7 @@ use std::time::Duration;
 const WAIT: Duration = Duration::from_secs(30);
 
 fn marker() -> String {
-    format!(
-        "{}.{}",
-        100_000 + fastrand::u32(0..100_000),
-        fastrand::u32(1..999_999)
-    )
+    unique_marker(100_000)
 }
 
 /// A job of one task `t` that runs `script` in `/bin/sh`.
@@ -329,37 +325,6 @@ fn a_job_over_the_node_allocation_limit_is_a_400_and_changes_nothing() {
         (s["State"].as_str(), s["PID"].as_i64()),
         (Some("running"), Some(pid))
     );
-}
-
-/// A small tmpfs unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(at: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(at).unwrap();
-        let ok = std::process::Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(at)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "mount a tmpfs on {}", at.display());
-        Tmpfs(at.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
 }
 
 /// The data directory's file system fuller than `gc_disk_usage_threshold` (statvfs on a small

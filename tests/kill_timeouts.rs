@@ -9,11 +9,7 @@ use std::time::{Duration, Instant};
 const WAIT: Duration = Duration::from_secs(60);
 
 fn marker() -> String {
-    format!(
-        "{}.{}",
-        600_000 + fastrand::u32(0..100_000),
-        fastrand::u32(1..999_999)
-    )
+    unique_marker(600_000)
 }
 
 /// A task that ignores SIGTERM (its kill signal) and asks for an hour to stop.

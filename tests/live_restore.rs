@@ -9,11 +9,7 @@ use std::time::Duration;
 const WAIT: Duration = Duration::from_secs(60);
 
 fn marker() -> String {
-    format!(
-        "{}.{}",
-        300_000 + fastrand::u32(0..100_000),
-        fastrand::u32(1..999_999)
-    )
+    unique_marker(300_000)
 }
 
 fn job(name: &str, restart: &str, task_extra: &str, script: &str) -> String {

@@ -19,11 +19,7 @@ const THREAD_MARGIN: usize = 3;
 
 fn marker() -> String {
     // A unique sleep length marks a scenario's processes in /proc.
-    format!(
-        "{}.{}",
-        100_000 + fastrand::u32(0..100_000),
-        fastrand::u32(1..999_999)
-    )
+    unique_marker(100_000)
 }
 
 fn threads(pid: i32) -> usize {

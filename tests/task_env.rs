@@ -11,11 +11,7 @@ const PLUGIN: &str = env!("CARGO_BIN_EXE_nodeward-csi-test-plugin");
 const WAIT: Duration = Duration::from_secs(60);
 
 fn marker() -> String {
-    format!(
-        "{}.{}",
-        500_000 + fastrand::u32(0..100_000),
-        fastrand::u32(1..999_999)
-    )
+    unique_marker(500_000)
 }
 
 /// The agent's environment in these tests: what a service unit might export.

@@ -115,11 +115,20 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         f.write_all(bytes)?;
         f.sync_all()?;
         drop(f);
-        fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
+        fs::rename(&tmp, path)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
+        return result;
     }
-    result
+    // Once renamed, the new file is the one every reader (and the next agent) sees: a failure to
+    // sync the directory now is not a failed write, or the caller would undo in memory a change
+    // the file holds. It is said, and the rename may not survive a power loss.
+    if let Err(e) = File::open(dir).and_then(|d| d.sync_all()) {
+        log::warn!(
+            "{} is written, but its directory could not be synced ({e}): the change may not survive a power loss",
+            path.display()
+        );
+    }
+    Ok(())
 }

@@ -390,6 +390,16 @@ pub fn alone_in_process(name: &str) -> bool {
     false
 }
 
+/// A string no other test's processes carry: a sleep length (`<base + random>.<random>`) that
+/// marks a test's processes in `/proc` ([`pids_with`]). Each test module has its own `base`.
+pub fn unique_marker(base: u32) -> String {
+    format!(
+        "{}.{}",
+        base + fastrand::u32(0..100_000),
+        fastrand::u32(1..999_999)
+    )
+}
+
 /// A loopback TCP port that was free a moment ago, chosen by the kernel, for a task to listen on.
 /// Never a random number: a random port can be one the machine already uses (another test's
 /// agent, an outgoing connection's ephemeral port), and the task then fails to bind.

@@ -232,14 +232,8 @@ fn record_swept(state: &mut TaskState, exit: &TaskExit) {
     if state.state == TaskStatus::Dead {
         return;
     }
-    let status = exit.status();
-    let at = exit.at_nanos().unwrap_or_else(now_nanos);
-    state.push(TaskEvent::terminated(
-        at,
-        status.exit_code,
-        status.signal,
-        exit.message(),
-    ));
+    let (at, terminated) = TaskEvent::terminated_by(exit, now_nanos());
+    state.push(terminated);
     state.push(TaskEvent::killed(now_nanos()));
     state.state = TaskStatus::Dead;
     state.finished_at = Some(nanos_rfc3339(at));

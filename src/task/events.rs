@@ -93,6 +93,15 @@ impl TaskEvent {
         e
     }
 
+    /// The `Terminated` event of a run's end, at the time the task really ended (`now` when
+    /// that is not known); answers that time too.
+    pub fn terminated_by(exit: &crate::driver::TaskExit, now: i64) -> (i64, TaskEvent) {
+        let status = exit.status();
+        let at = exit.at_nanos().unwrap_or(now);
+        let event = TaskEvent::terminated(at, status.exit_code, status.signal, exit.message());
+        (at, event)
+    }
+
     /// A restart decided by the restart policy.
     pub fn restarting(time: i64, delay: Duration, reason: &str) -> TaskEvent {
         let mut display = format!("Task restarting in {}", duration::format(delay));

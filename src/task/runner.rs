@@ -349,14 +349,8 @@ impl TaskRunner {
 
     /// The `Terminated` event of a run, at the time the task really ended.
     fn record_exit(&self, exit: &TaskExit) {
-        let status = exit.status();
-        let at = exit.at_nanos().unwrap_or_else(now_nanos);
-        self.emit(TaskEvent::terminated(
-            at,
-            status.exit_code,
-            status.signal,
-            exit.message(),
-        ));
+        let (at, event) = TaskEvent::terminated_by(exit, now_nanos());
+        self.emit(event);
         self.update(|s| s.finished_at = Some(nanos_rfc3339(at)));
     }
 

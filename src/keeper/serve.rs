@@ -16,10 +16,10 @@
 //! open then are held by a process that left the group, which is killed, and drained
 //! [`DRAIN_AFTER_EXIT`] more at most.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::ExitStatusExt;
@@ -72,6 +72,12 @@ pub(crate) struct Keeper {
     /// By id (the token base of the task's descriptors).
     tasks: BTreeMap<u64, Task>,
     next_id: u64,
+    /// The tasks whose pipes are being drained after their exit (a drain deadline is set).
+    draining: BTreeSet<u64>,
+    /// Something happened that can have made a task done (see `Task::done`).
+    maybe_done: bool,
+    /// When the keeper next checks, while no agent is connected, that its socket is there.
+    next_socket_check: Instant,
     poller: Poller,
     buf: Vec<u8>,
     started: Instant,
@@ -147,6 +153,9 @@ impl Keeper {
             _signals: signals,
             tasks: BTreeMap::new(),
             next_id: 1,
+            draining: BTreeSet::new(),
+            maybe_done: false,
+            next_socket_check: Instant::now(),
             poller,
             buf: vec![0; CHUNK],
             started: Instant::now(),
@@ -163,7 +172,11 @@ impl Keeper {
     pub(crate) fn run(&mut self) {
         let mut ready: Vec<(u64, u32)> = Vec::new();
         loop {
-            self.tasks.retain(|_, t| !t.done());
+            if std::mem::take(&mut self.maybe_done) {
+                self.tasks.retain(|_, t| !t.done());
+                let tasks = &self.tasks;
+                self.draining.retain(|id| tasks.contains_key(id));
+            }
             if self.tasks.is_empty()
                 && self.conn.is_none()
                 && (self.ever_connected || self.started.elapsed() > FIRST_CONNECT)
@@ -177,22 +190,31 @@ impl Keeper {
             self.watch_conn_writes();
             let now = Instant::now();
             let mut deadline: Option<Instant> = None;
-            for t in self.tasks.values_mut() {
-                if let Some(until) = t.drain_until {
-                    if until <= now {
-                        drain_timeout(t, &self.poller);
-                    }
-                    if let Some(until) = t.drain_until {
-                        deadline = Some(deadline.map_or(until, |d| d.min(until)));
-                    }
+            // Only the tasks that are draining, not every task on every wake-up.
+            let mut drained = Vec::new();
+            for id in &self.draining {
+                let Some(t) = self.tasks.get_mut(id) else {
+                    continue;
+                };
+                if t.drain_until.is_some_and(|until| until <= now) {
+                    drain_timeout(t, &self.poller);
+                    self.maybe_done = true;
                 }
+                match t.drain_until {
+                    Some(until) => deadline = Some(deadline.map_or(until, |d| d.min(until))),
+                    None => drained.push(*id),
+                }
+            }
+            for id in drained {
+                self.draining.remove(&id);
             }
             if !self.ever_connected && self.conn.is_none() {
                 let first = self.started + FIRST_CONNECT;
                 deadline = Some(deadline.map_or(first, |d| d.min(first)));
             }
             if self.conn.is_none() {
-                if self.unreachable() {
+                // Checked every SOCKET_CHECK, not at every wake-up a task's output causes.
+                if now >= self.next_socket_check && self.unreachable() {
                     eprintln!(
                         "nodeward-keeper {}: {} is gone: no agent can reach this keeper; stopping its tasks",
                         self.pid,
@@ -201,7 +223,10 @@ impl Keeper {
                     self.stop_all();
                     return;
                 }
-                let look = now + SOCKET_CHECK;
+                if now >= self.next_socket_check {
+                    self.next_socket_check = now + SOCKET_CHECK;
+                }
+                let look = self.next_socket_check;
                 deadline = Some(deadline.map_or(look, |d| d.min(look)));
             }
             let timeout = deadline.map_or(-1, |d| {
@@ -384,16 +409,13 @@ impl Keeper {
                 });
             }
             Request::Start { seq, spec } => {
-                let ev = match Task::spawn(&spec, self.inherit, &self.alloc_root) {
-                    Ok(task) => {
-                        let ev = Event::Started {
-                            seq,
-                            pid: task.held.pid,
-                            start_ticks: task.held.start_ticks,
-                        };
-                        self.hold(task);
-                        ev
-                    }
+                let spawned = Task::spawn(&spec, self.inherit, &self.alloc_root);
+                let ev = match spawned.and_then(|task| self.hold(task)) {
+                    Ok((pid, start_ticks)) => Event::Started {
+                        seq,
+                        pid,
+                        start_ticks,
+                    },
                     Err(e) => Event::Failed {
                         seq,
                         errno: e.raw_os_error(),
@@ -432,36 +454,45 @@ impl Keeper {
             Request::Forget { pid } => {
                 if let Some(t) = self.tasks.values_mut().find(|t| t.held.pid == pid) {
                     t.forgotten = true;
+                    self.maybe_done = true;
                 }
             }
         }
     }
 
-    /// Takes a task started for the agent and watches its exit and its pipes.
-    fn hold(&mut self, task: Task) {
+    /// Takes a task started for the agent and watches its exit and its pipes; answers its PID
+    /// and start time. A task that cannot be watched (the keeper's limit on descriptors, or
+    /// memory) would never be seen to end: it is killed and reaped, and its start fails.
+    fn hold(&mut self, mut task: Task) -> io::Result<(i32, u64)> {
         let id = self.next_id;
         self.next_id += 1;
         let base = id * TASK_TOKENS;
-        let fds = [
+        let fds: Vec<(RawFd, u64)> = [
             (task.pidfd.as_ref().map(|f| f.as_raw_fd()), EXIT),
             (task.out.as_ref().map(|(p, _)| p.as_raw_fd()), OUT),
             (task.err.as_ref().map(|(p, _)| p.as_raw_fd()), ERR),
-        ];
-        for (fd, kind) in fds {
-            if let Some(fd) = fd {
-                if let Err(e) = self.poller.add(fd, READ, base + kind) {
-                    // Without a watch its end or output would never be seen: that is the
-                    // keeper's limit on descriptors (or memory), not the task's fault, but it
-                    // cannot be kept.
-                    eprintln!(
-                        "nodeward-keeper: cannot watch task {}: {e}; killing it",
-                        task.held.pid
-                    );
-                    let _ = signal_group(task.held.pid, libc::SIGKILL);
+        ]
+        .into_iter()
+        .filter_map(|(fd, kind)| Some((fd?, kind)))
+        .collect();
+        for &(fd, kind) in &fds {
+            if let Err(e) = self.poller.add(fd, READ, base + kind) {
+                for (fd, _) in &fds {
+                    self.poller.remove(fd);
                 }
+                let _ = signal_group(task.held.pid, libc::SIGKILL);
+                if let Some(child) = task.child.as_mut() {
+                    let _ = child.wait();
+                }
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("the keeper cannot watch the task: {e}"),
+                ));
             }
         }
+        let started = (task.held.pid, task.held.start_ticks);
         self.tasks.insert(id, task);
+        Ok(started)
     }
 
     fn reaped(&mut self, id: u64) {
@@ -497,6 +528,8 @@ impl Keeper {
         };
         t.held.exit = Some(exit);
         t.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+        self.draining.insert(id);
+        self.maybe_done = true;
         let (pid, forgotten) = (t.held.pid, t.forgotten);
         if !forgotten {
             self.send(&Event::Exited { pid, exit });
@@ -519,6 +552,7 @@ impl Keeper {
             Ok(0) => {
                 self.poller.remove(pipe);
                 *slot = None;
+                self.maybe_done = true;
                 false
             }
             Ok(n) => {
@@ -535,6 +569,7 @@ impl Keeper {
             Err(_) => {
                 self.poller.remove(pipe);
                 *slot = None;
+                self.maybe_done = true;
                 false
             }
         }

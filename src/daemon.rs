@@ -106,6 +106,10 @@ fn raise_open_files_limit() {
         return;
     }
     log::debug!("open files limit raised from {soft} to {}", lim.rlim_max);
+    crate::driver::process::set_child_nofile(libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: lim.rlim_max,
+    });
 }
 
 /// Runs the agent until SIGINT or SIGTERM. Returns once the shutdown is complete.

@@ -455,13 +455,48 @@ fn the_api_answers_again_after_running_out_of_file_descriptors() {
 fn the_agent_raises_its_soft_open_files_limit() {
     let dir = TempDir::new("api-nofile");
     let agent = TestAgent::start_in_with_nofile(dir.path(), "", 256, 4096);
-    let limits = std::fs::read_to_string(format!("/proc/{}/limits", agent.pid())).unwrap();
+    assert_eq!(open_files_limit(agent.pid()), ["4096", "4096"]);
+    // What it starts gets the limit it started with back, as Go's runtime gives its children;
+    // the keeper raises its own again.
+    let job = agent.run_hcl(&format!(
+        r#"
+job "limits" {{
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      config {{
+        command = "/bin/sleep"
+        args = ["{}"]
+      }}
+    }}
+  }}
+}}"#,
+        unique_marker(700_000)
+    ));
+    let alloc = agent.alloc_id(&job);
+    let pid = wait_for(WAIT, "the task running", || {
+        let s = agent.task_state(&alloc, "t");
+        (s["State"] == "running")
+            .then(|| s["PID"].as_i64())
+            .flatten()
+    });
+    assert_eq!(open_files_limit(pid as i32), ["256", "4096"]);
+    let keeper = agent.keeper_pid().expect("the keeper runs");
+    assert_eq!(open_files_limit(keeper), ["4096", "4096"]);
+}
+
+/// The soft and hard limits on open files of `pid`, as `/proc/<pid>/limits` writes them.
+fn open_files_limit(pid: i32) -> Vec<String> {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
     let line = limits
         .lines()
         .find(|l| l.starts_with("Max open files"))
         .unwrap();
-    let numbers: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
-    assert_eq!(numbers, ["4096", "4096"], "{line}");
+    line.split_whitespace()
+        .skip(3)
+        .take(2)
+        .map(str::to_string)
+        .collect()
 }
 
 /// Opens a follower of the allocation's log; `Some(stream)` once its first line arrived, `None`

@@ -42,7 +42,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::thread::Worker;
@@ -206,6 +206,17 @@ impl Child {
     }
 }
 
+/// The open-file limit the agent started with, before it raised its own (`daemon`): every process
+/// the agent starts gets it back, as Go's runtime (and so Nomad) does for its children, since
+/// programs that still use `select(2)` fail past 1,024 descriptors. Unset: children inherit the
+/// agent's limit.
+static CHILD_NOFILE: OnceLock<libc::rlimit> = OnceLock::new();
+
+/// Records the open-file limit the agent's children get (once, at start).
+pub fn set_child_nofile(limit: libc::rlimit) {
+    let _ = CHILD_NOFILE.set(limit);
+}
+
 /// Starts `spec` in a process group of its own, with stdin on `/dev/null` and stdout and stderr
 /// copied into `stdout` and `stderr` by a waiter thread named `thread_name`.
 pub fn spawn(
@@ -249,6 +260,15 @@ pub fn spawn(
                     Ok(())
                 });
             }
+        }
+    }
+    if let Some(limit) = CHILD_NOFILE.get().copied() {
+        // SAFETY: setrlimit(2) is async-signal-safe and changes the child's own limit only.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+                Ok(())
+            });
         }
     }
     let mut child = cmd.spawn().map_err(ProcessError::Spawn)?;

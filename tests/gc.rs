@@ -47,6 +47,15 @@ fn service(agent: &TestAgent, name: &str) -> (String, i64) {
     (alloc, pid)
 }
 
+/// The service `svc` still runs as `pid`: a collection never touches a live allocation.
+fn assert_untouched(agent: &TestAgent, svc: &str, pid: i64) {
+    let s = agent.task_state(svc, "t");
+    assert_eq!(
+        (s["State"].as_str(), s["PID"].as_i64()),
+        (Some("running"), Some(pid))
+    );
+}
+
 /// A batch job that runs `script` and completes; returns its allocation once complete.
 fn batch(agent: &TestAgent, name: &str, script: &str) -> String {
     let alloc = agent.alloc_id(&agent.run_hcl(&job(name, "batch", script)));
@@ -143,11 +152,7 @@ fn terminal_allocations_over_gc_max_allocs_are_collected_oldest_first() {
         "host data",
         "the target of a planted link was touched"
     );
-    let s = agent.task_state(&svc, "t");
-    assert_eq!(
-        (s["State"].as_str(), s["PID"].as_i64()),
-        (Some("running"), Some(pid))
-    );
+    assert_untouched(&agent, &svc, pid);
     assert!(alive(pid as i32));
     // How many allocations a pass saw depends on when it ran (4 or 5): the limit is what it names.
     let log = agent.log_text();
@@ -244,11 +249,7 @@ fn the_gc_endpoints_and_the_cli_collect_only_terminal_allocations() {
     assert_eq!((code, body.as_str()), (200, "{\"Collected\":[]}"));
 
     assert_eq!(api_allocs(&agent), set(&[&svc]));
-    let s = agent.task_state(&svc, "t");
-    assert_eq!(
-        (s["State"].as_str(), s["PID"].as_i64()),
-        (Some("running"), Some(pid))
-    );
+    assert_untouched(&agent, &svc, pid);
 }
 
 /// What a collection removed stays removed: the next agent restores neither the allocations nor
@@ -320,11 +321,7 @@ fn a_job_over_the_node_allocation_limit_is_a_400_and_changes_nothing() {
     assert_eq!(api_allocs(&agent), set(&[&svc]));
     assert_eq!(state_allocs(&agent.data_dir), state_before);
     assert!(!agent.get("/v1/jobs").to_string().contains("huge"));
-    let s = agent.task_state(&svc, "t");
-    assert_eq!(
-        (s["State"].as_str(), s["PID"].as_i64()),
-        (Some("running"), Some(pid))
-    );
+    assert_untouched(&agent, &svc, pid);
 }
 
 /// The data directory's file system fuller than `gc_disk_usage_threshold` (statvfs on a small
@@ -332,7 +329,7 @@ fn a_job_over_the_node_allocation_limit_is_a_400_and_changes_nothing() {
 /// running service stays.
 #[test]
 fn a_full_disk_is_freed_by_collecting_terminal_allocations() {
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         println!("SKIPPED a_full_disk_is_freed_by_collecting_terminal_allocations: needs root to mount a small tmpfs");
         return;
     }
@@ -362,11 +359,7 @@ fn a_full_disk_is_freed_by_collecting_terminal_allocations() {
         .unwrap_or_else(|| panic!("no collection for the disk in:\n{log}"));
     assert!(line.ends_with("is over gc threshold of 50"), "{line}");
     assert_eq!(api_allocs(&agent), set(&[&svc]));
-    let s = agent.task_state(&svc, "t");
-    assert_eq!(
-        (s["State"].as_str(), s["PID"].as_i64()),
-        (Some("running"), Some(pid))
-    );
+    assert_untouched(&agent, &svc, pid);
 }
 
 /// A file system mounted inside a collected allocation's directory is not emptied: the
@@ -374,7 +367,7 @@ fn a_full_disk_is_freed_by_collecting_terminal_allocations() {
 /// and the next collection removes it then.
 #[test]
 fn a_mount_inside_an_allocation_directory_is_never_emptied() {
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         println!("SKIPPED a_mount_inside_an_allocation_directory_is_never_emptied: needs root to mount a tmpfs");
         return;
     }

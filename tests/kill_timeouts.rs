@@ -174,12 +174,8 @@ fn a_stop_signal_ends_the_start_up_sweep_at_once() {
         took < Duration::from_secs(20),
         "the agent took {took:?} to stop during its start-up sweep"
     );
-    let log: Vec<String> = starting.lines.try_iter().collect();
-    assert!(
-        log.iter().any(|l| l.contains("start-up cancelled")),
-        "{}",
-        log.join("\n")
-    );
+    // Read to the end of its log, not only what the reader thread had taken so far.
+    starting.wait_line("start-up cancelled");
     assert!(alive(pid), "the task is the next agent's to stop");
 
     let config = std::fs::read_to_string(&agent.config).unwrap();

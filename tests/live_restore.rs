@@ -647,7 +647,7 @@ fn a_version_1_state_file_is_adopted() {
 /// anything, and the next agent, with room again, re-attaches to the same process.
 #[test]
 fn a_full_disk_at_start_changes_no_task() {
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         println!("SKIPPED a_full_disk_at_start_changes_no_task: needs root to mount a small tmpfs");
         return;
     }

@@ -124,24 +124,12 @@ impl Snapshot for AllocManager {
     /// as made: the write is on disk before anything of it happens.
     fn fill(&self, out: &mut StateFile) {
         let r = self.registry.lock();
-        let Some(change) = &r.staged else {
-            // Allocations of one registration share one `Arc<Job>`: compare each shared job with
-            // the registered one once, not once per allocation (1,000 allocations of one
-            // 1,000-group job made every write compare a million groups).
-            let mut current: HashMap<*const Job, bool> = HashMap::new();
-            out.allocations = r
-                .allocs
-                .values()
-                .map(|a| {
-                    let is_current = *current
-                        .entry(Arc::as_ptr(&a.job))
-                        .or_insert_with(|| r.jobs.get(&a.job.id).is_some_and(|j| j.job == *a.job));
-                    a.record(is_current)
-                })
-                .collect();
-            out.jobs = r.jobs.values().cloned().collect();
-            return;
-        };
+        // Nothing staged is an empty change: the registry as it is.
+        let unchanged = Change::default();
+        let change = r.staged.as_ref().unwrap_or(&unchanged);
+        // Allocations of one registration share one `Arc<Job>`: compare each shared job with
+        // the registered one once, not once per allocation (1,000 allocations of one 1,000-group
+        // job made every write compare a million groups).
         let mut current: HashMap<*const Job, bool> = HashMap::new();
         let stopped: std::collections::HashSet<&str> =
             change.stop.iter().map(|a| a.id.as_str()).collect();

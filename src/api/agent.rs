@@ -39,7 +39,9 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
     });
     let a = agent.clone();
     r.get("/v1/agent/health", move |_| {
-        let state = match a.store.failing() {
+        let failing = a.store.failing();
+        let status = if failing.is_some() { 500 } else { 200 };
+        let state = match failing {
             None => json!({"ok": true, "message": "ok"}),
             Some(f) => json!({
                 "ok": false,
@@ -49,11 +51,7 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
                 ),
             }),
         };
-        let ok = state["ok"] == true;
         let body = json!({"client": {"ok": true, "message": "ok"}, "state": state});
-        match Response::json(body)? {
-            Response::Json(s) if !ok => Ok(Response::JsonStatus(500, s)),
-            other => Ok(other),
-        }
+        Response::json_status(status, body)
     });
 }

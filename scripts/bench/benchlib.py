@@ -92,6 +92,25 @@ def keeper_pid(data):
     return None
 
 
+def stop_keeper(data, timeout=60):
+    """SIGTERM to the data directory's keeper, which kills every task's process group and ends;
+    SIGKILL after `timeout` (its tasks die with it: parent-death signal). Returns the seconds it
+    took to end, None when no keeper runs."""
+    kp = keeper_pid(data)
+    if not kp:
+        return None
+    t = time.perf_counter()
+    os.kill(kp, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive(kp) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if alive(kp):
+        os.kill(kp, signal.SIGKILL)
+        while alive(kp):
+            time.sleep(0.01)
+    return time.perf_counter() - t
+
+
 def stop_agent_and_tasks(agent, data, marker=None, timeout=60):
     """Stops what an agent run left: SIGTERM to the agent (which leaves its tasks running), then
     SIGTERM to the data directory's keeper, which kills every task's process group and ends;
@@ -104,19 +123,7 @@ def stop_agent_and_tasks(agent, data, marker=None, timeout=60):
         except subprocess.TimeoutExpired:
             agent.kill()
             agent.wait()
-    took = None
-    kp = keeper_pid(data)
-    if kp:
-        t = time.perf_counter()
-        os.kill(kp, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while alive(kp) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if alive(kp):
-            os.kill(kp, signal.SIGKILL)  # its tasks die with it (parent-death signal)
-            while alive(kp):
-                time.sleep(0.01)
-        took = time.perf_counter() - t
+    took = stop_keeper(data, timeout)
     if marker:
         deadline = time.monotonic() + timeout
         while pids_with(marker) and time.monotonic() < deadline:

@@ -20,19 +20,15 @@ apt-get when missing and run as root).
 
 Usage: scripts/bench/load.py [--bin PATH] [--duration 600] [--connections 64] [--tasks 100]
 """
-import argparse, json, os, shutil, signal, subprocess, sys, tempfile, threading, time, urllib.request, uuid
+import argparse, json, os, shutil, signal, subprocess, sys, tempfile, threading, time, uuid
 
-from benchlib import alive, keeper_pid, procs_with
+import benchlib
+from benchlib import procs_with, stop_keeper
 
 MAX_DURATION = 3600
 
 def req(addr, method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    # urllib would label a body as a form, which the API refuses: writes are JSON (agent.md).
-    headers = {"Content-Type": "application/json"} if data is not None else {}
-    r = urllib.request.Request(f"http://{addr}{path}", data=data, method=method, headers=headers)
-    with urllib.request.urlopen(r, timeout=60) as resp:
-        return json.loads(resp.read() or b"null")
+    return benchlib.req(addr, method, path, body, timeout=60)
 
 def need_wrk():
     if shutil.which("wrk"):
@@ -224,11 +220,7 @@ def main():
         stop_s = time.monotonic() - t_stop
         left = procs_with(marker.encode())
         # SIGTERM leaves running tasks to the keeper (live restore): its SIGTERM kills them.
-        kp = keeper_pid(os.path.join(tmp, "data"))
-        if kp:
-            os.kill(kp, signal.SIGTERM)
-            while alive(kp):
-                time.sleep(0.01)
+        stop_keeper(os.path.join(tmp, "data"))
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nagent stopped with SIGTERM in {stop_s:.2f} s, exit {code}; task processes left: {left}")
     if result:

@@ -24,7 +24,7 @@ jobs.
 
 Usage: scripts/bench/supervisors.py [--bin PATH] [--services 100[,1000]] [--kills 30] [--jobs 1]
 """
-import argparse, json, os, shutil, signal, statistics, subprocess, tempfile, time, urllib.request
+import argparse, os, shutil, signal, statistics, subprocess, tempfile, time
 
 from benchlib import (RELEASE_BIN, alive, cpu_ns, keeper_pid, pct, pids_with, pss_by_mapping, req, rollup,
                       start_agent, stop_agent_and_tasks)
@@ -115,9 +115,8 @@ def run_nodeward(binary, tmp, n, kills, jobs=1):
                               "Config": {"command": "/bin/sh", "args": ["-c", wrapper(pidfiles[i], marker)]}}]}
                   for i in range(n)]
         for j in range(jobs):
-            body = json.dumps({"Job": {"ID": f"svc{j}", "Name": f"svc{j}", "TaskGroups": groups[j::jobs]}}).encode()
-            urllib.request.urlopen(urllib.request.Request(f"http://{addr}/v1/jobs", data=body, method="PUT",
-                                                          headers={"Content-Type": "application/json"}), timeout=60).read()
+            req(addr, "PUT", "/v1/jobs", {"Job": {"ID": f"svc{j}", "Name": f"svc{j}", "TaskGroups": groups[j::jobs]}},
+                timeout=60)
     def owned():
         kp = keeper_pid(data)
         return [agent.pid] + ([kp] if kp else [])

@@ -56,9 +56,7 @@ impl TaskEvent {
     }
 
     pub fn task_setup(time: i64) -> TaskEvent {
-        let mut e = TaskEvent::new(TASK_SETUP, time, "Building Task Directory".into());
-        e.message = "Building Task Directory".into();
-        e.detail("message", "Building Task Directory")
+        TaskEvent::task_setup_note(time, "Building Task Directory")
     }
 
     /// A `Task Setup` event for what a prestart hook had to repair (`note` says what).

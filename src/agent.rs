@@ -22,7 +22,7 @@ use crate::alloc::{AllocManager, Collector, Engine};
 use crate::config::AgentConfig;
 use crate::csi::registry::PluginRegistry;
 use crate::csi::supervisor::{CsiPluginHook, CsiSettings};
-use crate::driver::{KeeperClient, RawExec};
+use crate::driver::{Drivers, KeeperClient, RawExec};
 use crate::state::{DataDirLock, StateError, StateStore};
 use crate::task::hooks::{HookFactory, TaskContext, TaskHook};
 use crate::task::mounts::{VolumeLookup, VolumeMountHook};
@@ -75,6 +75,8 @@ pub struct Agent {
     /// The same manager, for the volume API.
     pub host_volumes: Arc<VolumeManager>,
     pub csi: Arc<PluginRegistry>,
+    /// The node's task drivers (fingerprinted into the node's attributes).
+    pub drivers: Drivers,
     pub started: std::time::Instant,
     /// Tripped to shut everything down.
     stop: StopSwitch,
@@ -134,12 +136,13 @@ impl Agent {
         let csi = Arc::new(PluginRegistry::new(store.node_id()));
         csi.restore(state.csi_plugins.clone());
         csi.attach_state(&store);
+        let drivers = Drivers::new(vec![Arc::new(RawExec::new(keeper.clone()))]);
         let engine = Engine {
             data_dir: config.data_dir.clone(),
             node_id: store.node_id().to_string(),
             node_name: config.name.clone(),
             deps: RunnerDeps {
-                driver: Arc::new(RawExec::new(keeper.clone())),
+                drivers: drivers.clone(),
                 store: store.clone(),
                 shutdown: shutdown.clone(),
                 stop_tasks_on_shutdown: config.stop_tasks_on_shutdown,
@@ -187,6 +190,7 @@ impl Agent {
             volumes,
             host_volumes,
             csi,
+            drivers,
             started: std::time::Instant::now(),
             stop,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
@@ -213,7 +217,7 @@ impl Agent {
             "nodeward.version".to_string(),
             env!("CARGO_PKG_VERSION").to_string(),
         );
-        a.insert("driver.raw_exec".to_string(), "1".to_string());
+        a.extend(self.drivers.attributes());
         a.extend(self.host_volumes.attributes());
         a
     }

@@ -66,6 +66,7 @@ fn task_context(
         config: DriverConfig {
             command: PLUGIN.into(),
             args: vec![],
+            docker: Default::default(),
         },
         env,
         user: None,

@@ -47,7 +47,7 @@ pub(crate) fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) 
         node_id: "node".to_string(),
         node_name: "node".to_string(),
         deps: RunnerDeps {
-            driver: Arc::new(driver::RawExec::new(keeper.clone())),
+            drivers: driver::Drivers::new(vec![Arc::new(driver::RawExec::new(keeper.clone()))]),
             store: store.clone(),
             shutdown,
             stop_tasks_on_shutdown: true,

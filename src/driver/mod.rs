@@ -37,6 +37,7 @@ use crossbeam_channel::Receiver;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::jobspec::LogConfig;
@@ -78,6 +79,8 @@ pub enum DriverError {
     Unkillable { pid: i32 },
     #[error(transparent)]
     Keeper(KeeperError),
+    #[error("driver {driver:?} is not available on this node")]
+    Unavailable { driver: String },
 }
 
 /// What to start.
@@ -195,6 +198,12 @@ pub trait Driver: Send + Sync {
     /// The name jobs give in `driver = "..."`; fingerprinted as the node attribute `driver.<name>`.
     fn name(&self) -> &'static str;
 
+    /// The node attributes the driver gives while it is healthy: `driver.<name> = "1"` and its
+    /// own (`driver.docker.version`); none while it is not (its engine is unreachable).
+    fn fingerprint(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([(format!("driver.{}", self.name()), "1".to_string())])
+    }
+
     /// Starts the task. When this returns it runs, and its exit will arrive on
     /// [`RunningTask::exited`].
     fn start(&self, spec: &StartSpec) -> Result<RunningTask, DriverError>;
@@ -245,4 +254,92 @@ pub trait Driver: Send + Sync {
 
     /// The task's resource usage now.
     fn stats(&self, task: &RunningTask) -> Result<TaskStats, DriverError>;
+}
+
+/// The node's drivers, by the name jobs give. Cheap to clone: every runner holds one.
+#[derive(Clone)]
+pub struct Drivers {
+    list: Arc<Vec<Arc<dyn Driver>>>,
+}
+
+impl Drivers {
+    pub fn new(list: Vec<Arc<dyn Driver>>) -> Drivers {
+        Drivers {
+            list: Arc::new(list),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Driver>> {
+        self.list.iter().find(|d| d.name() == name)
+    }
+
+    /// The driver a task names; one that refuses every start when the node has none of that name
+    /// (a state file written by a newer nodeward), so the task fails with the reason in its events.
+    pub fn for_task(&self, name: &str) -> Arc<dyn Driver> {
+        match self.get(name) {
+            Some(d) => d.clone(),
+            None => Arc::new(Unavailable {
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Driver>> {
+        self.list.iter()
+    }
+
+    /// The node attributes of every healthy driver (`driver.<name>` and the driver's own).
+    pub fn attributes(&self) -> BTreeMap<String, String> {
+        self.list.iter().flat_map(|d| d.fingerprint()).collect()
+    }
+}
+
+/// A driver this node does not have: nothing starts, nothing can be re-attached.
+struct Unavailable {
+    name: String,
+}
+
+impl Unavailable {
+    fn refused(&self) -> DriverError {
+        DriverError::Unavailable {
+            driver: self.name.clone(),
+        }
+    }
+}
+
+impl Driver for Unavailable {
+    fn name(&self) -> &'static str {
+        "unavailable"
+    }
+    fn fingerprint(&self) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+    fn start(&self, _: &StartSpec) -> Result<RunningTask, DriverError> {
+        Err(self.refused())
+    }
+    fn recover(&self, _: &TaskHandle) -> Result<Option<RunningTask>, DriverError> {
+        Err(self.refused())
+    }
+    fn stop(&self, _: &RunningTask, _: i32, _: Duration) -> Result<TaskExit, DriverError> {
+        Err(self.refused())
+    }
+    fn stop_orphan(
+        &self,
+        _: &TaskHandle,
+        _: i32,
+        _: Duration,
+        _: &Receiver<Never>,
+    ) -> Result<bool, DriverError> {
+        Err(self.refused())
+    }
+    fn destroy(&self, _: RunningTask) {}
+    fn inspect(&self, _: &TaskHandle) -> TaskRunState {
+        TaskRunState::Unknown
+    }
+    fn signal(&self, _: &RunningTask, _: i32) -> Result<(), DriverError> {
+        Err(self.refused())
+    }
+    fn stats(&self, _: &RunningTask) -> Result<TaskStats, DriverError> {
+        Err(self.refused())
+    }
 }

@@ -19,6 +19,7 @@ pub mod body;
 pub mod error;
 pub mod lines;
 pub mod source;
+pub mod tree;
 pub mod value;
 
 pub use body::Items;

@@ -14,6 +14,7 @@
 //! job "<id>" { type  group "<name>" {..} }
 //! group "<name>" { count  restart {..}  volume "<label>" { type source read_only }  task "<name>" {..} }
 //! task "<name>" { driver user kill_signal kill_timeout  config { command args }  env {..}
+//!                 (a docker task's config: the keys of docker.md, `jobspec::docker::KEYS`)
 //!                 logs { max_files max_file_size }  volume_mount { volume destination read_only }
 //!                 csi_plugin { id type mount_dir stage_publish_base_dir health_timeout }
 //!                 resources { cpu memory }  restart { attempts interval delay mode } }
@@ -54,6 +55,16 @@ pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
 
 fn invalid(msg: impl Into<String>) -> JobspecError {
     JobspecError::Invalid(msg.into())
+}
+
+/// A list item of `args` as its text (`8001` is `"8001"`, as for `raw_exec`).
+fn scalar_text(v: serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) => Some(s),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
 }
 
 /// The jobspec's schema, one method per block.
@@ -192,10 +203,12 @@ impl Walk<'_> {
             .single(&items, "restart")?
             .map(|b| self.restart(&what, b))
             .transpose()?;
+        let driver = self.src.opt_string(&items, "driver")?;
+        let docker = driver.as_deref() == Some(super::docker::NAME);
         let config = self
             .src
             .single(&items, "config")?
-            .map(|b| self.config(&what, b))
+            .map(|b| self.config(&what, b, docker))
             .transpose()?;
         let env = self
             .src
@@ -223,7 +236,7 @@ impl Walk<'_> {
             .map(|b| self.resources(&what, b))
             .transpose()?;
         Ok(RawTask {
-            driver: self.src.opt_string(&items, "driver")?,
+            driver,
             user: self.src.opt_string(&items, "user")?,
             name: Some(name),
             config,
@@ -239,8 +252,42 @@ impl Walk<'_> {
         })
     }
 
-    fn config(&self, task: &str, block: &Block) -> Result<RawConfig, JobspecError> {
+    /// A task's `config`: `command` and `args` for `raw_exec`; for `docker`, every key of the
+    /// docker driver ([`super::docker::KEYS`]), read as plain data.
+    fn config(&self, task: &str, block: &Block, docker: bool) -> Result<RawConfig, JobspecError> {
         let what = format!("config block of {task}");
+        if docker {
+            let mut fields = self
+                .src
+                .body_value(&what, &block.body, super::docker::KEYS)?;
+            let command = match fields.remove("command") {
+                None => None,
+                Some(serde_json::Value::String(s)) => Some(s),
+                Some(_) => {
+                    return Err(invalid(format!(
+                        "attribute \"command\" in {what} must be a string"
+                    )))
+                }
+            };
+            let args = match fields.remove("args") {
+                None => None,
+                Some(v) => Some(
+                    serde_json::from_value::<Vec<serde_json::Value>>(v)
+                        .ok()
+                        .and_then(|items| items.into_iter().map(scalar_text).collect())
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "attribute \"args\" in {what} must be a list of strings"
+                            ))
+                        })?,
+                ),
+            };
+            return Ok(RawConfig {
+                command,
+                args,
+                extra: fields.into_iter().collect(),
+            });
+        }
         let items = self
             .src
             .items(&what, &block.body, &["command", "args"], &[])?;
@@ -417,6 +464,7 @@ job "example" {
                         args: ["httpd", "-f", "-p", "8001", "-h", "${NOMAD_TASK_DIR}"]
                             .map(String::from)
                             .to_vec(),
+                        docker: Default::default(),
                     },
                     env: BTreeMap::from([("GREETING".to_string(), "hello".to_string())]),
                     user: None,
@@ -987,5 +1035,61 @@ job "docs" {
             "\"--nodt = 1\n    restarsystem\"\n  gjob \"proup \"",
         );
         assert!(on_agent_stack(|| parse_job(src)).is_err());
+    }
+
+    /// Seed 1's plugin job as docker.md gives it: a docker task's config is the docker driver's.
+    #[test]
+    fn a_docker_task_reads_the_docker_config() {
+        let src = r#"
+job "plugin" {
+  group "csi" {
+    task "plugin" {
+      driver = "docker"
+      config {
+        image   = "busybox:1"
+        command = "httpd"
+        args    = ["-vv", "-f", "-p", "8001", "-h", "/local"]
+        labels { team = "storage" }
+        mount {
+          type   = "tmpfs"
+          target = "/scratch"
+          tmpfs_options { size = 1048576 }
+        }
+      }
+      csi_plugin { id = "whatever"  type = "monolith"  health_timeout = "5s" }
+      resources { cpu = 100  memory = 64 }
+    }
+  }
+}"#;
+        let job = parse_job(src).unwrap().job;
+        let task = &job.task_groups[0].tasks[0];
+        assert_eq!(task.driver, "docker");
+        assert_eq!(task.config.command, "httpd");
+        assert_eq!(
+            task.config.args,
+            ["-vv", "-f", "-p", "8001", "-h", "/local"]
+        );
+        assert_eq!(task.config.docker.image, "busybox:1");
+        assert_eq!(task.config.docker.labels["team"], "storage");
+        assert_eq!(task.config.docker.mount[0].tmpfs_size, Some(1_048_576));
+        // The job reads back from its own JSON (what `jobs parse` answers and the state keeps).
+        let text = serde_json::to_string(&job).unwrap();
+        assert!(text.contains(r#""image":"busybox:1""#), "{text}");
+        let back = crate::jobspec::json::parse_job(text.as_bytes()).unwrap();
+        assert_eq!(back.job, job);
+        assert!(back.warnings.is_empty(), "{:?}", back.warnings);
+
+        let bogus = src.replace("image   =", "imag =");
+        assert_eq!(
+            parse_job(&bogus).unwrap_err(),
+            JobspecError::Unknown(
+                "unknown attribute \"imag\" in config block of task \"plugin\" at line 7".into()
+            )
+        );
+        let raw_exec = src.replace("\"docker\"", "\"raw_exec\"");
+        assert!(parse_job(&raw_exec)
+            .unwrap_err()
+            .to_string()
+            .starts_with("unknown attribute \"image\" in config block"));
     }
 }

@@ -407,9 +407,15 @@ mod tests {
         );
         assert_eq!(
             with(&|j| j["TaskGroups"][0]["Tasks"][0]["Driver"] = json!("docker")),
-            invalid(
-                "task \"t\": driver \"docker\" is not supported, nodeward only has \"raw_exec\""
-            )
+            invalid("task \"t\": docker config must set a non-empty image")
+        );
+        assert_eq!(
+            with(&|j| {
+                j["TaskGroups"][0]["Tasks"][0]["Driver"] = json!("docker");
+                j["TaskGroups"][0]["Tasks"][0]["Config"]["image"] = json!("busybox:1");
+                j["TaskGroups"][0]["Tasks"][0]["Config"]["bogus"] = json!(1);
+            }),
+            invalid("task \"t\": unknown docker config key \"bogus\"")
         );
         assert_eq!(
             with(&|j| j["TaskGroups"] = json!([])),

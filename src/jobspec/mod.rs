@@ -9,6 +9,7 @@
 //! `command`, `args` and `env` stays as written and is replaced when the task starts
 //! ([`interpolate`]).
 
+pub mod docker;
 pub mod hcl;
 pub mod interpolate;
 pub mod json;
@@ -200,9 +201,14 @@ pub struct Task {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DriverConfig {
+    /// Required by `raw_exec`; for `docker` it replaces the image's command and may be empty.
+    #[serde(default)]
     pub command: String,
     #[serde(default)]
     pub args: Vec<String>,
+    /// The docker driver's keys ([`docker`]); empty, and not written, for other drivers.
+    #[serde(flatten)]
+    pub docker: docker::DockerConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

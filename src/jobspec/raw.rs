@@ -106,7 +106,14 @@ pub(crate) struct RawTask {
     pub extra: Extra,
 }
 
-/// The driver's `config`: its keys are the driver's own, in lower case.
+impl RawTask {
+    pub(crate) fn is_docker(&self) -> bool {
+        self.driver.as_deref() == Some(super::docker::NAME)
+    }
+}
+
+/// The driver's `config`: its keys are the driver's own, in lower case. `extra` holds the keys
+/// beside `command` and `args`: for a docker task, the docker driver's ([`super::docker`]).
 #[derive(Debug, Default, Deserialize)]
 #[serde(expecting = "a Config object")]
 pub(crate) struct RawConfig {
@@ -211,7 +218,8 @@ impl RawJob {
                 if let Some(r) = &t.restart_policy {
                     warn_extra(&mut out, &format!("{path}.RestartPolicy."), &r.extra);
                 }
-                if let Some(c) = &t.config {
+                // A docker task's config keys are the docker driver's (an unknown one is refused).
+                if let Some(c) = t.config.as_ref().filter(|_| !t.is_docker()) {
                     warn_extra(&mut out, &format!("{path}.Config."), &c.extra);
                 }
                 if let Some(l) = &t.log_config {
@@ -386,6 +394,7 @@ fn restart(
 }
 
 fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, JobspecError> {
+    let is_docker = raw.is_docker();
     let name = raw.name.unwrap_or_default();
     let kill_signal = match raw.kill_signal {
         Some(signal) => kill_signal(&name, &signal)?,
@@ -396,6 +405,17 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
         None => group_policy,
     };
     let config = raw.config.unwrap_or_default();
+    let mut env = raw.env.unwrap_or_default();
+    let docker = if is_docker {
+        let fields = config.extra.into_iter().collect();
+        let (docker, docker_env) = super::docker::parse(&format!("task {name:?}"), fields)?;
+        for (k, v) in docker_env {
+            env.entry(k).or_insert(v);
+        }
+        docker
+    } else {
+        super::docker::DockerConfig::default()
+    };
     let log_defaults = LogConfig::default();
     let log_config = raw.log_config.unwrap_or_default();
     let volume_mounts = raw
@@ -419,8 +439,9 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
         config: DriverConfig {
             command: config.command.unwrap_or_default(),
             args: config.args.unwrap_or_default(),
+            docker,
         },
-        env: raw.env.unwrap_or_default(),
+        env,
         user: raw.user,
         kill_signal,
         kill_timeout: duration(&format!("{path}.KillTimeout"), raw.kill_timeout)?

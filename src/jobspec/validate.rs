@@ -95,6 +95,9 @@ fn validate_group(group: &TaskGroup) -> Result<(), JobspecError> {
     Ok(())
 }
 
+/// The drivers a task may name, for messages.
+const DRIVERS: &str = "\"raw_exec\" and \"docker\"";
+
 fn validate_task(group: &TaskGroup, task: &Task) -> Result<(), JobspecError> {
     validate_name("task", &task.name)?;
     // A task's directory is `<alloc_dir>/<task>`, beside the shared `<alloc_dir>/alloc`: a task
@@ -105,21 +108,25 @@ fn validate_task(group: &TaskGroup, task: &Task) -> Result<(), JobspecError> {
         ));
     }
     let ctx = format!("task {:?}", task.name);
-    if task.driver.is_empty() {
-        return Err(invalid(format!(
-            "{ctx} must set driver = \"raw_exec\" (the only driver nodeward has)"
-        )));
-    }
-    if task.driver != "raw_exec" {
-        return Err(invalid(format!(
-            "{ctx}: driver {:?} is not supported, nodeward only has \"raw_exec\"",
-            task.driver
-        )));
-    }
-    if task.config.command.is_empty() {
-        return Err(invalid(format!(
-            "{ctx}: config must set a non-empty command"
-        )));
+    match task.driver.as_str() {
+        "" => {
+            return Err(invalid(format!(
+                "{ctx} must set a driver: one of {DRIVERS}"
+            )))
+        }
+        "raw_exec" => {
+            if task.config.command.is_empty() {
+                return Err(invalid(format!(
+                    "{ctx}: config must set a non-empty command"
+                )));
+            }
+        }
+        super::docker::NAME => super::docker::validate(&ctx, &task.config.docker)?,
+        other => {
+            return Err(invalid(format!(
+                "{ctx}: driver {other:?} is not supported, nodeward has {DRIVERS}"
+            )))
+        }
     }
     if task.user.as_deref() == Some("") {
         return Err(invalid(format!("{ctx}: user must not be empty")));
@@ -334,6 +341,7 @@ mod tests {
             config: DriverConfig {
                 command: "busybox".to_string(),
                 args: vec!["true".to_string()],
+                docker: Default::default(),
             },
             env: BTreeMap::new(),
             user: None,
@@ -491,15 +499,20 @@ mod tests {
     #[test]
     fn task_fields() {
         let mut j = job();
+        j.task_groups[0].tasks[0].driver = "exec2".to_string();
+        assert_eq!(
+            err(&j),
+            "task \"task\": driver \"exec2\" is not supported, nodeward has \"raw_exec\" and \"docker\""
+        );
         j.task_groups[0].tasks[0].driver = "docker".to_string();
         assert_eq!(
             err(&j),
-            "task \"task\": driver \"docker\" is not supported, nodeward only has \"raw_exec\""
+            "task \"task\": docker config must set a non-empty image"
         );
         j.task_groups[0].tasks[0].driver = String::new();
         assert_eq!(
             err(&j),
-            "task \"task\" must set driver = \"raw_exec\" (the only driver nodeward has)"
+            "task \"task\" must set a driver: one of \"raw_exec\" and \"docker\""
         );
         let mut j = job();
         j.task_groups[0].tasks[0].config.command = String::new();

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::driver::{self, Driver, RunningTask, TaskExit, TaskHandle, TaskRunState};
+use crate::driver::{self, Driver, Drivers, RunningTask, TaskExit, TaskHandle, TaskRunState};
 use crate::jobspec::JobType;
 use crate::state::StateStore;
 use crate::task::events::{
@@ -50,7 +50,8 @@ pub enum TaskCommand {
 /// What every runner shares.
 #[derive(Clone)]
 pub struct RunnerDeps {
-    pub driver: Arc<dyn Driver>,
+    /// The node's drivers; each runner uses the one its task names.
+    pub drivers: Drivers,
     pub store: Arc<StateStore>,
     /// Disconnects when the agent shuts down.
     pub shutdown: Receiver<Never>,
@@ -104,7 +105,9 @@ pub fn spawn(
             .map(|n| Duration::from_nanos(n.max(0) as u64));
         tracker.restore(start, s.restart_window_count);
     }
+    let driver = deps.drivers.for_task(&ctx.task.driver);
     let runner = TaskRunner {
+        driver,
         tracker,
         ctx,
         hooks,
@@ -160,6 +163,8 @@ fn runner_failed(state: &Mutex<TaskState>, store: &StateStore, msg: &str) {
 
 struct TaskRunner {
     ctx: TaskContext,
+    /// The driver the task names.
+    driver: Arc<dyn Driver>,
     hooks: Vec<Arc<dyn TaskHook>>,
     /// Shared with the allocation registry, which the API reads.
     state: Arc<Mutex<TaskState>>,
@@ -341,7 +346,7 @@ impl TaskRunner {
             }
         }
         let spec = crate::task::env::start_spec(&self.ctx, env, &passed);
-        self.deps.driver.start(&spec).map_err(|e| {
+        self.driver.start(&spec).map_err(|e| {
             self.emit(TaskEvent::driver_failure(now_nanos(), &e.to_string()));
             Some(RunEnd::StartFailed)
         })
@@ -385,7 +390,7 @@ impl TaskRunner {
     fn supervise(&mut self, task: RunningTask, how: Attach) -> Waited {
         let waited = self.watch(&task, how);
         if !matches!(waited, Waited::Detached) {
-            self.deps.driver.destroy(task);
+            self.driver.destroy(task);
         }
         waited
     }
@@ -448,7 +453,7 @@ impl TaskRunner {
                 recv(self.commands) -> cmd => match cmd {
                     Ok(TaskCommand::Signal { signal, name }) => {
                         self.emit(TaskEvent::signaling(now_nanos(), &name, ""));
-                        if let Err(e) = self.deps.driver.signal(process, signal) {
+                        if let Err(e) = self.driver.signal(process, signal) {
                             log::warn!("cannot signal task {}: {e}", task.name);
                         }
                     }
@@ -507,11 +512,7 @@ impl TaskRunner {
 
     /// Sends the kill signal to the task, waits `kill_timeout`, then kills it for good.
     fn stop_process(&self, task: &RunningTask, signal: i32) -> TaskExit {
-        match self
-            .deps
-            .driver
-            .stop(task, signal, self.ctx.task.kill_timeout)
-        {
+        match self.driver.stop(task, signal, self.ctx.task.kill_timeout) {
             Ok(exit) => exit,
             Err(e) => {
                 log::error!("task {}: {e}", self.ctx.task.name);
@@ -579,11 +580,11 @@ impl TaskRunner {
             let recorded = s.handle.clone().or_else(|| {
                 s.pid
                     .zip(s.pid_start_ticks)
-                    .map(|(pid, ticks)| TaskHandle::process(self.deps.driver.name(), pid, ticks))
+                    .map(|(pid, ticks)| TaskHandle::process(self.driver.name(), pid, ticks))
             });
             (recorded, s.state == TaskStatus::Running, s.restart_at)
         };
-        let driver = self.deps.driver.clone();
+        let driver = self.driver.clone();
         let (name, alloc) = (&self.ctx.task.name, &self.ctx.alloc_id);
         let mut recovered = None;
         let mut foreign = None;
@@ -743,7 +744,7 @@ mod tests {
         let (_shutdown_tx, shutdown) = bounded::<Never>(0);
         let keeper = driver::KeeperClient::open(&dir, keeper_program()).unwrap();
         let deps = RunnerDeps {
-            driver: Arc::new(driver::RawExec::new(keeper)),
+            drivers: Drivers::new(vec![Arc::new(driver::RawExec::new(keeper))]),
             store,
             shutdown,
             stop_tasks_on_shutdown: true,

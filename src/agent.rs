@@ -106,6 +106,9 @@ impl Agent {
         stop: StopSwitch,
         lock: DataDirLock,
     ) -> Result<Arc<Agent>, AgentError> {
+        for warning in &config.warnings {
+            log::warn!("{warning}");
+        }
         let (store, state) = StateStore::open(&config.data_dir, fresh_state)?;
         // The last checks that can fail before a task is adopted or started: the disk takes a
         // state write, the keeper is installed.

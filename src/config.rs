@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use crate::util::duration;
 
+mod plugins;
+pub use plugins::{DockerSettings, DEFAULT_ALLOW_CAPS, DEFAULT_DOCKER_ENDPOINT};
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config {path}: {source}")]
@@ -68,6 +71,10 @@ pub struct AgentConfig {
     /// The most allocations that may be live (not terminal) on this node at once
     /// (`client { max_allocs }`): a registration that would go over it is refused.
     pub max_allocs: usize,
+    /// The docker driver's settings (`plugin "docker" { config { ... } }`).
+    pub docker: DockerSettings,
+    /// What the configuration holds that has no effect (logged when the agent starts).
+    pub warnings: Vec<String>,
     /// The `-config` arguments, re-read on SIGHUP.
     pub sources: Vec<PathBuf>,
 }
@@ -119,6 +126,7 @@ struct RawConfig {
     http_allowed_hosts: Option<Vec<String>>,
     acl: Option<RawAcl>,
     client: Option<RawClient>,
+    plugin: Option<BTreeMap<String, plugins::RawPlugin>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -187,6 +195,9 @@ impl RawConfig {
             if a.enforce_reads.is_some() {
                 mine.enforce_reads = a.enforce_reads;
             }
+        }
+        if let Some(p) = other.plugin {
+            self.plugin.get_or_insert_with(Default::default).extend(p);
         }
         if let Some(c) = other.client {
             let mine = self.client.get_or_insert_with(Default::default);
@@ -381,6 +392,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         crate::task::env::check_passthrough(entry)
             .map_err(|e| ConfigError::Invalid(format!("client.task_env_passthrough: {e}")))?;
     }
+    let (docker, warnings) = plugins::validate(raw.plugin.unwrap_or_default())?;
     let mut host_volumes = BTreeMap::new();
     for (name, v) in client.host_volume.unwrap_or_default() {
         let path = PathBuf::from(&v.path);
@@ -425,6 +437,8 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         max_kill_timeout,
         gc,
         max_allocs,
+        docker,
+        warnings,
         sources: Vec::new(),
     })
 }
@@ -557,6 +571,57 @@ client {
         );
         let bad = write("bad2.hcl", "log_level = \"loud\"\n");
         assert!(load(&[bad], false).is_err());
+    }
+
+    /// A Nomad client configuration's plugin blocks work unchanged.
+    #[test]
+    fn plugin_blocks_configure_the_docker_driver() {
+        let p = write(
+            "plugins.hcl",
+            r#"
+plugin "raw_exec" {
+  config { enabled = true }
+}
+plugin "docker" {
+  config {
+    endpoint = "unix:///run/d.sock"
+    allow_privileged = true
+    allow_caps = ["CHOWN", "net_admin"]
+    volumes { enabled = true }
+    gc { image = false }
+  }
+}
+"#,
+        );
+        let c = load(&[p], false).unwrap();
+        assert_eq!(c.docker.endpoint, "unix:///run/d.sock");
+        assert!(c.docker.allow_privileged && c.docker.volumes_enabled);
+        assert!(c.docker.cap_allowed("CAP_NET_ADMIN") && !c.docker.cap_allowed("sys_admin"));
+        assert_eq!(
+            c.warnings,
+            ["plugin \"docker\" config: gc has no effect on nodeward and was ignored"]
+        );
+        let none = load(&[write("none.hcl", "")], false).unwrap();
+        assert!(!none.docker.allow_privileged && none.docker.cap_allowed("kill"));
+        for (bad, says) in [
+            (
+                "plugin \"docker\" {\n config { endpoint = \"tcp://h:2375\" }\n}\n",
+                "endpoint must be unix:///",
+            ),
+            (
+                "plugin \"docker\" {\n config { bogus = 1 }\n}\n",
+                "unknown field `bogus`",
+            ),
+            (
+                "plugin \"exec2\" {\n config {}\n}\n",
+                "nodeward has no such driver",
+            ),
+        ] {
+            let err = load(&[write("bad.hcl", bad)], false)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
     }
 
     #[test]

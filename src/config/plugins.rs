@@ -185,7 +185,7 @@ fn docker_settings(
             })
             .collect();
     }
-    if let Some(v) = raw.volumes.map(|v| v) {
+    if let Some(v) = raw.volumes {
         s.volumes_enabled = v.enabled.unwrap_or(false);
         if v.selinuxlabel.is_some() {
             warnings.push("plugin \"docker\" config: volumes.selinuxlabel has no effect".into());

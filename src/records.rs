@@ -72,6 +72,9 @@ pub struct TaskEvent {
     pub restart_reason: String,
     pub setup_error: String,
     pub driver_error: String,
+    /// A `Driver` event's message (Nomad's `DriverMessage`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub driver_message: String,
     pub exit_code: i32,
     pub signal: i32,
     pub kill_reason: String,
@@ -171,6 +174,8 @@ pub enum HandleState {
     /// A task the data directory's keeper holds (`driver::process::keeper`): the keeper is its
     /// parent, so the PID is its own until the keeper is told to forget it.
     Kept { pid: i32, start_ticks: u64 },
+    /// A container of the docker engine, by its ID (and name, `<task>-<alloc_id>`).
+    Container { id: String, name: String },
 }
 
 impl TaskState {

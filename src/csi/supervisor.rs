@@ -83,7 +83,7 @@ impl Default for CsiSettings {
 
 /// `<data_dir>/client/csi/plugins/<alloc_id>`: where the plugin of an allocation creates its socket.
 pub fn socket_dir(data_dir: &Path, alloc_id: &str) -> PathBuf {
-    data_dir.join("client/csi/plugins").join(alloc_id)
+    crate::util::allocdir::csi_socket_dir(data_dir, alloc_id)
 }
 
 /// `<data_dir>/client/csi/<type>/<plugin_id>`: the plugin's staging directory.
@@ -114,6 +114,8 @@ pub struct CsiPluginHook {
     task_endpoint: Option<String>,
     socket_dir: PathBuf,
     staging_dir: PathBuf,
+    /// The task runs in a container (docker): it sees its socket directory at `mount_dir`.
+    in_container: bool,
     registry: Arc<PluginRegistry>,
     settings: CsiSettings,
     /// Guards the current run's supervisor and what the last prestart/poststart chose.
@@ -163,6 +165,7 @@ impl CsiPluginHook {
             group: task.group.clone(),
             task_name: task.task.name.clone(),
             task_endpoint: task.task.env.get(ENDPOINT_ENV).cloned(),
+            in_container: task.task.driver == crate::jobspec::docker::NAME,
             config,
             registry,
             settings,
@@ -321,10 +324,16 @@ impl TaskHook for CsiPluginHook {
                         own_socket.display()
                     ),
                 }
-                env.insert(
-                    ENDPOINT_ENV.to_string(),
-                    format!("unix://{}", own_socket.display()),
-                );
+                // A containerised plugin sees the socket directory at its mount_dir (docker.md).
+                let endpoint = if self.in_container {
+                    format!(
+                        "unix://{}/{SOCKET_NAME}",
+                        self.config.mount_dir.trim_end_matches('/')
+                    )
+                } else {
+                    format!("unix://{}", own_socket.display())
+                };
+                env.insert(ENDPOINT_ENV.to_string(), endpoint);
                 own_socket
             }
         };

@@ -28,12 +28,33 @@ impl TaskHandle {
         }
     }
 
+    /// The handle of a container of the docker engine.
+    pub fn container(driver: &str, id: &str, name: &str) -> TaskHandle {
+        TaskHandle {
+            version: HANDLE_VERSION,
+            driver: driver.to_string(),
+            state: HandleState::Container {
+                id: id.to_string(),
+                name: name.to_string(),
+            },
+        }
+    }
+
+    /// The container a handle names, for the docker driver.
+    pub fn container_id(&self) -> Option<&str> {
+        match &self.state {
+            HandleState::Container { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+
     /// The process leading the task, for drivers whose task is one.
     pub fn pid(&self) -> Option<(i32, u64)> {
         match self.state {
             HandleState::Process { pid, start_ticks } | HandleState::Kept { pid, start_ticks } => {
                 Some((pid, start_ticks))
             }
+            HandleState::Container { .. } => None,
         }
     }
 }

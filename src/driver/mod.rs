@@ -98,6 +98,50 @@ pub struct StartSpec {
     pub log_dir: PathBuf,
     pub task_name: String,
     pub logs: LogConfig,
+    /// What a container driver needs besides (docker); `None` for `raw_exec`.
+    pub container: Option<ContainerSpec>,
+    /// Where the driver reports progress the task's events show (`Downloading image`).
+    pub progress: Option<Progress>,
+}
+
+/// Where a driver's progress messages go: the task's `Driver` events.
+#[derive(Clone)]
+pub struct Progress(pub Arc<dyn Fn(&str) + Send + Sync>);
+
+impl Progress {
+    pub fn report(&self, message: &str) {
+        (self.0)(message)
+    }
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress")
+    }
+}
+
+/// A container task's settings beyond the process fields of [`StartSpec`] (docker.md).
+#[derive(Debug, Clone)]
+pub struct ContainerSpec {
+    pub config: crate::jobspec::docker::DockerConfig,
+    pub job_name: String,
+    /// `<alloc_dir>/<task>` on the host: `volumes` and bind mounts are relative to it.
+    pub task_dir: PathBuf,
+    /// Host directories bound into the container, as Nomad binds them: the shared `alloc`
+    /// directory at `/alloc`, the task's `local` and `secrets` at `/local` and `/secrets`, a CSI
+    /// plugin's socket directory at its `mount_dir`.
+    pub binds: Vec<Bind>,
+    /// `resources { memory }` in MiB and `cpu` in MHz (CPU shares).
+    pub memory_mb: u32,
+    pub cpu: u32,
+}
+
+/// A host path bound into a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    pub host: PathBuf,
+    pub container: String,
+    pub read_only: bool,
 }
 
 /// Whether a task runs, as [`Driver::inspect`] sees it (Nomad's `drivers.TaskState`).
@@ -152,7 +196,7 @@ impl TaskExit {
     /// The exit code and signal; a task lost with its keeper has code -1.
     pub fn status(&self) -> ExitStatus {
         match self {
-            TaskExit::Exited(e) => ExitStatus {
+            TaskExit::Exited(e) | TaskExit::Container { exit: e, .. } => ExitStatus {
                 exit_code: e.exit_code,
                 signal: e.signal,
             },
@@ -165,17 +209,27 @@ impl TaskExit {
     /// When the task ended, in nanoseconds since the Unix epoch, when that is known.
     pub fn at_nanos(&self) -> Option<i64> {
         match self {
-            TaskExit::Exited(e) => Some(e.at_nanos),
+            TaskExit::Exited(e) | TaskExit::Container { exit: e, .. } => Some(e.at_nanos),
             TaskExit::KeeperDied | TaskExit::Unknown | TaskExit::LostWhileAway => None,
         }
     }
 
-    /// The `Terminated` event's message: empty for a task whose end was seen.
-    pub fn message(&self) -> &'static str {
+    /// The `Terminated` event's message: empty for a task whose end was seen; for a container,
+    /// the docker driver's (docker.md).
+    pub fn message(&self) -> std::borrow::Cow<'static, str> {
         match self {
-            TaskExit::Exited(_) | TaskExit::Unknown => "",
-            TaskExit::KeeperDied => KEEPER_DIED,
-            TaskExit::LostWhileAway => LOST_WHILE_AWAY,
+            TaskExit::Exited(_) | TaskExit::Unknown => "".into(),
+            TaskExit::KeeperDied => KEEPER_DIED.into(),
+            TaskExit::LostWhileAway => LOST_WHILE_AWAY.into(),
+            TaskExit::Container {
+                oom_killed: true, ..
+            } => "OOM Killed".into(),
+            TaskExit::Container { exit, .. } if exit.exit_code != 0 => format!(
+                "Docker container exited with non-zero exit code: {}",
+                exit.exit_code
+            )
+            .into(),
+            TaskExit::Container { .. } => "".into(),
         }
     }
 }

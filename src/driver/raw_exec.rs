@@ -117,12 +117,14 @@ impl Driver for RawExec {
 
     fn recover(&self, handle: &TaskHandle) -> Result<Option<RunningTask>, DriverError> {
         Self::check(handle)?;
-        Ok(match handle.state {
-            HandleState::Kept { pid, start_ticks } => {
+        Ok(match &handle.state {
+            &HandleState::Kept { pid, start_ticks } => {
                 self.keeper.claim(pid, start_ticks).map(Self::attach)
             }
             // A child of an agent before the keeper: nothing can reap it or read its output now.
             HandleState::Process { .. } => None,
+            // Not raw_exec's (`check` refused it).
+            HandleState::Container { .. } => None,
         })
     }
 
@@ -155,8 +157,8 @@ impl Driver for RawExec {
         cancel: &Receiver<Never>,
     ) -> Result<bool, DriverError> {
         Self::check(handle)?;
-        match handle.state {
-            HandleState::Process { pid, start_ticks } => {
+        match &handle.state {
+            &HandleState::Process { pid, start_ticks } => {
                 if process::same_process_alive(pid, start_ticks) {
                     return Ok(process::stop_foreign_group(
                         pid,
@@ -167,7 +169,7 @@ impl Driver for RawExec {
                     ));
                 }
             }
-            HandleState::Kept { pid, start_ticks } => {
+            &HandleState::Kept { pid, start_ticks } => {
                 if let Some(kept) = self.keeper.claim(pid, start_ticks) {
                     if let Err(e) = self.keeper.signal(kept.pid, signal) {
                         log::warn!("cannot signal process group {}: {e}", kept.pid);
@@ -188,6 +190,7 @@ impl Driver for RawExec {
                     self.destroy(Self::attach(kept));
                 }
             }
+            HandleState::Container { .. } => {}
         }
         Ok(true)
     }

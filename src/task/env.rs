@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 
-use crate::driver::StartSpec;
+use crate::driver::{Bind, ContainerSpec, StartSpec};
 use crate::jobspec::interpolate::interpolate;
 use crate::task::hooks::TaskContext;
 
@@ -87,12 +87,32 @@ pub fn passthrough(
 
 /// The passed-through variables, then `NOMAD_*`, then the task's `env` (task wins).
 pub fn base_env(ctx: &TaskContext, passed: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    let mut env = passed.clone();
+    // A container has its image's PATH and locale, not the host's; its directories are where
+    // the docker driver binds them (docker.md), as Nomad sets them.
+    let container = ctx.task.driver == crate::jobspec::docker::NAME;
+    let mut env = if container {
+        BTreeMap::new()
+    } else {
+        passed.clone()
+    };
+    let dir = |host: std::path::PathBuf, inside: &str| {
+        if container {
+            inside.to_string()
+        } else {
+            host.display().to_string()
+        }
+    };
     let nomad = [
         ("NOMAD_ALLOC_ID", ctx.alloc_id.clone()),
-        ("NOMAD_ALLOC_DIR", ctx.shared_dir().display().to_string()),
-        ("NOMAD_TASK_DIR", ctx.local_dir().display().to_string()),
-        ("NOMAD_SECRETS_DIR", ctx.secrets_dir().display().to_string()),
+        (
+            "NOMAD_ALLOC_DIR",
+            dir(ctx.shared_dir(), CONTAINER_ALLOC_DIR),
+        ),
+        ("NOMAD_TASK_DIR", dir(ctx.local_dir(), CONTAINER_TASK_DIR)),
+        (
+            "NOMAD_SECRETS_DIR",
+            dir(ctx.secrets_dir(), CONTAINER_SECRETS_DIR),
+        ),
         ("NOMAD_TASK_NAME", ctx.task.name.clone()),
         ("NOMAD_GROUP_NAME", ctx.group.clone()),
         ("NOMAD_JOB_NAME", ctx.job.name.clone()),
@@ -141,6 +161,7 @@ pub fn start_spec(
         .iter()
         .map(|a| interpolate(a, &lookup))
         .collect();
+    let container = (task.driver == crate::jobspec::docker::NAME).then(|| container_spec(ctx));
     StartSpec {
         command,
         args,
@@ -151,6 +172,43 @@ pub fn start_spec(
         task_name: task.name.clone(),
         logs: task.log_config,
         env,
+        container,
+        progress: None,
+    }
+}
+
+/// Where a container sees the allocation's shared directory, its task's `local` and `secrets`.
+pub const CONTAINER_ALLOC_DIR: &str = "/alloc";
+pub const CONTAINER_TASK_DIR: &str = "/local";
+pub const CONTAINER_SECRETS_DIR: &str = "/secrets";
+
+/// A docker task's container settings: its config and the host directories bound into it.
+fn container_spec(ctx: &TaskContext) -> ContainerSpec {
+    let bind = |host, container: &str| Bind {
+        host,
+        container: container.to_string(),
+        read_only: false,
+    };
+    let mut binds = vec![
+        bind(ctx.shared_dir(), CONTAINER_ALLOC_DIR),
+        bind(ctx.local_dir(), CONTAINER_TASK_DIR),
+        bind(ctx.secrets_dir(), CONTAINER_SECRETS_DIR),
+    ];
+    if let Some(csi) = &ctx.task.csi_plugin {
+        // The plugin creates its socket in mount_dir; the agent probes the host side (csi.md).
+        let data_dir = std::path::absolute(&ctx.data_dir).unwrap_or_else(|_| ctx.data_dir.clone());
+        binds.push(bind(
+            crate::util::allocdir::csi_socket_dir(&data_dir, &ctx.alloc_id),
+            &csi.mount_dir,
+        ));
+    }
+    ContainerSpec {
+        config: ctx.task.config.docker.clone(),
+        job_name: ctx.job.name.clone(),
+        task_dir: ctx.task_dir.clone(),
+        binds,
+        memory_mb: ctx.task.resources.memory_mb,
+        cpu: ctx.task.resources.cpu,
     }
 }
 

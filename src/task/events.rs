@@ -20,6 +20,8 @@ pub const KILLED: &str = "Killed";
 pub const RESTART_SIGNALED: &str = "Restart Signaled";
 pub const SIGNALING: &str = "Signaling";
 pub const DRIVER_FAILURE: &str = "Driver Failure";
+/// A driver's progress (`Downloading image`), as Nomad's `TaskDriverMessage` events.
+pub const DRIVER: &str = "Driver";
 pub const SETUP_FAILURE: &str = "Setup Failure";
 /// nodeward's own: the thread supervising the task failed (a bug); the task was stopped.
 pub const RUNNER_FAILURE: &str = "Runner Failure";
@@ -96,7 +98,7 @@ impl TaskEvent {
     pub fn terminated_by(exit: &crate::driver::TaskExit, now: i64) -> (i64, TaskEvent) {
         let status = exit.status();
         let at = exit.at_nanos().unwrap_or(now);
-        let event = TaskEvent::terminated(at, status.exit_code, status.signal, exit.message());
+        let event = TaskEvent::terminated(at, status.exit_code, status.signal, &exit.message());
         (at, event)
     }
 
@@ -169,6 +171,14 @@ impl TaskEvent {
             e.task_signal_reason = reason.to_string();
             e = e.detail("reason", reason);
         }
+        e
+    }
+
+    /// A driver's progress message (docker: `Downloading image`, `Downloaded image`).
+    pub fn driver(time: i64, message: &str) -> TaskEvent {
+        let mut e =
+            TaskEvent::new(DRIVER, time, message.to_string()).detail("driver_message", message);
+        e.driver_message = message.to_string();
         e
     }
 

@@ -345,7 +345,12 @@ impl TaskRunner {
                 self.emit(TaskEvent::task_setup_note(now_nanos(), &note));
             }
         }
-        let spec = crate::task::env::start_spec(&self.ctx, env, &passed);
+        let mut spec = crate::task::env::start_spec(&self.ctx, env, &passed);
+        let (state, store) = (self.state.clone(), self.deps.store.clone());
+        spec.progress = Some(driver::Progress(Arc::new(move |message: &str| {
+            state.lock().push(TaskEvent::driver(now_nanos(), message));
+            store.save_soon();
+        })));
         self.driver.start(&spec).map_err(|e| {
             self.emit(TaskEvent::driver_failure(now_nanos(), &e.to_string()));
             Some(RunEnd::StartFailed)

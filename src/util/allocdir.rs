@@ -53,6 +53,12 @@ pub fn secrets_dir(task_dir: &Path) -> PathBuf {
     task_dir.join("secrets")
 }
 
+/// `<data_dir>/client/csi/plugins/<alloc_id>`: where the plugin of an allocation creates its
+/// socket (a containerised plugin sees it at its `mount_dir`).
+pub fn csi_socket_dir(data_dir: &Path, alloc_id: &str) -> PathBuf {
+    data_dir.join("client/csi/plugins").join(alloc_id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

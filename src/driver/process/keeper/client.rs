@@ -55,6 +55,11 @@ pub enum TaskExit {
     /// The keeper did not hold the task when the agent came back: the machine rebooted, or the
     /// keeper died while no agent watched.
     LostWhileAway,
+    /// A container ended (the docker driver): its exit code, and whether the kernel OOM-killed it.
+    Container {
+        exit: Exit,
+        oom_killed: bool,
+    },
 }
 
 /// A task the keeper holds, as the agent tracks it.

@@ -22,6 +22,7 @@ use crate::alloc::{AllocManager, Collector, Engine};
 use crate::config::AgentConfig;
 use crate::csi::registry::PluginRegistry;
 use crate::csi::supervisor::{CsiPluginHook, CsiSettings};
+use crate::driver::docker::Docker;
 use crate::driver::{Drivers, KeeperClient, RawExec};
 use crate::state::{DataDirLock, StateError, StateStore};
 use crate::task::hooks::{HookFactory, TaskContext, TaskHook};
@@ -63,6 +64,9 @@ impl HookFactory for AgentHooks {
     }
 }
 
+/// How often the docker driver checks its engine (Nomad's fingerprint period).
+const DOCKER_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A running agent's parts, shared with the API.
 pub struct Agent {
     pub config: AgentConfig,
@@ -77,6 +81,8 @@ pub struct Agent {
     pub csi: Arc<PluginRegistry>,
     /// The node's task drivers (fingerprinted into the node's attributes).
     pub drivers: Drivers,
+    /// The docker driver, for its health checks.
+    pub docker: Arc<Docker>,
     pub started: std::time::Instant,
     /// Tripped to shut everything down.
     stop: StopSwitch,
@@ -139,7 +145,8 @@ impl Agent {
         let csi = Arc::new(PluginRegistry::new(store.node_id()));
         csi.restore(state.csi_plugins.clone());
         csi.attach_state(&store);
-        let drivers = Drivers::new(vec![Arc::new(RawExec::new(keeper.clone()))]);
+        let docker = Arc::new(Docker::new(config.docker.clone(), &config.data_dir));
+        let drivers = Drivers::new(vec![Arc::new(RawExec::new(keeper.clone())), docker.clone()]);
         let engine = Engine {
             data_dir: config.data_dir.clone(),
             node_id: store.node_id().to_string(),
@@ -180,6 +187,27 @@ impl Agent {
             flusher_store.run_flusher(flusher_stop)
         })
         .map_err(|e| AgentError::Start(format!("cannot start the state flusher: {e}")))?;
+        // The docker engine's health, every 30 s (docker.md); at its first check, the containers
+        // of allocations this node no longer has are removed.
+        let fingerprint = {
+            let (docker, allocs, stop) = (docker.clone(), allocs.clone(), shutdown.clone());
+            crate::thread::spawn("docker-fingerprint", move || {
+                let mut swept = false;
+                loop {
+                    if docker.refresh() && !swept {
+                        let known: std::collections::HashSet<String> =
+                            allocs.alloc_ids().into_iter().collect();
+                        docker.remove_unknown(&|id| known.contains(id));
+                        swept = true;
+                    }
+                    crossbeam_channel::select! {
+                        recv(stop) -> _ => return,
+                        recv(crossbeam_channel::after(DOCKER_CHECK_INTERVAL)) -> _ => {}
+                    }
+                }
+            })
+            .map_err(|e| AgentError::Start(format!("cannot start the docker health check: {e}")))?
+        };
         let gc = Arc::new(Collector::new(allocs.clone(), config.gc, shutdown.clone()));
         let gc_thread = gc.clone();
         let collector = crate::thread::spawn("alloc-gc", move || gc_thread.run())
@@ -194,11 +222,12 @@ impl Agent {
             host_volumes,
             csi,
             drivers,
+            docker,
             started: std::time::Instant::now(),
             stop,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown,
-            workers: Mutex::new(vec![flusher, collector]),
+            workers: Mutex::new(vec![flusher, collector, fingerprint]),
             keeper,
             _lock: lock,
         }))
@@ -231,7 +260,9 @@ impl Agent {
         log::info!("reloading (SIGHUP)");
         // Plugin runs may take a while; the signal loop must stay free for SIGTERM.
         let volumes = self.host_volumes.clone();
+        let docker = self.docker.clone();
         let spawned = crate::thread::spawn("volume-reload", move || {
+            docker.refresh();
             volumes.fingerprint();
             let report = volumes.retry_unavailable();
             log::info!(

@@ -28,6 +28,7 @@
 //! driver's to re-attach to (a version-1 handle: the runner stops it with
 //! [`Driver::stop_orphan`] before it starts the task again).
 
+pub mod docker;
 pub mod handle;
 pub mod process;
 pub use nodeward_keeper::logs;
@@ -81,6 +82,9 @@ pub enum DriverError {
     Keeper(KeeperError),
     #[error("driver {driver:?} is not available on this node")]
     Unavailable { driver: String },
+    /// The docker driver: the engine's error, or what the node does not allow.
+    #[error("{0}")]
+    Docker(String),
 }
 
 /// What to start.
@@ -177,6 +181,8 @@ pub struct RunningTask {
 enum Attached {
     /// A task the keeper holds, leading its own process group (`raw_exec`).
     Kept(process::keeper::client::Kept),
+    /// A container of the docker engine.
+    Container(docker::Watched),
 }
 
 impl RunningTask {
@@ -188,6 +194,7 @@ impl RunningTask {
     pub fn exited(&self) -> &Receiver<TaskExit> {
         match &self.attached {
             Attached::Kept(kept) => &kept.exited,
+            Attached::Container(c) => &c.exited,
         }
     }
 }

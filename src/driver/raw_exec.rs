@@ -42,6 +42,8 @@ impl RawExec {
     fn kept(task: &RunningTask) -> &Kept {
         match &task.attached {
             Attached::Kept(kept) => kept,
+            // Each runner calls the driver its task names, which made the task.
+            Attached::Container(_) => unreachable!("raw_exec given a container"),
         }
     }
 

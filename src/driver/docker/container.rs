@@ -1,0 +1,309 @@
+//! What the engine is asked to create for a task (docker.md "Running a task"): a pure function of
+//! the start spec and the agent's docker settings, so every mapping is tested without an engine.
+//!
+//! - Nomad's container name `<task>-<alloc_id>` and labels, `/alloc`, `/local`, `/secrets` (and a
+//!   CSI plugin's socket directory) bound from the allocation directory;
+//! - the config's `volumes` and bind `mount`s: host paths relative to the task directory, and
+//!   confined to it unless the agent enables `volumes`;
+//! - `privileged` and `cap_add` only where the agent allows them;
+//! - `resources`: `memory` → memory limit, `cpu` → CPU shares.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use super::engine::{
+    CreateContainer, DeviceMapping, HostConfig, Mount, MountKind, TmpfsOptions, Ulimit,
+};
+use crate::config::DockerSettings;
+use crate::driver::{ContainerSpec, StartSpec};
+use crate::jobspec::docker::MountType;
+
+/// Nomad's labels on every container it runs.
+pub const LABEL_ALLOC_ID: &str = "com.hashicorp.nomad.alloc_id";
+pub const LABEL_JOB_NAME: &str = "com.hashicorp.nomad.job_name";
+pub const LABEL_TASK_NAME: &str = "com.hashicorp.nomad.task_name";
+
+/// The smallest memory limit the engine accepts (6 MiB in Docker 20.10).
+const MIN_MEMORY_BYTES: i64 = 6 * 1024 * 1024;
+
+/// The container name of a task: Nomad's `<task>-<alloc_id>`.
+pub fn name(task: &str, alloc_id: &str) -> String {
+    format!("{task}-{alloc_id}")
+}
+
+/// Why a container cannot be made for a task: the task's config asks for what this agent does
+/// not allow, or names a path it may not.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("Docker privileged mode is disabled on this node (plugin \"docker\" config allow_privileged)")]
+    Privileged,
+    #[error("capability {0:?} is not allowed on this node (plugin \"docker\" config allow_caps)")]
+    Capability(String),
+    #[error("volumes are not enabled on this node; cannot mount host path {0:?} from outside the task directory (plugin \"docker\" config volumes.enabled)")]
+    HostPath(String),
+}
+
+/// The create request for `spec`'s container.
+pub fn create(
+    spec: &StartSpec,
+    c: &ContainerSpec,
+    settings: &DockerSettings,
+) -> Result<CreateContainer, Refused> {
+    let d = &c.config;
+    if d.privileged && !settings.allow_privileged {
+        return Err(Refused::Privileged);
+    }
+    if let Some(cap) = d.cap_add.iter().find(|cap| !settings.cap_allowed(cap)) {
+        return Err(Refused::Capability(cap.clone()));
+    }
+    let mut mounts: Vec<Mount> = c
+        .binds
+        .iter()
+        .map(|b| bind(b.host.display().to_string(), &b.container, b.read_only))
+        .collect();
+    for v in &d.volumes {
+        let mut parts = v.splitn(3, ':');
+        let (host, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let read_only = parts.next() == Some("ro");
+        let host = host_path(&c.task_dir, host, settings)?;
+        mounts.push(bind(host, target, read_only));
+    }
+    for m in &d.mount {
+        mounts.push(match m.mount_type {
+            MountType::Bind => bind(
+                host_path(&c.task_dir, &m.source, settings)?,
+                &m.target,
+                m.readonly,
+            ),
+            MountType::Volume => Mount {
+                kind: MountKind::Volume,
+                source: m.source.clone(),
+                target: m.target.clone(),
+                read_only: m.readonly,
+                bind_options: None,
+                volume_options: None,
+                tmpfs_options: None,
+            },
+            MountType::Tmpfs => Mount {
+                kind: MountKind::Tmpfs,
+                source: String::new(),
+                target: m.target.clone(),
+                read_only: m.readonly,
+                bind_options: None,
+                volume_options: None,
+                tmpfs_options: Some(TmpfsOptions {
+                    size_bytes: m.tmpfs_size.map(|s| s as i64),
+                    mode: m.tmpfs_mode,
+                }),
+            },
+        });
+    }
+    let mut labels: BTreeMap<String, String> = d.labels.clone();
+    labels.insert(LABEL_ALLOC_ID.into(), spec.alloc_id.clone());
+    labels.insert(LABEL_JOB_NAME.into(), c.job_name.clone());
+    labels.insert(LABEL_TASK_NAME.into(), spec.task_name.clone());
+    let ulimits = d
+        .ulimit
+        .iter()
+        .map(|(name, value)| {
+            let mut numbers = value.split(':').map(|n| n.parse::<i64>().unwrap_or(0));
+            let soft = numbers.next().unwrap_or(0);
+            Ulimit {
+                name: name.clone(),
+                soft,
+                hard: numbers.next().unwrap_or(soft),
+            }
+        })
+        .collect();
+    let memory = (c.memory_mb > 0).then(|| (i64::from(c.memory_mb) << 20).max(MIN_MEMORY_BYTES));
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    // `command` replaces the image's CMD, with `args` after it (Nomad's docker driver); `args`
+    // alone are the CMD, after the image's ENTRYPOINT.
+    let cmd = match (spec.command.is_empty(), spec.args.is_empty()) {
+        (true, true) => None,
+        (true, false) => Some(spec.args.clone()),
+        (false, _) => Some(
+            std::iter::once(spec.command.clone())
+                .chain(spec.args.iter().cloned())
+                .collect(),
+        ),
+    };
+    Ok(CreateContainer {
+        image: d.image.clone(),
+        cmd,
+        entrypoint: (!d.entrypoint.is_empty()).then(|| d.entrypoint.clone()),
+        env: spec.env.clone(),
+        working_dir: non_empty(&d.work_dir),
+        labels,
+        hostname: non_empty(&d.hostname),
+        user: spec.user.clone(),
+        exposed_ports: BTreeMap::new(),
+        tty: false,
+        attach_stdout: true,
+        attach_stderr: true,
+        host_config: HostConfig {
+            mounts,
+            network_mode: Some(non_empty(&d.network_mode).unwrap_or_else(|| "bridge".into())),
+            memory,
+            // No swap beyond the limit: a task that outgrows its memory is OOM-killed.
+            memory_swap: memory,
+            cpu_shares: (c.cpu > 0).then(|| i64::from(c.cpu).max(2)),
+            privileged: d.privileged,
+            cap_add: d.cap_add.clone(),
+            cap_drop: d.cap_drop.clone(),
+            init: d.init.then_some(true),
+            readonly_rootfs: d.readonly_rootfs,
+            shm_size: d.shm_size.map(|s| s as i64),
+            ulimits,
+            sysctls: d.sysctl.clone(),
+            devices: d
+                .devices
+                .iter()
+                .map(|dev| DeviceMapping {
+                    path_on_host: dev.host_path.clone(),
+                    path_in_container: if dev.container_path.is_empty() {
+                        dev.host_path.clone()
+                    } else {
+                        dev.container_path.clone()
+                    },
+                    cgroup_permissions: if dev.cgroup_permissions.is_empty() {
+                        "rwm".into()
+                    } else {
+                        dev.cgroup_permissions.clone()
+                    },
+                })
+                .collect(),
+            ..HostConfig::default()
+        },
+    })
+}
+
+fn bind(source: String, target: &str, read_only: bool) -> Mount {
+    Mount {
+        kind: MountKind::Bind,
+        source,
+        target: target.to_string(),
+        read_only,
+        bind_options: None,
+        volume_options: None,
+        tmpfs_options: None,
+    }
+}
+
+/// A host path of a task's `volumes` or bind mount: relative ones are in the task directory and
+/// may not climb out of it; absolute ones (or a climb) only where the agent enables volumes.
+fn host_path(task_dir: &Path, path: &str, settings: &DockerSettings) -> Result<String, Refused> {
+    let p = Path::new(path);
+    let inside = !p.is_absolute()
+        && p.components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if inside {
+        return Ok(task_dir.join(p).display().to_string());
+    }
+    if !settings.volumes_enabled {
+        return Err(Refused::HostPath(path.to_string()));
+    }
+    Ok(if p.is_absolute() {
+        PathBuf::from(p)
+    } else {
+        task_dir.join(p)
+    }
+    .display()
+    .to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::Bind;
+    use crate::jobspec::docker::DockerConfig;
+    use crate::jobspec::LogConfig;
+
+    fn spec(config: DockerConfig) -> (StartSpec, ContainerSpec) {
+        let c = ContainerSpec {
+            config,
+            job_name: "plugin".into(),
+            task_dir: PathBuf::from("/d/alloc/a1/web"),
+            binds: vec![Bind {
+                host: PathBuf::from("/d/alloc/a1/alloc"),
+                container: "/alloc".into(),
+                read_only: false,
+            }],
+            memory_mb: 64,
+            cpu: 100,
+        };
+        let s = StartSpec {
+            command: "httpd".into(),
+            args: vec!["-f".into()],
+            env: BTreeMap::from([("A".into(), "1".into())]),
+            cwd: PathBuf::from("/d/alloc/a1/web"),
+            user: None,
+            alloc_id: "a1".into(),
+            log_dir: PathBuf::from("/d/alloc/a1/alloc/logs"),
+            task_name: "web".into(),
+            logs: LogConfig::default(),
+            container: Some(c.clone()),
+            progress: None,
+        };
+        (s, c)
+    }
+
+    #[test]
+    fn a_task_becomes_nomads_container() {
+        let (s, c) = spec(DockerConfig {
+            image: "busybox:1".into(),
+            volumes: vec!["data:/data:ro".into()],
+            ..Default::default()
+        });
+        let req = create(&s, &c, &DockerSettings::default()).unwrap();
+        assert_eq!(req.image, "busybox:1");
+        assert_eq!(req.cmd, Some(vec!["httpd".to_string(), "-f".to_string()]));
+        assert_eq!(req.labels[LABEL_ALLOC_ID], "a1");
+        assert_eq!(req.labels[LABEL_TASK_NAME], "web");
+        assert_eq!(req.labels[LABEL_JOB_NAME], "plugin");
+        assert_eq!(req.env["A"], "1");
+        let m = &req.host_config.mounts;
+        assert_eq!((m[0].source.as_str(), m[0].target.as_str()), ("/d/alloc/a1/alloc", "/alloc"));
+        assert_eq!(
+            (m[1].source.as_str(), m[1].target.as_str(), m[1].read_only),
+            ("/d/alloc/a1/web/data", "/data", true)
+        );
+        assert_eq!(req.host_config.memory, Some(64 << 20));
+        assert_eq!(req.host_config.cpu_shares, Some(100));
+        assert_eq!(req.host_config.network_mode.as_deref(), Some("bridge"));
+        assert_eq!(name("web", "a1"), "web-a1");
+    }
+
+    #[test]
+    fn what_the_agent_does_not_allow_is_refused() {
+        let settings = DockerSettings::default();
+        let (s, c) = spec(DockerConfig {
+            image: "x".into(),
+            privileged: true,
+            ..Default::default()
+        });
+        assert_eq!(create(&s, &c, &settings), Err(Refused::Privileged));
+        let (s, c) = spec(DockerConfig {
+            image: "x".into(),
+            cap_add: vec!["SYS_ADMIN".into()],
+            ..Default::default()
+        });
+        assert_eq!(
+            create(&s, &c, &settings),
+            Err(Refused::Capability("SYS_ADMIN".into()))
+        );
+        for path in ["/etc:/etc", "../../x:/x"] {
+            let (s, c) = spec(DockerConfig {
+                image: "x".into(),
+                volumes: vec![path.into()],
+                ..Default::default()
+            });
+            assert!(matches!(create(&s, &c, &settings), Err(Refused::HostPath(_))), "{path}");
+            let enabled = DockerSettings {
+                volumes_enabled: true,
+                ..DockerSettings::default()
+            };
+            assert!(create(&s, &c, &enabled).is_ok(), "{path}");
+        }
+    }
+}

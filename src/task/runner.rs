@@ -604,7 +604,11 @@ impl TaskRunner {
             }
         }
         // A run the agent that crashed started but did not get to record.
-        let adopted = driver.adopt(alloc, name);
+        // A container's name is its task's: the one recovered by its ID is the only run.
+        let adopted = match &recovered {
+            Some(r) if r.handle().container_id().is_some() => None,
+            _ => driver.adopt(alloc, name),
+        };
         let ticks = |t: &RunningTask| t.handle().pid().map_or(0, |(_, ticks)| ticks);
         let current = match (recovered, adopted) {
             (Some(r), Some(a)) => {

@@ -263,7 +263,10 @@ mod tests {
         assert_eq!(req.labels[LABEL_JOB_NAME], "plugin");
         assert_eq!(req.env["A"], "1");
         let m = &req.host_config.mounts;
-        assert_eq!((m[0].source.as_str(), m[0].target.as_str()), ("/d/alloc/a1/alloc", "/alloc"));
+        assert_eq!(
+            (m[0].source.as_str(), m[0].target.as_str()),
+            ("/d/alloc/a1/alloc", "/alloc")
+        );
         assert_eq!(
             (m[1].source.as_str(), m[1].target.as_str(), m[1].read_only),
             ("/d/alloc/a1/web/data", "/data", true)
@@ -298,7 +301,10 @@ mod tests {
                 volumes: vec![path.into()],
                 ..Default::default()
             });
-            assert!(matches!(create(&s, &c, &settings), Err(Refused::HostPath(_))), "{path}");
+            assert!(
+                matches!(create(&s, &c, &settings), Err(Refused::HostPath(_))),
+                "{path}"
+            );
             let enabled = DockerSettings {
                 volumes_enabled: true,
                 ..DockerSettings::default()

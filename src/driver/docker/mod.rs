@@ -35,8 +35,7 @@ use crossbeam_channel::{after, bounded, select, Receiver, Sender};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use self::engine::{Closer, Endpoint, Engine, EngineError, Killed};
 use super::{
@@ -57,6 +56,10 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const RETRY: Duration = Duration::from_secs(2);
 /// How long a container may take to go after SIGKILL before a stop gives up on it.
 const REAP_AFTER_SIGKILL: Duration = Duration::from_secs(20);
+/// The log cursor is written after this many frames, or when a frame comes this long after the
+/// last write.
+const COMMIT_EVERY: u32 = 256;
+const COMMIT_AFTER: Duration = Duration::from_millis(200);
 /// How long [`Docker::destroy`] lets the log thread read what an ended container wrote.
 const LOG_DRAIN: Duration = Duration::from_secs(5);
 
@@ -117,7 +120,10 @@ impl Docker {
                 log::warn!("docker driver unhealthy: {e}");
             }
         } else if self.engine.lock().is_none() {
-            log::info!("docker driver healthy: engine at {}", self.settings.endpoint);
+            log::info!(
+                "docker driver healthy: engine at {}",
+                self.settings.endpoint
+            );
         }
         *self.engine.lock() = connected.ok();
         ok
@@ -182,10 +188,15 @@ impl Docker {
         let (exit_tx, exited) = bounded(1);
         let (stop, stop_rx) = bounded::<Never>(0);
         let closer = Closer::new();
-        let spawn_err = |e: std::io::Error| DriverError::Docker(format!("cannot watch container {id}: {e}"));
+        let spawn_err =
+            |e: std::io::Error| DriverError::Docker(format!("cannot watch container {id}: {e}"));
         let wait = {
-            let (engine, id, closer, stop_rx) =
-                (engine.clone(), id.to_string(), closer.clone(), stop_rx.clone());
+            let (engine, id, closer, stop_rx) = (
+                engine.clone(),
+                id.to_string(),
+                closer.clone(),
+                stop_rx.clone(),
+            );
             crate::thread::spawn(format!("docker-wait-{}", short_id(&id)), move || {
                 wait_for_exit(&engine, &id, &closer, &stop_rx, exit_tx)
             })
@@ -288,7 +299,11 @@ impl Docker {
             }
         };
         for c in list {
-            let alloc = c.labels.get(container::LABEL_ALLOC_ID).cloned().unwrap_or_default();
+            let alloc = c
+                .labels
+                .get(container::LABEL_ALLOC_ID)
+                .cloned()
+                .unwrap_or_default();
             if !known(&alloc) {
                 log::info!(
                     "removing container {} ({}): its allocation {alloc} is not on this node",
@@ -382,14 +397,29 @@ fn copy_logs(
     ) {
         Ok(c) => c,
         Err(e) => {
-            log::error!("container {id}: cannot open the logs of task {}: {e}", target.task);
+            log::error!(
+                "container {id}: cannot open the logs of task {}: {e}",
+                target.task
+            );
             return;
         }
     };
+    let (mut pending, mut last_commit) = (0u32, Instant::now());
     loop {
         let since = copier.since().map(|s| s.as_nanos() as i64);
         match engine.logs(id, since, closer) {
             Ok(mut stream) => loop {
+                // The cursor is written every COMMIT_EVERY frames or COMMIT_AFTER: what was copied
+                // after it is truncated and copied again by the next agent (`logs`).
+                if pending >= COMMIT_EVERY || last_commit.elapsed() >= COMMIT_AFTER {
+                    if let Err(e) = copier.commit() {
+                        log::error!(
+                            "container {id}: cannot record how far its logs were copied: {e}"
+                        );
+                        return;
+                    }
+                    (pending, last_commit) = (0, Instant::now());
+                }
                 match stream.next_frame() {
                     Ok(Some(frame)) => {
                         let stream = match frame.stream {
@@ -400,6 +430,7 @@ fn copy_logs(
                             log::error!("container {id}: log copy stopped: {e}");
                             return;
                         }
+                        pending += 1;
                     }
                     Ok(None) => break,
                     Err(EngineError::Cancelled { .. }) => {
@@ -452,9 +483,10 @@ impl Driver for Docker {
     }
 
     fn start(&self, spec: &StartSpec) -> Result<RunningTask, DriverError> {
-        let c = spec.container.as_ref().ok_or_else(|| {
-            DriverError::Docker("the task has no docker config".to_string())
-        })?;
+        let c = spec
+            .container
+            .as_ref()
+            .ok_or_else(|| DriverError::Docker("the task has no docker config".to_string()))?;
         let request = container::create(spec, c, &self.settings)
             .map_err(|e| DriverError::Docker(e.to_string()))?;
         let engine = self.engine()?;
@@ -475,7 +507,14 @@ impl Driver for Docker {
             self.remove(&engine, &id);
             return Err(self.failed(e));
         }
-        match self.watch(&engine, &id, &name, &spec.alloc_id, &spec.task_name, spec.logs) {
+        match self.watch(
+            &engine,
+            &id,
+            &name,
+            &spec.alloc_id,
+            &spec.task_name,
+            spec.logs,
+        ) {
             Ok(task) => Ok(task),
             Err(e) => {
                 self.remove(&engine, &id);
@@ -502,15 +541,27 @@ impl Driver for Docker {
             .unwrap_or_default();
         // The log settings of a re-attached task: the cursor holds the files' positions, and
         // rotation goes on with the defaults until the next start (the runner has no spec here).
-        self.watch(&engine, id, name, &alloc, &task, crate::jobspec::LogConfig::default())
-            .map(Some)
+        self.watch(
+            &engine,
+            id,
+            name,
+            &alloc,
+            &task,
+            crate::jobspec::LogConfig::default(),
+        )
+        .map(Some)
     }
 
     fn adopt(&self, alloc_id: &str, task: &str) -> Option<RunningTask> {
         let engine = self.engine().ok()?;
         let name = container::name(task, alloc_id);
         let info = engine.inspect(&name).ok()??;
-        if info.labels.get(container::LABEL_ALLOC_ID).map(String::as_str) != Some(alloc_id) {
+        if info
+            .labels
+            .get(container::LABEL_ALLOC_ID)
+            .map(String::as_str)
+            != Some(alloc_id)
+        {
             return None;
         }
         self.watch(&engine, &info.id, &name, alloc_id, task, Default::default())

@@ -112,7 +112,15 @@ pub fn find_task_processes(alloc_ids: &HashSet<String>, alloc_root: &Path) -> Ve
     let mut found = Vec::new();
     // A relative root would match relative paths a task set for itself.
     let alloc_root = alloc_root.is_absolute().then_some(alloc_root);
+    // A container's processes (docker tasks carry NOMAD_ALLOC_ID too) are the engine's: they
+    // run in a PID namespace of their own, and the docker driver re-attaches to them.
+    let own_pid_ns = std::fs::read_link("/proc/self/ns/pid").ok();
     for pid in other_processes() {
+        if own_pid_ns.is_some()
+            && std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok() != own_pid_ns
+        {
+            continue;
+        }
         let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };

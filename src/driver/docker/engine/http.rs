@@ -424,6 +424,7 @@ impl Conn {
     ) -> Result<(u16, HeaderMap, Option<Call<RecvBody>>), EngineError> {
         // The host is a placeholder: the engine ignores it, and a unix socket has none (Docker's
         // own client sends "docker" too).
+        let post = method == Method::POST;
         let mut builder = http::Request::builder()
             .method(method)
             .uri(format!("http://docker{target}"));
@@ -431,6 +432,10 @@ impl Conn {
             builder = builder
                 .header("content-type", "application/json")
                 .header("content-length", body.len());
+        } else if post {
+            // Without a length the framing would send a chunked (empty) body, which the engine
+            // refuses for a start ("starting container with non-empty request body").
+            builder = builder.header("content-length", 0);
         }
         let request = builder.body(()).map_err(|e| self.bad(e))?;
         let call = Call::new(request).map_err(|e| self.bad(e))?;

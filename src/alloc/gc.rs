@@ -520,10 +520,16 @@ fn remove_alloc_dir(root: &Path, id: &str) {
         Ok(_) => {}
         Err(e) => log::debug!("cannot read /proc/self/mountinfo: {e}"),
     }
-    match std::fs::remove_dir_all(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => log::warn!("garbage collection: cannot remove {}: {e}", dir.display()),
+    // The docker driver's log cursors of the allocation go with it.
+    let docker = root
+        .parent()
+        .map(|data_dir| crate::util::allocdir::docker_dir(data_dir, id));
+    for dir in std::iter::once(dir).chain(docker) {
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => log::warn!("garbage collection: cannot remove {}: {e}", dir.display()),
+        }
     }
 }
 

@@ -53,6 +53,12 @@ pub fn secrets_dir(task_dir: &Path) -> PathBuf {
     task_dir.join("secrets")
 }
 
+/// `<data_dir>/client/docker/<alloc_id>`: the docker driver's files of an allocation (its log
+/// cursors), outside the allocation directory its tasks can write.
+pub fn docker_dir(data_dir: &Path, alloc_id: &str) -> PathBuf {
+    data_dir.join("client/docker").join(alloc_id)
+}
+
 /// `<data_dir>/client/csi/plugins/<alloc_id>`: where the plugin of an allocation creates its
 /// socket (a containerised plugin sees it at its `mount_dir`).
 pub fn csi_socket_dir(data_dir: &Path, alloc_id: &str) -> PathBuf {

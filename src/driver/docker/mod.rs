@@ -67,9 +67,8 @@ const LOG_DRAIN: Duration = Duration::from_secs(5);
 pub struct Docker {
     settings: DockerSettings,
     endpoint: Result<Endpoint, String>,
-    /// `<data_dir>/client/docker`: the log cursors, one per task (outside the allocation
-    /// directories, which tasks can write).
-    state_dir: PathBuf,
+    /// The log cursors are in `<data_dir>/client/docker/<alloc_id>` (`allocdir::docker_dir`),
+    /// outside the allocation directories, which tasks can write.
     data_dir: PathBuf,
     /// The engine as the last health check or call connected to it; `None` while it cannot be
     /// reached. Guards only the value: it is cloned out, never held across a call.
@@ -104,7 +103,6 @@ impl Docker {
         Docker {
             settings,
             endpoint,
-            state_dir: data_dir.join("client/docker"),
             data_dir: data_dir.to_path_buf(),
             engine: Mutex::new(None),
         }
@@ -172,7 +170,7 @@ impl Docker {
     }
 
     fn cursor(&self, alloc_id: &str, task: &str) -> PathBuf {
-        self.state_dir.join(alloc_id).join(format!("{task}.logs"))
+        allocdir::docker_dir(&self.data_dir, alloc_id).join(format!("{task}.logs"))
     }
 
     /// Starts watching container `id` of task `task` of `alloc_id`: its exit and its logs.

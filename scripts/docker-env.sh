@@ -122,6 +122,7 @@ start() {
     --ip-forward=false \
     --ip-masq=false \
     --bridge "$bridge" \
+    --shutdown-timeout 2 \
     </dev/null >"$dir/dockerd.log" 2>&1 &
   local pid=$! i
   # Ready in about a second here; 60 s bounds a slow first start (it creates its data root).
@@ -147,7 +148,7 @@ start() {
 pids_under() {
   local p
   for p in /proc/[0-9]*; do
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$1" && echo "${p#/proc/}"
+    { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF -- "$1" && echo "${p#/proc/}"
   done
   return 0
 }
@@ -157,7 +158,7 @@ stop() {
   [ -f "$dir/dockerd.pid" ] && pid=$(cat "$dir/dockerd.pid" 2>/dev/null || true)
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
     kill -TERM "$pid" 2>/dev/null || true
-    # dockerd stops its containers (10 s each at most, in parallel) and its containerd.
+    # dockerd stops its containers (--shutdown-timeout: 2 s, in parallel) and its containerd.
     for i in $(seq 1 100); do
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.2

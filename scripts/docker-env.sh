@@ -9,7 +9,8 @@
 #                                      its data, delete its bridge
 #   scripts/docker-env.sh image DIR TAG [BINARY...]
 #                                      build image TAG: busybox and its libraries, plus each
-#                                      BINARY and the libraries ldd lists for it, in /bin
+#                                      BINARY and the libraries ldd lists for it, in /bin (into
+#                                      NODEWARD_TEST_DOCKER_HOST's engine when that is set)
 #
 # Networking: dockerd runs with --iptables=false (the tests must not rewrite the host's
 # firewall) and --ip-forward=false (nothing leaves the machine through it). With --bridge=none a
@@ -122,7 +123,6 @@ start() {
     --ip-forward=false \
     --ip-masq=false \
     --bridge "$bridge" \
-    --shutdown-timeout 2 \
     </dev/null >"$dir/dockerd.log" 2>&1 &
   local pid=$! i
   # Ready in about a second here; 60 s bounds a slow first start (it creates its data root).
@@ -157,8 +157,16 @@ stop() {
   local pid="" i
   [ -f "$dir/dockerd.pid" ] && pid=$(cat "$dir/dockerd.pid" 2>/dev/null || true)
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    # Containers a test left behind are killed and removed first: at TERM the engine would stop
+    # each with its 10 s stop timeout (--shutdown-timeout does not shorten that).
+    local ids
+    ids=$(timeout 10 docker -H "unix://$sock" ps -aq 2>/dev/null || true)
+    if [ -n "$ids" ]; then
+      echo "docker-env: removing containers left in $dir: $(echo $ids)" >&2
+      timeout 20 docker -H "unix://$sock" rm -f $ids >/dev/null 2>&1 || true
+    fi
     kill -TERM "$pid" 2>/dev/null || true
-    # dockerd stops its containers (--shutdown-timeout: 2 s, in parallel) and its containerd.
+    # dockerd stops its containerd and exits.
     for i in $(seq 1 100); do
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.2
@@ -189,6 +197,10 @@ case "$cmd" in
   stop) stop ;;
   image)
     [ $# -ge 3 ] || usage
+    # The test harness names the engine it runs against, whose socket may be named otherwise.
+    case "${NODEWARD_TEST_DOCKER_HOST:-}" in
+      unix://*) sock=${NODEWARD_TEST_DOCKER_HOST#unix://} ;;
+    esac
     shift 2
     build_image "$@"
     ;;

@@ -171,6 +171,7 @@ impl DockerEnv {
                 .arg(dir)
                 .arg(CSI_PLUGIN_IMAGE)
                 .arg(env!("CARGO_BIN_EXE_nodeward-csi-test-plugin"))
+                .env("NODEWARD_TEST_DOCKER_HOST", &self.host)
                 .output()
                 .map_err(|e| e.to_string())?;
             if out.status.success() {

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: formatting, lints, a build check of the fuzz targets, unit and
 # end-to-end tests, and the README's first command (scripts/check-dev.sh runs scripts/dev.sh).
-# Installs the system packages it needs (cmake, g++, busybox, curl, jq) when it runs as root on
-# Debian; otherwise it says exactly what is missing. The first build compiles gRPC's C core
-# (about 7 minutes on 2 cores) once per profile: debug for the tests, release for dev.sh; later
-# builds reuse $CARGO_TARGET_DIR.
+# Installs the system packages it needs (cmake, g++, busybox, curl, jq, docker.io) when it runs as
+# root on Debian; otherwise it says exactly what is missing. As root it starts a private dockerd
+# for the docker tests (scripts/docker-env.sh) and stops it at the end. The first build compiles
+# gRPC's C core (about 7 minutes on 2 cores) once per profile: debug for the tests, release for
+# dev.sh; later builds reuse $CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -32,6 +33,36 @@ echo "==> cargo check (fuzz targets)" >&2
 cargo check -p nodeward-fuzz --bins --locked
 echo "==> scripts/check-keeper.sh (the keeper links none of the agent)" >&2
 bash scripts/check-keeper.sh
+echo "==> a private dockerd for the docker tests (scripts/docker-env.sh)" >&2
+# The docker tests talk to an engine of their own, never the system's (/var/run/docker.sock):
+# its socket, data root and bridge live under a short temporary directory (a unix socket path
+# has at most 107 bytes), and the trap stops it and removes them however this script ends.
+# Without root, or when it cannot start, the suite runs without it and the docker tests print
+# SKIPPED.
+start_private_dockerd() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "docker tests: no private dockerd (not root: dockerd needs root); they will be SKIPPED" >&2
+    return 0
+  fi
+  if ! (need_packages dockerd:docker.io docker:docker.io ip:iproute2); then
+    echo "docker tests: no private dockerd (docker.io could not be installed); they will be SKIPPED" >&2
+    return 0
+  fi
+  docker_dir=$(mktemp -d /tmp/nwd.XXXXXX)
+  trap 'bash scripts/docker-env.sh stop "$docker_dir" >&2 || true; rm -rf "$docker_dir"' EXIT
+  # An interrupted run still goes through the EXIT trap.
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  local endpoint
+  if endpoint=$(bash scripts/docker-env.sh start "$docker_dir"); then
+    export NODEWARD_TEST_DOCKER_HOST="$endpoint"
+    echo "docker tests: private dockerd at $endpoint" >&2
+  else
+    echo "docker tests: no private dockerd (it did not start: see the lines above); they will be SKIPPED" >&2
+  fi
+}
+start_private_dockerd
+
 echo "==> cargo test" >&2
 cargo test --all-targets --locked "$@"
 echo "==> scripts/dev.sh (the README's first command)" >&2

@@ -2,6 +2,8 @@
 //! port chosen by the kernel, and talks to it over HTTP and through its CLI.
 #![allow(dead_code)]
 
+pub mod docker;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

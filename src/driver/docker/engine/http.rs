@@ -424,19 +424,19 @@ impl Conn {
     ) -> Result<(u16, HeaderMap, Option<Call<RecvBody>>), EngineError> {
         // The host is a placeholder: the engine ignores it, and a unix socket has none (Docker's
         // own client sends "docker" too).
-        let post = method == Method::POST;
+        let method_has_body = method == Method::POST || method == Method::PUT;
         let mut builder = http::Request::builder()
             .method(method)
             .uri(format!("http://docker{target}"));
-        if let Some(body) = body {
-            builder = builder
+        builder = match body {
+            Some(body) => builder
                 .header("content-type", "application/json")
-                .header("content-length", body.len());
-        } else if post {
-            // Without a length the framing would send a chunked (empty) body, which the engine
-            // refuses for a start ("starting container with non-empty request body").
-            builder = builder.header("content-length", 0);
-        }
+                .header("content-length", body.len()),
+            // Without a length ureq-proto sends a POST's body chunked, and the engine refuses
+            // any body on some calls ("starting container with non-empty request body").
+            None if method_has_body => builder.header("content-length", 0),
+            None => builder,
+        };
         let request = builder.body(()).map_err(|e| self.bad(e))?;
         let call = Call::new(request).map_err(|e| self.bad(e))?;
         let mut call = call.proceed();

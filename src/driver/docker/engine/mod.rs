@@ -8,7 +8,7 @@
 //!   /version` (the engine's `MinAPIVersion`), then prefixes every call with `/v<version>`: the
 //!   engine's newest, capped at [`NEWEST_API`] (1.41, Docker 20.10, what the tests run against),
 //!   raised to the engine's own minimum when that is newer (Docker 29 accepts only 1.44 and
-//!   later; the calls and fields used here are unchanged there). An engine older than
+//!   later; a version nodeward has not been tested with). An engine older than
 //!   [`OLDEST_API`] (1.25, Docker 1.13: `HostConfig.Mounts` and `Init`) is refused.
 //! - **Timeouts**: every call has one, the engine's default ([`DEFAULT_TIMEOUT`],
 //!   [`Engine::with_timeout`]) for the whole exchange. A pull has the timeout it is given. A
@@ -46,6 +46,11 @@
 //!   30 ms for a Docker Hub name (`Get "https://registry-1.docker.io/v2/": dial tcp: lookup
 //!   registry-1.docker.io ...: no such host`) and for a local registry port nothing listens on
 //!   (`... connect: connection refused`).
+//! - **Inspect times**: for a container that exits at once, `FinishedAt` may be earlier than
+//!   `StartedAt` (by about half a millisecond, one run in two here): a duration computed from
+//!   them must not assume the order.
+//! - **Stdout and stderr** are read apart by the engine: within a stream the order is kept,
+//!   between the two it is not (a line to stderr may come before an earlier one to stdout).
 //! - **Stats** (`stream=false`) takes about a second: the engine samples twice for the CPU rate.
 
 pub mod http;

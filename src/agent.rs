@@ -145,7 +145,11 @@ impl Agent {
         let csi = Arc::new(PluginRegistry::new(store.node_id()));
         csi.restore(state.csi_plugins.clone());
         csi.attach_state(&store);
-        let docker = Arc::new(Docker::new(config.docker.clone(), &config.data_dir));
+        let docker = Arc::new(Docker::new(
+            config.docker.clone(),
+            &config.data_dir,
+            store.node_id(),
+        ));
         let drivers = Drivers::new(vec![Arc::new(RawExec::new(keeper.clone())), docker.clone()]);
         let engine = Engine {
             data_dir: config.data_dir.clone(),

@@ -175,6 +175,9 @@ pub struct TaskStats {
 pub struct RunningTask {
     handle: TaskHandle,
     attached: Attached,
+    /// When the task really started, in nanoseconds since the Unix epoch, where the driver
+    /// knows it (a container's `StartedAt`); a process's comes from its start time in ticks.
+    started_nanos: Option<i64>,
 }
 
 /// What a driver keeps to watch one task; each driver uses its own variant.
@@ -188,6 +191,15 @@ enum Attached {
 impl RunningTask {
     pub fn handle(&self) -> &TaskHandle {
         &self.handle
+    }
+
+    /// When the task started, where the driver knows it better than the runner's clock.
+    pub fn started_nanos(&self) -> Option<i64> {
+        self.started_nanos.or_else(|| {
+            self.handle
+                .pid()
+                .and_then(|(_, ticks)| start_time_nanos(ticks))
+        })
     }
 
     /// Receives how the task ended, once (Nomad's `WaitTask`): select on it.

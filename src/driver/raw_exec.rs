@@ -51,6 +51,7 @@ impl RawExec {
         RunningTask {
             handle: TaskHandle::kept(NAME, kept.pid, kept.start_ticks),
             attached: Attached::Kept(kept),
+            started_nanos: None,
         }
     }
 

@@ -408,12 +408,16 @@ impl TaskRunner {
         // An adopted run: the agent that started it crashed before its start reached the state
         // file. Its start is recorded now, at the time the process really started.
         let started = match how {
-            Attach::Started => Some(now_nanos()),
-            Attach::Recorded => None,
-            Attach::Adopted => Some(
-                pid.and_then(|(_, ticks)| driver::start_time_nanos(ticks))
+            // A container's own start time where the driver has it; a process's is now.
+            Attach::Started => Some(
+                process
+                    .handle()
+                    .container_id()
+                    .and(process.started_nanos())
                     .unwrap_or_else(now_nanos),
             ),
+            Attach::Recorded => None,
+            Attach::Adopted => Some(process.started_nanos().unwrap_or_else(now_nanos)),
         };
         self.update(|s| {
             s.state = TaskStatus::Running;

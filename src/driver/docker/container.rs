@@ -22,6 +22,8 @@ use crate::jobspec::docker::MountType;
 pub const LABEL_ALLOC_ID: &str = "com.hashicorp.nomad.alloc_id";
 pub const LABEL_JOB_NAME: &str = "com.hashicorp.nomad.job_name";
 pub const LABEL_TASK_NAME: &str = "com.hashicorp.nomad.task_name";
+/// nodeward's own: the node whose agent made the container (the only agent that removes it).
+pub const LABEL_NODE_ID: &str = "io.nodeward.node_id";
 
 /// The smallest memory limit the engine accepts (6 MiB in Docker 20.10).
 const MIN_MEMORY_BYTES: i64 = 6 * 1024 * 1024;

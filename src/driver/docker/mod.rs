@@ -70,6 +70,9 @@ pub struct Docker {
     /// The log cursors are in `<data_dir>/client/docker/<alloc_id>` (`allocdir::docker_dir`),
     /// outside the allocation directories, which tasks can write.
     data_dir: PathBuf,
+    /// This node's ID, a label on its containers: an engine may serve several agents (or other
+    /// clients), and an agent only ever removes containers of its own node.
+    node_id: String,
     /// The engine as the last health check or call connected to it; `None` while it cannot be
     /// reached. Guards only the value: it is cloned out, never held across a call.
     engine: Mutex<Option<Engine>>,
@@ -98,12 +101,13 @@ impl Drop for Watched {
 }
 
 impl Docker {
-    pub fn new(settings: DockerSettings, data_dir: &Path) -> Docker {
+    pub fn new(settings: DockerSettings, data_dir: &Path, node_id: &str) -> Docker {
         let endpoint = Endpoint::parse(&settings.endpoint).map_err(|e| e.to_string());
         Docker {
             settings,
             endpoint,
             data_dir: data_dir.to_path_buf(),
+            node_id: node_id.to_string(),
             engine: Mutex::new(None),
         }
     }
@@ -214,7 +218,13 @@ impl Docker {
             })
             .map_err(spawn_err)?
         };
+        let started_nanos = engine
+            .inspect(id)
+            .ok()
+            .flatten()
+            .and_then(|info| info.state.started_at);
         Ok(RunningTask {
+            started_nanos,
             handle: TaskHandle::container(NAME, id, name),
             attached: Attached::Container(Watched {
                 id: id.to_string(),
@@ -285,11 +295,12 @@ impl Docker {
         }
     }
 
-    /// Removes every container labelled as nodeward's (Nomad's `alloc_id` label) whose
-    /// allocation `known` does not hold: left by an agent whose state no longer has its task.
+    /// Removes every container of this node (its node ID label) whose allocation `known` does not
+    /// hold: left by an agent whose state no longer has its task.
     pub fn remove_unknown(&self, known: &dyn Fn(&str) -> bool) {
         let Ok(engine) = self.engine() else { return };
-        let list = match engine.list(container::LABEL_ALLOC_ID) {
+        let mine = format!("{}={}", container::LABEL_NODE_ID, self.node_id);
+        let list = match engine.list(&mine) {
             Ok(l) => l,
             Err(e) => {
                 log::warn!("cannot list containers: {e}");
@@ -485,8 +496,11 @@ impl Driver for Docker {
             .container
             .as_ref()
             .ok_or_else(|| DriverError::Docker("the task has no docker config".to_string()))?;
-        let request = container::create(spec, c, &self.settings)
+        let mut request = container::create(spec, c, &self.settings)
             .map_err(|e| DriverError::Docker(e.to_string()))?;
+        request
+            .labels
+            .insert(container::LABEL_NODE_ID.into(), self.node_id.clone());
         let engine = self.engine()?;
         self.ensure_image(&engine, spec, c)?;
         let name = container::name(&spec.task_name, &spec.alloc_id);

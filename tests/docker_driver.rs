@@ -1,0 +1,474 @@
+//! The docker driver through the real agent against the suite's private dockerd
+//! (`tests/common/docker.rs`): seed 1's own jobspec, a containerised CSI plugin, exits, OOM,
+//! logs, and the agent killed under a running container. Without a private dockerd (not root)
+//! every test prints SKIPPED.
+
+use crate::common::docker::{engine_or_skip, DockerEnv, CSI_PLUGIN_IMAGE};
+use crate::common::*;
+use serde_json::Value;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// The agent's configuration for the private engine.
+fn plugin_config(env: &DockerEnv) -> String {
+    format!(
+        "plugin \"docker\" {{\n  config {{ endpoint = \"{}\" }}\n}}\n",
+        env.host
+    )
+}
+
+/// Removes, when dropped, every container of the allocations it was told about: a failed test
+/// leaves nothing running in the engine.
+struct Cleanup<'a> {
+    env: &'a DockerEnv,
+    allocs: Vec<String>,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        for alloc in &self.allocs {
+            for c in self.env.containers_of_alloc(alloc) {
+                let _ = self.env.engine.remove(&c.id, true);
+            }
+        }
+    }
+}
+
+fn event_rows(agent: &TestAgent, alloc: &str, task: &str) -> Vec<(String, String, i64)> {
+    agent.task_state(alloc, task)["Events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            (
+                e["Type"].as_str().unwrap_or_default().to_string(),
+                e["DisplayMessage"].as_str().unwrap_or_default().to_string(),
+                e["Time"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn wait_state(agent: &TestAgent, alloc: &str, task: &str, state: &str) -> Value {
+    wait_for(WAIT, &format!("task {task} {state}"), || {
+        let s = agent.task_state(alloc, task);
+        (s["State"] == state).then_some(s)
+    })
+}
+
+/// Seed 1's jobspec as the seed writes it (docker.md "Seed 1, unchanged"), with a restart policy
+/// short enough for a test: the seed's events and texts, the 5 s deadline, the 137 exit.
+#[test]
+fn seed_1s_jobspec_runs_unchanged_in_a_container() {
+    let Some(env) = engine_or_skip("seed_1s_jobspec_runs_unchanged_in_a_container") else {
+        return;
+    };
+    let dir = TempDir::new("dk-seed");
+    let agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
+    let job = agent.run_hcl(
+        r#"
+job "plugin" {
+  group "csi" {
+    restart {
+      attempts = 1
+      interval = "1m"
+      delay    = "1s"
+      mode     = "fail"
+    }
+    task "plugin" {
+      driver = "docker"
+      config {
+        image   = "busybox:1"
+        command = "httpd"
+        args    = ["-vv", "-f", "-p", "8001", "-h", "/local"]
+      }
+      csi_plugin {
+        id             = "whatever"
+        type           = "monolith"
+        health_timeout = "5s"
+      }
+      resources {
+        cpu    = 100
+        memory = 64
+      }
+    }
+  }
+}"#,
+    );
+    let alloc = agent.alloc_id(&job);
+    let _cleanup = Cleanup {
+        env: &env,
+        allocs: vec![alloc.clone()],
+    };
+    wait_state(&agent, &alloc, "plugin", "dead");
+    let events = event_rows(&agent, &alloc, "plugin");
+    let socket = agent
+        .data_dir
+        .join(format!("client/csi/plugins/{alloc}/csi.sock"));
+    let unhealthy = format!(
+        "Error: CSI plugin failed probe: timeout while connecting to gRPC socket: failed to stat socket: stat {}: no such file or directory",
+        socket.display()
+    );
+    let seen: Vec<(&str, &str)> = events
+        .iter()
+        .map(|(t, m, _)| (t.as_str(), m.as_str()))
+        .collect();
+    let start = seen
+        .iter()
+        .position(|(t, _)| *t == "Started")
+        .expect("a Started event");
+    let delay = seen[start + 4].1.to_string();
+    assert!(delay.starts_with("Task restarting in 1"), "{seen:#?}");
+    let exit =
+        "Exit Code: 137, Exit Message: \"Docker container exited with non-zero exit code: 137\"";
+    let health = "CSI plugin did not become healthy before configured 5s health timeout";
+    assert_eq!(
+        seen[start..],
+        [
+            ("Started", "Task started by client"),
+            ("Plugin became unhealthy", unhealthy.as_str()),
+            ("Restarting", health),
+            ("Terminated", exit),
+            ("Restarting", delay.as_str()),
+            ("Started", "Task started by client"),
+            ("Plugin became unhealthy", unhealthy.as_str()),
+            ("Restarting", health),
+            ("Terminated", exit),
+            (
+                "Not Restarting",
+                "Exceeded allowed attempts 1 in interval 1m0s and mode is \"fail\""
+            ),
+        ],
+        "{seen:#?}"
+    );
+    // The deadline counts from the start; busybox httpd, PID 1 of its container, ignores the
+    // kill signal (SIGINT) and is SIGKILLed after the default 5 s kill_timeout.
+    for (i, (t, _, at)) in events.iter().enumerate() {
+        if t == "Plugin became unhealthy" {
+            let waited = Duration::from_nanos((at - events[i - 1].2) as u64);
+            assert!(waited >= Duration::from_millis(4990), "{waited:?}");
+        }
+        if t == "Terminated" {
+            let waited = Duration::from_nanos((at - events[i - 1].2) as u64);
+            assert!(
+                waited >= Duration::from_millis(4990),
+                "kill_timeout: {waited:?}"
+            );
+        }
+    }
+    let state = agent.task_state(&alloc, "plugin");
+    assert_eq!(state["Failed"], true);
+    assert_eq!(state["Restarts"], 1);
+    assert_eq!(
+        env.containers_of_alloc(&alloc),
+        vec![],
+        "a container of a task that ended is never left behind"
+    );
+}
+
+/// The repo's CSI test plugin in an image: the socket directory is bound at mount_dir, the
+/// plugin listens on CSI_ENDPOINT inside, the agent probes the host side and registers it.
+#[test]
+fn a_containerised_csi_plugin_becomes_healthy_and_registered() {
+    let Some(env) = engine_or_skip("a_containerised_csi_plugin_becomes_healthy_and_registered")
+    else {
+        return;
+    };
+    let image = env.csi_plugin_image();
+    assert_eq!(image, CSI_PLUGIN_IMAGE);
+    let dir = TempDir::new("dk-csi");
+    let agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
+    let job = agent.run_hcl(&format!(
+        r#"
+job "csi" {{
+  group "g" {{
+    task "plugin" {{
+      driver = "docker"
+      config {{
+        image   = "{image}"
+        command = "/bin/nodeward-csi-test-plugin"
+        args    = ["--mode", "healthy", "--endpoint", "${{CSI_ENDPOINT}}"]
+      }}
+      csi_plugin {{
+        id             = "hostpath"
+        type           = "monolith"
+        health_timeout = "30s"
+      }}
+    }}
+  }}
+}}"#
+    ));
+    let alloc = agent.alloc_id(&job);
+    let _cleanup = Cleanup {
+        env: &env,
+        allocs: vec![alloc.clone()],
+    };
+    wait_for(WAIT, "healthy event", || {
+        agent
+            .events(&alloc, "plugin")
+            .contains(&("Plugin became healthy".into(), "plugin: hostpath".into()))
+            .then_some(())
+    });
+    let plugin = agent.get("/v1/plugin/csi/hostpath");
+    assert_eq!(plugin["NodesHealthy"], 1, "{plugin}");
+    let c = env.containers_of_alloc(&alloc);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].name, format!("plugin-{alloc}"));
+    let state = agent.task_state(&alloc, "plugin");
+    assert_eq!(state["State"], "running");
+    assert_eq!(state["Restarts"], 0);
+}
+
+/// A container that writes to both streams and exits 3: its exit and message, its logs in the
+/// task's files, the container removed.
+#[test]
+fn a_container_that_exits_3_reports_it_and_keeps_its_logs() {
+    let Some(env) = engine_or_skip("a_container_that_exits_3_reports_it_and_keeps_its_logs") else {
+        return;
+    };
+    let dir = TempDir::new("dk-exit");
+    let agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
+    let job = agent.run_hcl(
+        r#"
+job "exit3" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "docker"
+      config {
+        image   = "busybox:1"
+        command = "sh"
+        args    = ["-c", "echo out $NOMAD_TASK_DIR $NOMAD_ALLOC_DIR; echo err >&2; test -d /local && test -d /secrets && exit 3"]
+      }
+    }
+  }
+}"#,
+    );
+    let alloc = agent.alloc_id(&job);
+    let _cleanup = Cleanup {
+        env: &env,
+        allocs: vec![alloc.clone()],
+    };
+    let state = wait_state(&agent, &alloc, "t", "dead");
+    assert_eq!(state["Failed"], true, "{state}");
+    let events = agent.events(&alloc, "t");
+    assert!(
+        events.contains(&(
+            "Terminated".into(),
+            "Exit Code: 3, Exit Message: \"Docker container exited with non-zero exit code: 3\""
+                .into()
+        )),
+        "{events:#?}"
+    );
+    let (code, out) = agent.request(
+        "GET",
+        &format!("/v1/client/fs/logs/{alloc}?task=t&type=stdout&plain=true&origin=start"),
+        None,
+    );
+    assert_eq!((code, out.as_str()), (200, "out /local /alloc\n"));
+    let (code, err) = agent.request(
+        "GET",
+        &format!("/v1/client/fs/logs/{alloc}?task=t&type=stderr&plain=true&origin=start"),
+        None,
+    );
+    assert_eq!((code, err.as_str()), (200, "err\n"));
+    wait_for(WAIT, "the container removed", || {
+        env.containers_of_alloc(&alloc).is_empty().then_some(())
+    });
+}
+
+/// A container over its memory limit is killed by the kernel: `OOM Killed`.
+#[test]
+fn a_container_over_its_memory_is_oom_killed() {
+    let Some(env) = engine_or_skip("a_container_over_its_memory_is_oom_killed") else {
+        return;
+    };
+    let dir = TempDir::new("dk-oom");
+    let agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
+    let job = agent.run_hcl(
+        r#"
+job "oom" {
+  type = "batch"
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    task "t" {
+      driver = "docker"
+      config {
+        image   = "busybox:1"
+        command = "sh"
+        args    = ["-c", "x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done"]
+      }
+      resources {
+        memory = 16
+      }
+    }
+  }
+}"#,
+    );
+    let alloc = agent.alloc_id(&job);
+    let _cleanup = Cleanup {
+        env: &env,
+        allocs: vec![alloc.clone()],
+    };
+    wait_state(&agent, &alloc, "t", "dead");
+    let terminated: Vec<String> = agent
+        .events(&alloc, "t")
+        .into_iter()
+        .filter(|(t, _)| t == "Terminated")
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(terminated.len(), 1, "{terminated:?}");
+    assert!(
+        terminated[0].ends_with("Exit Message: \"OOM Killed\""),
+        "{terminated:?}"
+    );
+}
+
+/// kill -9 of the agent, five times, under a container that writes a numbered line every 10 ms:
+/// the same container every time, no new Started, Restarts 0, and every line in the task's log
+/// once and in order.
+#[test]
+fn agent_kills_leave_the_container_running_and_its_logs_whole() {
+    let Some(env) = engine_or_skip("agent_kills_leave_the_container_running_and_its_logs_whole")
+    else {
+        return;
+    };
+    let dir = TempDir::new("dk-kill");
+    let mut agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
+    let job = agent.run_hcl(
+        r#"
+job "lines" {
+  group "g" {
+    task "t" {
+      driver       = "docker"
+      kill_timeout = "1s"
+      config {
+        image   = "busybox:1"
+        command = "sh"
+        args    = ["-c", "trap 'exit 0' INT; i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo line $i; usleep 10000; done; sleep 3600"]
+      }
+      logs {
+        max_files     = 3
+        max_file_size = 1
+      }
+    }
+  }
+}"#,
+    );
+    let alloc = agent.alloc_id(&job);
+    let _cleanup = Cleanup {
+        env: &env,
+        allocs: vec![alloc.clone()],
+    };
+    let first = wait_state(&agent, &alloc, "t", "running");
+    let containers = env.containers_of_alloc(&alloc);
+    assert_eq!(containers.len(), 1);
+    let id = containers[0].id.clone();
+    for round in 0..5 {
+        std::thread::sleep(Duration::from_millis(200 + fastrand::u64(0..600)));
+        agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(fastrand::u64(0..500)));
+        agent.restart();
+        let s = wait_state(&agent, &alloc, "t", "running");
+        assert_eq!(s["Restarts"], 0, "round {round}: {s}");
+        assert_eq!(s["StartedAt"], first["StartedAt"], "round {round}");
+        let now = env.containers_of_alloc(&alloc);
+        assert_eq!(now.len(), 1, "round {round}");
+        assert_eq!(now[0].id, id, "round {round}: another container");
+    }
+    let types: Vec<String> = agent
+        .events(&alloc, "t")
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    assert_eq!(types, ["Received", "Task Setup", "Started"]);
+    // Every line, once, in order, once the container wrote them all.
+    let logs = wait_for(WAIT, "2000 lines in the log", || {
+        let (code, text) = agent.request(
+            "GET",
+            &format!("/v1/client/fs/logs/{alloc}?task=t&type=stdout&plain=true&origin=start"),
+            None,
+        );
+        (code == 200 && text.ends_with("line 2000\n")).then_some(text)
+    });
+    let expected: String = (1..=2000).map(|i| format!("line {i}\n")).collect();
+    assert!(
+        logs == expected,
+        "the log has lost or doubled lines: {} bytes, expected {}",
+        logs.len(),
+        expected.len()
+    );
+}
+
+/// A container that exits 7 while no agent runs: the next agent reports exit code 7 at the time
+/// the container really ended, then applies the restart policy.
+#[test]
+fn a_container_that_exits_while_the_agent_is_down_reports_its_exit() {
+    let Some(env) =
+        engine_or_skip("a_container_that_exits_while_the_agent_is_down_reports_its_exit")
+    else {
+        return;
+    };
+    let dir = TempDir::new("dk-away");
+    let mut agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
+    let flag = dir.path().join("go");
+    let job = agent.run_hcl(&format!(
+        r#"
+job "away" {{
+  type = "batch"
+  group "g" {{
+    restart {{
+      attempts = 0
+      mode     = "fail"
+    }}
+    task "t" {{
+      driver = "docker"
+      config {{
+        image   = "busybox:1"
+        command = "sh"
+        args    = ["-c", "while [ ! -e /local/go ]; do usleep 50000; done; exit 7"]
+      }}
+    }}
+  }}
+}}"#
+    ));
+    let _ = flag;
+    let alloc = agent.alloc_id(&job);
+    let _cleanup = Cleanup {
+        env: &env,
+        allocs: vec![alloc.clone()],
+    };
+    wait_state(&agent, &alloc, "t", "running");
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    // The task directory's local/ is bound at /local: the container sees the file and exits.
+    let local = agent.data_dir.join(format!("alloc/{alloc}/t/local/go"));
+    std::fs::write(&local, "").unwrap();
+    let id = env.containers_of_alloc(&alloc)[0].id.clone();
+    let ended = env.wait_status(&id, "exited", WAIT);
+    let finished = ended.state.finished_at.expect("a finish time");
+    agent.restart();
+    let s = wait_state(&agent, &alloc, "t", "dead");
+    let events = event_rows(&agent, &alloc, "t");
+    let terminated = events
+        .iter()
+        .find(|(t, _, _)| t == "Terminated")
+        .expect("a Terminated event");
+    assert_eq!(
+        terminated.1,
+        "Exit Code: 7, Exit Message: \"Docker container exited with non-zero exit code: 7\""
+    );
+    assert_eq!(terminated.2, finished, "the exit time is the container's");
+    assert_eq!(s["Failed"], true);
+    assert_eq!(events.last().unwrap().0, "Not Restarting", "{events:#?}");
+    let started = events.iter().filter(|(t, _, _)| t == "Started").count();
+    assert_eq!(started, 1, "{events:#?}");
+}

@@ -472,3 +472,109 @@ job "away" {{
     let started = events.iter().filter(|(t, _, _)| t == "Started").count();
     assert_eq!(started, 1, "{events:#?}");
 }
+
+/// A host volume's `volume_mount` is bound at its destination in the container.
+#[test]
+fn a_host_volume_is_bound_into_the_container() {
+    let Some(env) = engine_or_skip("a_host_volume_is_bound_into_the_container") else {
+        return;
+    };
+    let dir = TempDir::new("dk-vol");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let agent = TestAgent::start_in(
+        dir.path(),
+        &format!(
+            "{}client {{\n  host_volume \"data\" {{\n    path = \"{}\"\n  }}\n}}\n",
+            plugin_config(&env),
+            data.display()
+        ),
+    );
+    let job = agent.run_hcl(
+        r#"
+job "vol" {
+  type = "batch"
+  group "g" {
+    volume "data" {
+      type   = "host"
+      source = "data"
+    }
+    task "t" {
+      driver = "docker"
+      config {
+        image   = "busybox:1"
+        command = "sh"
+        args    = ["-c", "echo hello > /data/hello && echo $NOMAD_VOLUME_DATA"]
+      }
+      volume_mount {
+        volume      = "data"
+        destination = "/data"
+      }
+    }
+  }
+}"#,
+    );
+    let alloc = agent.alloc_id(&job);
+    let _cleanup = Cleanup {
+        env: &env,
+        allocs: vec![alloc.clone()],
+    };
+    let state = wait_state(&agent, &alloc, "t", "dead");
+    assert_eq!(state["Failed"], false, "{state}");
+    assert_eq!(std::fs::read_to_string(data.join("hello")).unwrap(), "hello\n");
+    let (_, out) = agent.request(
+        "GET",
+        &format!("/v1/client/fs/logs/{alloc}?task=t&type=stdout&plain=true&origin=start"),
+        None,
+    );
+    assert_eq!(out, "/data\n");
+}
+
+/// An image the engine does not have is pulled: `Downloading image`, and a pull that fails is a
+/// Driver Failure with the engine's message, counted by the restart policy.
+#[test]
+fn an_image_that_cannot_be_pulled_is_a_driver_failure() {
+    let Some(env) = engine_or_skip("an_image_that_cannot_be_pulled_is_a_driver_failure") else {
+        return;
+    };
+    let dir = TempDir::new("dk-pull");
+    let agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
+    // A registry on a loopback port nothing listens on: the pull fails at once, offline too.
+    let port = free_port();
+    let job = agent.run_hcl(&format!(
+        r#"
+job "pull" {{
+  group "g" {{
+    restart {{
+      attempts = 0
+      mode     = "fail"
+    }}
+    task "t" {{
+      driver = "docker"
+      config {{
+        image = "127.0.0.1:{port}/nodeward/missing:1"
+      }}
+    }}
+  }}
+}}"#
+    ));
+    let alloc = agent.alloc_id(&job);
+    let state = wait_state(&agent, &alloc, "t", "dead");
+    assert_eq!(state["Failed"], true, "{state}");
+    let events = agent.events(&alloc, "t");
+    let types: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        types,
+        ["Received", "Task Setup", "Driver", "Driver Failure", "Not Restarting"],
+        "{events:#?}"
+    );
+    assert_eq!(events[2].1, "Downloading image");
+    let failure = &events[3].1;
+    assert!(
+        failure.starts_with(&format!(
+            "Failed to start task: Failed to pull `127.0.0.1:{port}/nodeward/missing:1`: "
+        )) && failure.contains("connection refused"),
+        "{failure}"
+    );
+    assert!(env.containers_of_alloc(&alloc).is_empty());
+}

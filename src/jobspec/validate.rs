@@ -151,7 +151,17 @@ fn validate_task(group: &TaskGroup, task: &Task) -> Result<(), JobspecError> {
                 mount.volume, group.name
             )));
         };
-        if !is_relative_inside(&mount.destination) {
+        if task.driver == super::docker::NAME {
+            // A container path (docker.md): bound there by the docker driver.
+            let clean = mount.destination.starts_with('/')
+                && !mount.destination.split('/').any(|c| c == "..");
+            if !clean {
+                return Err(invalid(format!(
+                    "{ctx}: volume_mount destination {:?} of a docker task must be an absolute path in the container, without \"..\"",
+                    mount.destination
+                )));
+            }
+        } else if !is_relative_inside(&mount.destination) {
             return Err(invalid(format!(
                 "{ctx}: volume_mount destination {:?} must be a relative path inside the task directory, without \"..\"",
                 mount.destination

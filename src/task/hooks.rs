@@ -86,6 +86,12 @@ pub trait TaskHook: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// After prestart, for a task in a container: the host paths to bind into it (a host
+    /// volume's `volume_mount`).
+    fn container_binds(&self, _task: &TaskContext) -> Result<Vec<crate::driver::Bind>, HookError> {
+        Ok(Vec::new())
+    }
+
     /// After every successful start.
     fn poststart(&self, _task: &TaskContext, _run: RunHandle) {}
 

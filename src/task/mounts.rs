@@ -20,6 +20,7 @@ use nodeward_keeper::beneath::Kind;
 
 use crossbeam_channel::Receiver;
 
+use crate::jobspec::{VolumeMount, VolumeRequest};
 use crate::task::hooks::{HookError, TaskContext, TaskHook};
 use crate::task::taskdir::open_alloc_root;
 
@@ -119,7 +120,57 @@ fn link_volume(
         .collect())
 }
 
+impl VolumeMountHook {
+    /// Each `volume_mount` of the task with its group's request and the ready host volume.
+    fn resolve<'t>(
+        &self,
+        task: &'t TaskContext,
+    ) -> Result<Vec<(&'t VolumeMount, &'t VolumeRequest, HostVolume)>, HookError> {
+        let group = task
+            .job
+            .task_groups
+            .iter()
+            .find(|g| g.name == task.group)
+            .ok_or_else(|| HookError(format!("group {:?} not found", task.group)))?;
+        let container = task.task.driver == crate::jobspec::docker::NAME;
+        task.task
+            .volume_mounts
+            .iter()
+            .map(|mount| {
+                let request = group.volumes.get(&mount.volume).ok_or_else(|| {
+                    HookError(format!(
+                        "volume_mount names unknown volume {:?}",
+                        mount.volume
+                    ))
+                })?;
+                let volume = self.volumes.lookup(&request.source).ok_or_else(|| {
+                    HookError(format!("missing host volume {:?}", request.source))
+                })?;
+                if container && !mount.destination.starts_with('/') {
+                    return Err(HookError(format!(
+                        "volume_mount destination {:?} of a docker task must be an absolute path in the container",
+                        mount.destination
+                    )));
+                }
+                Ok((mount, request, volume))
+            })
+            .collect()
+    }
+}
+
 impl TaskHook for VolumeMountHook {
+    fn container_binds(&self, task: &TaskContext) -> Result<Vec<crate::driver::Bind>, HookError> {
+        Ok(self
+            .resolve(task)?
+            .into_iter()
+            .map(|(mount, request, volume)| crate::driver::Bind {
+                host: volume.path,
+                container: mount.destination.clone(),
+                read_only: mount.read_only || request.read_only || volume.read_only,
+            })
+            .collect())
+    }
+
     fn name(&self) -> &'static str {
         "volume_mounts"
     }
@@ -130,23 +181,14 @@ impl TaskHook for VolumeMountHook {
         env: &mut BTreeMap<String, String>,
     ) -> Result<Vec<String>, HookError> {
         let mut notes = Vec::new();
-        let group = task
-            .job
-            .task_groups
-            .iter()
-            .find(|g| g.name == task.group)
-            .ok_or_else(|| HookError(format!("group {:?} not found", task.group)))?;
-        for mount in &task.task.volume_mounts {
-            let request = group.volumes.get(&mount.volume).ok_or_else(|| {
-                HookError(format!(
-                    "volume_mount names unknown volume {:?}",
-                    mount.volume
-                ))
-            })?;
-            let volume = self
-                .volumes
-                .lookup(&request.source)
-                .ok_or_else(|| HookError(format!("missing host volume {:?}", request.source)))?;
+        let container = task.task.driver == crate::jobspec::docker::NAME;
+        for (mount, request, volume) in self.resolve(task)? {
+            if container {
+                // Bound at its destination by the docker driver (`container_binds`).
+                env.insert(volume_env_name(&mount.volume), mount.destination.clone());
+                self.volumes.claim(&request.source, &task.alloc_id);
+                continue;
+            }
             let rel = inside(&mount.destination).ok_or_else(|| {
                 HookError(format!(
                     "volume_mount destination {:?} must be a relative path inside the task directory",

@@ -346,6 +346,15 @@ impl TaskRunner {
             }
         }
         let mut spec = crate::task::env::start_spec(&self.ctx, env, &passed);
+        if let Some(container) = spec.container.as_mut() {
+            for hook in &self.hooks {
+                let binds = hook.container_binds(&self.ctx).map_err(|e| {
+                    self.emit(TaskEvent::setup_failure(now_nanos(), &e.0, true));
+                    None
+                })?;
+                container.binds.extend(binds);
+            }
+        }
         let (state, store) = (self.state.clone(), self.deps.store.clone());
         spec.progress = Some(driver::Progress(Arc::new(move |message: &str| {
             state.lock().push(TaskEvent::driver(now_nanos(), message));

@@ -521,7 +521,10 @@ job "vol" {
     };
     let state = wait_state(&agent, &alloc, "t", "dead");
     assert_eq!(state["Failed"], false, "{state}");
-    assert_eq!(std::fs::read_to_string(data.join("hello")).unwrap(), "hello\n");
+    assert_eq!(
+        std::fs::read_to_string(data.join("hello")).unwrap(),
+        "hello\n"
+    );
     let (_, out) = agent.request(
         "GET",
         &format!("/v1/client/fs/logs/{alloc}?task=t&type=stdout&plain=true&origin=start"),
@@ -565,7 +568,13 @@ job "pull" {{
     let types: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
     assert_eq!(
         types,
-        ["Received", "Task Setup", "Driver", "Driver Failure", "Not Restarting"],
+        [
+            "Received",
+            "Task Setup",
+            "Driver",
+            "Driver Failure",
+            "Not Restarting"
+        ],
         "{events:#?}"
     );
     assert_eq!(events[2].1, "Downloading image");
@@ -577,4 +586,194 @@ job "pull" {{
         "{failure}"
     );
     assert!(env.containers_of_alloc(&alloc).is_empty());
+}
+
+/// A dockerd of the test's own, with `--live-restore` (its containers outlive it), that the test
+/// may stop and start again.
+struct OwnEngine {
+    dir: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl OwnEngine {
+    fn start(dir: &std::path::Path) -> OwnEngine {
+        let mut e = OwnEngine {
+            dir: dir.to_path_buf(),
+            child: None,
+        };
+        e.launch();
+        e
+    }
+
+    fn host(&self) -> String {
+        format!("unix://{}/docker.sock", self.dir.display())
+    }
+
+    fn launch(&mut self) {
+        let d = &self.dir;
+        let child = std::process::Command::new("dockerd")
+            .arg("--data-root")
+            .arg(d.join("root"))
+            .arg("--exec-root")
+            .arg(d.join("exec"))
+            .arg("--host")
+            .arg(self.host())
+            .arg("--pidfile")
+            .arg(d.join("dockerd.pid"))
+            .args(["--iptables=false", "--bridge=none", "--live-restore"])
+            .stdout(std::fs::File::create(d.join("dockerd.log")).unwrap())
+            .stderr(std::fs::File::create(d.join("dockerd.err")).unwrap())
+            .spawn()
+            .expect("dockerd");
+        self.child = Some(child);
+        let endpoint = nodeward::driver::docker::engine::Endpoint::parse(&self.host()).unwrap();
+        wait_for(WAIT, "the test's dockerd answering", || {
+            nodeward::driver::docker::engine::Engine::connect(
+                endpoint.clone(),
+                Duration::from_secs(2),
+            )
+            .ok()
+        });
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for OwnEngine {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = std::process::Command::new("docker")
+                .args(["-H", &self.host(), "rm", "-f"])
+                .args(
+                    String::from_utf8_lossy(
+                        &std::process::Command::new("docker")
+                            .args(["-H", &self.host(), "ps", "-aq"])
+                            .output()
+                            .map(|o| o.stdout)
+                            .unwrap_or_default(),
+                    )
+                    .split_whitespace(),
+                )
+                .output();
+        }
+        self.stop();
+        let _ = std::process::Command::new("bash")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/scripts/docker-env.sh"
+            ))
+            .arg("stop")
+            .arg(&self.dir)
+            .output();
+    }
+}
+
+/// dockerd stopped under a running container: the driver turns unhealthy (no `driver.docker`
+/// attribute), the agent stays up and the task is not marked dead; dockerd back: healthy again,
+/// the same container watched, and a stop still stops it.
+#[test]
+fn the_agent_rides_out_a_dockerd_restart() {
+    let Some(_env) = engine_or_skip("the_agent_rides_out_a_dockerd_restart") else {
+        return;
+    };
+    // A short path: the engine's socket must fit in 107 bytes.
+    let short = std::path::PathBuf::from(format!("/tmp/nwdk{}", std::process::id()));
+    std::fs::create_dir_all(&short).unwrap();
+    let mut own = OwnEngine::start(&short);
+    let image = std::process::Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/docker-env.sh"
+        ))
+        .args(["image"])
+        .arg(&short)
+        .arg("busybox:1")
+        .env("NODEWARD_TEST_DOCKER_HOST", own.host())
+        .output()
+        .unwrap();
+    assert!(
+        image.status.success(),
+        "{}",
+        String::from_utf8_lossy(&image.stderr)
+    );
+    let dir = TempDir::new("dk-restart");
+    let agent = TestAgent::start_in(
+        dir.path(),
+        &format!(
+            "plugin \"docker\" {{\n  config {{ endpoint = \"{}\" }}\n}}\n",
+            own.host()
+        ),
+    );
+    let node = |agent: &TestAgent| {
+        let id = agent.get("/v1/nodes")[0]["ID"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        agent.get(&format!("/v1/node/{id}"))["Attributes"].clone()
+    };
+    let job = agent.run_hcl(
+        r#"
+job "ride" {
+  group "g" {
+    task "t" {
+      driver       = "docker"
+      kill_timeout = "1s"
+      config {
+        image   = "busybox:1"
+        command = "sleep"
+        args    = ["3600"]
+      }
+    }
+  }
+}"#,
+    );
+    let alloc = agent.alloc_id(&job);
+    let first = wait_state(&agent, &alloc, "t", "running");
+    assert_eq!(node(&agent)["driver.docker"], "1");
+    own.stop();
+    wait_for(WAIT, "driver.docker gone from the node", || {
+        unsafe { libc::kill(agent.pid(), libc::SIGHUP) };
+        std::thread::sleep(Duration::from_millis(300));
+        node(&agent).get("driver.docker").is_none().then_some(())
+    });
+    let s = agent.task_state(&alloc, "t");
+    assert_eq!(
+        s["State"], "running",
+        "marked dead while the engine was away: {s}"
+    );
+    own.launch();
+    wait_for(WAIT, "driver.docker back on the node", || {
+        unsafe { libc::kill(agent.pid(), libc::SIGHUP) };
+        std::thread::sleep(Duration::from_millis(300));
+        (node(&agent)["driver.docker"] == "1").then_some(())
+    });
+    let s = agent.task_state(&alloc, "t");
+    assert_eq!(s["State"], "running", "{s}");
+    assert_eq!(s["Restarts"], 0);
+    assert_eq!(s["StartedAt"], first["StartedAt"]);
+    // The watch went on with the engine: a stop stops and removes the container.
+    let (code, _) = agent.request("DELETE", "/v1/job/ride", None);
+    assert_eq!(code, 200);
+    wait_state(&agent, &alloc, "t", "dead");
+    let events = agent.events(&alloc, "t");
+    assert!(
+        events
+            .iter()
+            .any(|(t, m)| t == "Terminated" && m.starts_with("Exit Code: 137")),
+        "{events:#?}"
+    );
+    let left = std::process::Command::new("docker")
+        .args(["-H", &own.host(), "ps", "-aq"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "",
+        "a container was left"
+    );
 }

@@ -670,6 +670,7 @@ impl Drop for OwnEngine {
             .arg("stop")
             .arg(&self.dir)
             .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -420,28 +420,26 @@ fn a_container_that_exits_while_the_agent_is_down_reports_its_exit() {
     };
     let dir = TempDir::new("dk-away");
     let mut agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
-    let flag = dir.path().join("go");
-    let job = agent.run_hcl(&format!(
+    let job = agent.run_hcl(
         r#"
-job "away" {{
+job "away" {
   type = "batch"
-  group "g" {{
-    restart {{
+  group "g" {
+    restart {
       attempts = 0
       mode     = "fail"
-    }}
-    task "t" {{
+    }
+    task "t" {
       driver = "docker"
-      config {{
+      config {
         image   = "busybox:1"
         command = "sh"
         args    = ["-c", "while [ ! -e /local/go ]; do usleep 50000; done; exit 7"]
-      }}
-    }}
-  }}
-}}"#
-    ));
-    let _ = flag;
+      }
+    }
+  }
+}"#,
+    );
     let alloc = agent.alloc_id(&job);
     let _cleanup = Cleanup {
         env: &env,

@@ -81,11 +81,6 @@ impl Default for CsiSettings {
     }
 }
 
-/// `<data_dir>/client/csi/plugins/<alloc_id>`: where the plugin of an allocation creates its socket.
-pub fn socket_dir(data_dir: &Path, alloc_id: &str) -> PathBuf {
-    crate::util::allocdir::csi_socket_dir(data_dir, alloc_id)
-}
-
 /// `<data_dir>/client/csi/<type>/<plugin_id>`: the plugin's staging directory.
 pub fn staging_dir(data_dir: &Path, config: &CsiPluginConfig) -> PathBuf {
     data_dir
@@ -114,8 +109,8 @@ pub struct CsiPluginHook {
     task_endpoint: Option<String>,
     socket_dir: PathBuf,
     staging_dir: PathBuf,
-    /// The task runs in a container (docker): it sees its socket directory at `mount_dir`.
-    in_container: bool,
+    /// `mount_dir`, where a task in a container (docker) sees its socket directory.
+    container_dir: Option<PathBuf>,
     registry: Arc<PluginRegistry>,
     settings: CsiSettings,
     /// Guards the current run's supervisor and what the last prestart/poststart chose.
@@ -158,14 +153,15 @@ impl CsiPluginHook {
         let data_dir =
             std::path::absolute(&task.data_dir).unwrap_or_else(|_| task.data_dir.clone());
         Some(CsiPluginHook {
-            socket_dir: socket_dir(&data_dir, &task.alloc_id),
+            socket_dir: crate::util::allocdir::csi_socket_dir(&data_dir, &task.alloc_id),
             staging_dir: staging_dir(&data_dir, &config),
             alloc_id: task.alloc_id.clone(),
             job_id: task.job.id.clone(),
             group: task.group.clone(),
             task_name: task.task.name.clone(),
             task_endpoint: task.task.env.get(ENDPOINT_ENV).cloned(),
-            in_container: task.task.driver == crate::jobspec::docker::NAME,
+            container_dir: (task.task.driver == crate::jobspec::docker::NAME)
+                .then(|| PathBuf::from(&config.mount_dir)),
             config,
             registry,
             settings,
@@ -325,15 +321,9 @@ impl TaskHook for CsiPluginHook {
                     ),
                 }
                 // A containerised plugin sees the socket directory at its mount_dir (docker.md).
-                let endpoint = if self.in_container {
-                    format!(
-                        "unix://{}/{SOCKET_NAME}",
-                        self.config.mount_dir.trim_end_matches('/')
-                    )
-                } else {
-                    format!("unix://{}", own_socket.display())
-                };
-                env.insert(ENDPOINT_ENV.to_string(), endpoint);
+                let dir = self.container_dir.as_ref().unwrap_or(&self.socket_dir);
+                let endpoint = format!("unix://{}", dir.join(SOCKET_NAME).display());
+                env.insert(ENDPOINT_ENV.into(), endpoint);
                 own_socket
             }
         };
@@ -723,7 +713,7 @@ mod tests {
         );
         assert_eq!(endpoint_socket("/a/b.sock"), PathBuf::from("/a/b.sock"));
         assert_eq!(
-            socket_dir(Path::new("/d"), "a1"),
+            crate::util::allocdir::csi_socket_dir(Path::new("/d"), "a1"),
             PathBuf::from("/d/client/csi/plugins/a1")
         );
     }

@@ -185,7 +185,7 @@ enum Attached {
     /// A task the keeper holds, leading its own process group (`raw_exec`).
     Kept(process::keeper::client::Kept),
     /// A container of the docker engine.
-    Container(docker::Watched),
+    Container(Box<docker::Watched>),
 }
 
 impl RunningTask {

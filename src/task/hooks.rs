@@ -102,6 +102,18 @@ pub trait TaskHook: Send + Sync {
     fn stop(&self, _task: &TaskContext) {}
 }
 
+/// What every hook binds into a task's container ([`TaskHook::container_binds`]).
+pub fn container_binds(
+    hooks: &[Arc<dyn TaskHook>],
+    task: &TaskContext,
+) -> Result<Vec<crate::driver::Bind>, HookError> {
+    let mut binds = Vec::new();
+    for hook in hooks {
+        binds.extend(hook.container_binds(task)?);
+    }
+    Ok(binds)
+}
+
 /// A request from a hook to the task runner.
 #[derive(Debug)]
 pub enum HookRequest {

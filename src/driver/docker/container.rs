@@ -14,7 +14,7 @@ use std::path::{Component, Path, PathBuf};
 use super::engine::{
     CreateContainer, DeviceMapping, HostConfig, Mount, MountKind, TmpfsOptions, Ulimit,
 };
-use crate::config::DockerSettings;
+use super::settings::DockerSettings;
 use crate::driver::{ContainerSpec, StartSpec};
 use crate::jobspec::docker::MountType;
 

@@ -30,6 +30,7 @@
 pub mod container;
 pub mod engine;
 pub mod logs;
+pub mod settings;
 
 use crossbeam_channel::{after, bounded, select, Receiver, Sender};
 use parking_lot::Mutex;
@@ -42,10 +43,10 @@ use super::{
     Attached, Driver, DriverError, HandleState, RunningTask, StartSpec, TaskExit, TaskHandle,
     TaskRunState, TaskStats,
 };
-use crate::config::DockerSettings;
 use crate::thread::{Never, Worker};
 use crate::util::{allocdir, short_id};
 use nodeward_keeper::Exit;
+use settings::DockerSettings;
 
 /// The driver's name in jobspecs and node attributes.
 pub const NAME: &str = crate::jobspec::docker::NAME;
@@ -79,7 +80,7 @@ pub struct Docker {
 }
 
 /// What the driver keeps of one container it watches.
-pub(crate) struct Watched {
+pub struct Watched {
     id: String,
     pub(crate) exited: Receiver<TaskExit>,
     /// Shuts the sockets of the threads' blocking calls.
@@ -226,14 +227,14 @@ impl Docker {
         Ok(RunningTask {
             started_nanos,
             handle: TaskHandle::container(NAME, id, name),
-            attached: Attached::Container(Watched {
+            attached: Attached::Container(Box::new(Watched {
                 id: id.to_string(),
                 exited,
                 closer,
                 stop: Some(stop),
                 wait: Some(wait),
                 logs: Some(logs),
-            }),
+            })),
         })
     }
 
@@ -367,7 +368,9 @@ fn wait_for_exit(
                 continue;
             }
         };
-        let now = crate::task::events::now_nanos();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
         let (exit_code, oom_killed, at_nanos) = match engine.inspect(id) {
             Ok(Some(info)) if info.state.running => continue,
             Ok(Some(info)) => (

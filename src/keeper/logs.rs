@@ -77,14 +77,6 @@ pub fn log_files(dir: &Dir, task: &str, stream: Stream) -> Vec<LogFile> {
     files
 }
 
-/// Where a stream's writer stands: the index of the file it appends to, and how many bytes that
-/// file holds as far as rotation is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
-    pub index: u64,
-    pub size: u64,
-}
-
 pub struct RotatingFile {
     dir: Dir,
     task: String,
@@ -105,18 +97,6 @@ impl RotatingFile {
         max_files: u32,
         max_file_size_mb: u32,
     ) -> RotatingFile {
-        let max_size = u64::from(max_file_size_mb.max(1)) * 1024 * 1024;
-        RotatingFile::with_max_size(dir, task, stream, max_files, max_size)
-    }
-
-    /// [`RotatingFile::open`] with the size limit in bytes (tests rotate at a few bytes).
-    pub fn with_max_size(
-        dir: Dir,
-        task: &str,
-        stream: Stream,
-        max_files: u32,
-        max_size: u64,
-    ) -> RotatingFile {
         let (index, size) = log_files(&dir, task, stream)
             .last()
             .map(|f| (f.index, f.len))
@@ -125,41 +105,12 @@ impl RotatingFile {
             dir,
             task: task.to_string(),
             stream,
-            max_size: max_size.max(1),
+            max_size: u64::from(max_file_size_mb.max(1)) * 1024 * 1024,
             max_files: u64::from(max_files.max(1)),
             index,
             size,
             file: None,
         }
-    }
-
-    /// Where the next byte goes.
-    pub fn position(&self) -> Position {
-        Position {
-            index: self.index,
-            size: self.size,
-        }
-    }
-
-    /// Puts the stream back at `to`, a position this writer's stream had before: files with a
-    /// higher index are removed and the file at `to.index` is cut to `to.size`. A writer that
-    /// copies a stream it can replay (the docker driver's log copier) uses it to drop what it
-    /// wrote after its last saved position, and then writes it again.
-    ///
-    /// The size is taken from `to`, not from the file: when the file is shorter or gone (rotation
-    /// removed it when `max_files` is 1, or the task deleted it), the next rotation still happens
-    /// at the byte it would have happened at, so the files after it come out the same.
-    pub fn truncate_to(&mut self, to: Position) -> io::Result<()> {
-        self.file = None;
-        for f in log_files(&self.dir, &self.task, self.stream) {
-            if f.index > to.index {
-                self.dir.remove_file(&f.name)?;
-            }
-        }
-        self.dir.truncate_file(&self.name(to.index), to.size)?;
-        self.index = to.index;
-        self.size = to.size;
-        Ok(())
     }
 
     fn name(&self, index: u64) -> OsString {
@@ -171,15 +122,9 @@ impl RotatingFile {
             let name = self.name(self.index);
             let (f, replaced) = self.dir.open_append(OsStr::new(&name), 0o640)?;
             if let Some(r) = replaced {
-                // The keeper's stderr is its log, `<data_dir>/keeper.log`; the agent (which writes
-                // docker tasks' logs) logs to its stderr too. The prefix says which one wrote it.
-                let program = std::env::args_os()
-                    .next()
-                    .and_then(|p| Path::new(&p).file_name().map(OsStr::to_os_string))
-                    .unwrap_or_else(|| OsString::from("nodeward"));
+                // The keeper's stderr is its log, `<data_dir>/keeper.log`.
                 eprintln!(
-                    "{}: log file of task {}: {r}, and wrote a new file in its place",
-                    program.to_string_lossy(),
+                    "nodeward-keeper: log file of task {}: {r}, and wrote a new file in its place",
                     self.task
                 );
                 // What was there may have had a size: this file starts empty.

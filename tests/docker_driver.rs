@@ -776,3 +776,64 @@ job "ride" {
         "a container was left"
     );
 }
+
+/// `alloc signal` reaches the container's process; `alloc restart` replaces the container, and
+/// the old one is removed.
+#[test]
+fn signal_and_restart_reach_the_container() {
+    let Some(env) = engine_or_skip("signal_and_restart_reach_the_container") else {
+        return;
+    };
+    let dir = TempDir::new("dk-sig");
+    let agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
+    let job = agent.run_hcl(
+        r#"
+job "sig" {
+  group "g" {
+    task "t" {
+      driver       = "docker"
+      kill_timeout = "1s"
+      config {
+        image   = "busybox:1"
+        command = "sh"
+        args    = ["-c", "trap 'echo got-usr1 > /local/sig' USR1; while true; do sleep 0.1; done"]
+      }
+    }
+  }
+}"#,
+    );
+    let alloc = agent.alloc_id(&job);
+    let _cleanup = Cleanup {
+        env: &env,
+        allocs: vec![alloc.clone()],
+    };
+    wait_state(&agent, &alloc, "t", "running");
+    let first = env.containers_of_alloc(&alloc)[0].id.clone();
+    let (s, body) = agent.request(
+        "POST",
+        &format!("/v1/client/allocation/{alloc}/signal"),
+        Some(r#"{"Signal": "SIGUSR1", "Task": "t"}"#),
+    );
+    assert_eq!(s, 200, "{body}");
+    let local = agent.data_dir.join(format!("alloc/{alloc}/t/local/sig"));
+    wait_for(WAIT, "the trap ran in the container", || {
+        std::fs::read_to_string(&local)
+            .ok()
+            .filter(|s| s == "got-usr1\n")
+    });
+    let (s, body) = agent.request(
+        "POST",
+        &format!("/v1/client/allocation/{alloc}/restart"),
+        Some(r#"{"TaskName": "t"}"#),
+    );
+    assert_eq!(s, 200, "{body}");
+    let second = wait_for(WAIT, "a new container", || {
+        let now = env.containers_of_alloc(&alloc);
+        (now.len() == 1 && now[0].id != first && now[0].state == "running")
+            .then(|| now[0].id.clone())
+    });
+    assert_ne!(second, first);
+    assert!(env.engine.inspect(&first).unwrap().is_none(), "the old container was removed");
+    let s = wait_state(&agent, &alloc, "t", "running");
+    assert_eq!(s["Handle"]["State"]["Id"], second.as_str(), "{s}");
+}

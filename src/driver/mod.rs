@@ -28,6 +28,7 @@
 //! driver's to re-attach to (a version-1 handle: the runner stops it with
 //! [`Driver::stop_orphan`] before it starts the task again).
 
+pub mod docker;
 pub mod handle;
 pub mod process;
 pub use nodeward_keeper::logs;

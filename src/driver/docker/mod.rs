@@ -1,0 +1,3 @@
+//! The docker driver (in progress).
+
+pub mod logs;

@@ -19,6 +19,7 @@ mod cli;
 mod crash_storm;
 mod csi_agent;
 mod csi_supervisor;
+mod docker_logs;
 mod durability;
 mod gc;
 mod kill_timeouts;

@@ -833,7 +833,10 @@ job "sig" {
             .then(|| now[0].id.clone())
     });
     assert_ne!(second, first);
-    assert!(env.engine.inspect(&first).unwrap().is_none(), "the old container was removed");
+    assert!(
+        env.engine.inspect(&first).unwrap().is_none(),
+        "the old container was removed"
+    );
     let s = wait_state(&agent, &alloc, "t", "running");
     assert_eq!(s["Handle"]["State"]["Id"], second.as_str(), "{s}");
 }

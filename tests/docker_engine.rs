@@ -30,7 +30,7 @@ fn all_frames(env: &DockerEnv, id: &str, since: Option<i64>) -> Vec<Frame> {
     let id = id.to_string();
     bounded(WAIT, move || {
         engine
-            .logs(&id, since, &Closer::new())
+            .logs(&id, since, true, &Closer::new())
             .unwrap()
             .collect::<Result<Vec<_>, _>>()
             .unwrap()
@@ -254,7 +254,7 @@ fn a_wait_and_a_log_follow_closed_from_another_thread_are_cancelled() {
     let closer = Closer::new();
     let (engine, id, waiter) = (env.engine.clone(), c.id.clone(), closer.clone());
     let wait = std::thread::spawn(move || engine.wait(&id, &waiter));
-    let mut stream = env.engine.logs(&c.id, None, &closer).unwrap();
+    let mut stream = env.engine.logs(&c.id, None, true, &closer).unwrap();
     let first = stream.next_frame().unwrap().unwrap();
     assert_eq!(parts(&first).2, "started\n");
     let follow = std::thread::spawn(move || stream.next_frame());

@@ -21,6 +21,7 @@ mod csi_agent;
 mod csi_supervisor;
 mod docker_driver;
 mod docker_engine;
+mod docker_logs;
 mod durability;
 mod gc;
 mod kill_timeouts;

@@ -109,7 +109,8 @@ impl Entry {
         self.kind == Kind::File && self.nlink == 1
     }
 
-    fn describe(&self) -> String {
+    /// What it is, for messages: `symbolic link`, `file with 2 links`...
+    pub fn describe(&self) -> String {
         match self.kind {
             Kind::Dir => "directory".to_string(),
             Kind::Symlink => "symbolic link".to_string(),
@@ -505,6 +506,25 @@ impl Dir {
             "{} kept changing while nodeward opened it",
             path.display()
         )))
+    }
+
+    /// Cuts the file `name` to `len` bytes if it is longer; a shorter or missing file is left as
+    /// it is (nothing is created or extended). Only a regular file with one link is cut: anything
+    /// else under that name is an error that names it, and is not touched.
+    pub fn truncate_file(&self, name: &OsStr, len: u64) -> io::Result<()> {
+        let c = one_name(name)?;
+        let flags = libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOCTTY;
+        let fd = match self.open_at(&c, flags, 0) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(self.refused(name, &c, e)),
+        };
+        let file = plain(fd).map_err(|(entry, _)| self.not_plain(name, entry))?;
+        let path = self.path.join(name);
+        if file.metadata().map_err(|e| on(&path, e))?.len() > len {
+            file.set_len(len).map_err(|e| on(&path, e))?;
+        }
+        Ok(())
     }
 
     /// Removes the entry `name` (a file or a link; a link is removed, not what it points at).

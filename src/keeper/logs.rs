@@ -16,7 +16,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
 
-use crate::beneath::Dir;
+use crate::beneath::{Dir, Kind};
 
 /// `stdout` or `stderr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,14 @@ pub fn log_files(dir: &Dir, task: &str, stream: Stream) -> Vec<LogFile> {
     files
 }
 
+/// Where a stream's writer stands: the index of the file it appends to, and how many bytes that
+/// file holds as far as rotation is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub index: u64,
+    pub size: u64,
+}
+
 pub struct RotatingFile {
     dir: Dir,
     task: String,
@@ -97,6 +105,18 @@ impl RotatingFile {
         max_files: u32,
         max_file_size_mb: u32,
     ) -> RotatingFile {
+        let max_size = u64::from(max_file_size_mb.max(1)) * 1024 * 1024;
+        RotatingFile::with_max_size(dir, task, stream, max_files, max_size)
+    }
+
+    /// [`RotatingFile::open`] with the size limit in bytes (tests rotate at a few bytes).
+    pub fn with_max_size(
+        dir: Dir,
+        task: &str,
+        stream: Stream,
+        max_files: u32,
+        max_size: u64,
+    ) -> RotatingFile {
         let (index, size) = log_files(&dir, task, stream)
             .last()
             .map(|f| (f.index, f.len))
@@ -105,12 +125,54 @@ impl RotatingFile {
             dir,
             task: task.to_string(),
             stream,
-            max_size: u64::from(max_file_size_mb.max(1)) * 1024 * 1024,
+            max_size: max_size.max(1),
             max_files: u64::from(max_files.max(1)),
             index,
             size,
             file: None,
         }
+    }
+
+    /// Where the next byte goes.
+    pub fn position(&self) -> Position {
+        Position {
+            index: self.index,
+            size: self.size,
+        }
+    }
+
+    /// Puts the stream back at `to`, a position this writer's stream had before: files with a
+    /// higher index are removed and the file at `to.index` is cut to `to.size`. A writer that
+    /// copies a stream it can replay (the docker driver's log copier) uses it to drop what it
+    /// wrote after its last saved position, and then writes it again.
+    ///
+    /// The size is taken from `to`, not from the file: when the file is shorter or gone (rotation
+    /// removed it when `max_files` is 1, or the task deleted it), the next rotation still happens
+    /// at the byte it would have happened at, so the files after it come out the same.
+    pub fn truncate_to(&mut self, to: Position) -> io::Result<()> {
+        self.file = None;
+        for f in log_files(&self.dir, &self.task, self.stream) {
+            if f.index > to.index {
+                self.dir.remove_file(&f.name)?;
+            }
+        }
+        let name = self.name(to.index);
+        // Not a log file (a link the task put there): removed without being followed, as a
+        // write would replace it; the stream goes on in a new file.
+        if let Ok(entry) = self.dir.entry(&name) {
+            if !entry.is_plain_file() && entry.kind != Kind::Dir {
+                self.dir.remove_file(&name)?;
+                self.say(&format!(
+                    "removed the {} {} without following it",
+                    entry.describe(),
+                    self.dir.path().join(&name).display()
+                ));
+            }
+        }
+        self.dir.truncate_file(&name, to.size)?;
+        self.index = to.index;
+        self.size = to.size;
+        Ok(())
     }
 
     fn name(&self, index: u64) -> OsString {
@@ -122,17 +184,28 @@ impl RotatingFile {
             let name = self.name(self.index);
             let (f, replaced) = self.dir.open_append(OsStr::new(&name), 0o640)?;
             if let Some(r) = replaced {
-                // The keeper's stderr is its log, `<data_dir>/keeper.log`.
-                eprintln!(
-                    "nodeward-keeper: log file of task {}: {r}, and wrote a new file in its place",
-                    self.task
-                );
+                self.say(&format!("{r}, and wrote a new file in its place"));
                 // What was there may have had a size: this file starts empty.
                 self.size = 0;
             }
             self.file = Some(f);
         }
         Ok(self.file.as_mut().expect("just opened"))
+    }
+
+    /// Reports what was done to a log file a task tampered with. The keeper's stderr is its log,
+    /// `<data_dir>/keeper.log`; the agent (which writes docker tasks' logs) logs to its stderr
+    /// too: the prefix says which of them wrote it.
+    fn say(&self, what: &str) {
+        let program = std::env::args_os()
+            .next()
+            .and_then(|p| Path::new(&p).file_name().map(OsStr::to_os_string))
+            .unwrap_or_else(|| OsString::from("nodeward"));
+        eprintln!(
+            "{}: log file of task {}: {what}",
+            program.to_string_lossy(),
+            self.task
+        );
     }
 
     fn rotate(&mut self) {
@@ -209,6 +282,48 @@ mod tests {
             6
         );
         assert!(log_files(&dir(), "web", Stream::Stderr).is_empty());
+        let _ = fs::remove_dir_all(&root);
+    }
+
+    /// A writer put back at an earlier position: later files gone, the file cut, and rotation
+    /// at the same byte as before even when the file at that position is gone.
+    #[test]
+    fn truncate_to_drops_what_came_after_a_position() {
+        let root = tempdir("truncate");
+        let logs = root.join("a/alloc/logs");
+        let dir = || open_log_dir(&root, &logs).unwrap();
+        let mut f = RotatingFile::with_max_size(dir(), "web", Stream::Stderr, 10, 10);
+        f.write(b"0123456789abc").unwrap();
+        let at = f.position();
+        assert_eq!(at, Position { index: 1, size: 3 });
+        f.write(b"defghijklmnopqrstuvwxyz").unwrap();
+        assert_eq!(f.position().index, 3);
+        let mut f = RotatingFile::with_max_size(dir(), "web", Stream::Stderr, 10, 10);
+        f.truncate_to(at).unwrap();
+        let names: Vec<u64> = log_files(&dir(), "web", Stream::Stderr)
+            .iter()
+            .map(|f| f.index)
+            .collect();
+        assert_eq!(names, vec![0, 1]);
+        assert_eq!(fs::read(logs.join("web.stderr.1")).unwrap(), b"abc");
+        f.write(b"DEFGHIJKLM").unwrap();
+        assert_eq!(fs::read(logs.join("web.stderr.1")).unwrap(), b"abcDEFGHIJ");
+        assert_eq!(fs::read(logs.join("web.stderr.2")).unwrap(), b"KLM");
+        // The file at the position is gone: nothing is created, the size is the position's.
+        fs::remove_file(logs.join("web.stderr.2")).unwrap();
+        f.truncate_to(Position { index: 2, size: 8 }).unwrap();
+        assert!(!logs.join("web.stderr.2").exists());
+        f.write(b"xyz").unwrap();
+        assert_eq!(fs::read(logs.join("web.stderr.2")).unwrap(), b"xy");
+        assert_eq!(fs::read(logs.join("web.stderr.3")).unwrap(), b"z");
+        // A link the task put under the name is removed, not followed: its target is untouched.
+        let outside = root.join("outside");
+        fs::write(&outside, "keep this").unwrap();
+        fs::remove_file(logs.join("web.stderr.3")).unwrap();
+        std::os::unix::fs::symlink(&outside, logs.join("web.stderr.3")).unwrap();
+        f.truncate_to(Position { index: 3, size: 1 }).unwrap();
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "keep this");
+        assert!(fs::symlink_metadata(logs.join("web.stderr.3")).is_err());
         let _ = fs::remove_dir_all(&root);
     }
 

@@ -391,7 +391,9 @@ fn wait_for_exit(
 }
 
 /// The `docker-logs` thread: copies the container's output into the task's log files until the
-/// container ends.
+/// container ends. A followed stream may end before the end of the log when the container exits
+/// (dockerd 20.10 does, about half the time): once the container has exited, the log is read
+/// once more without following, from where the copier is (`logs::LogCopier::resume`).
 fn copy_logs(
     engine: &Engine,
     id: &str,
@@ -399,37 +401,34 @@ fn copy_logs(
     closer: &Closer,
     stop: &Receiver<Never>,
 ) {
-    let mut copier = match logs::LogCopier::open(
-        &target.alloc_root,
-        &target.log_dir,
-        &target.task,
-        &target.logs,
-        target.cursor.clone(),
-        id,
-    ) {
-        Ok(c) => c,
-        Err(e) => {
+    let open = || {
+        logs::LogCopier::open(
+            &target.alloc_root,
+            &target.log_dir,
+            &target.task,
+            &target.logs,
+            target.cursor.clone(),
+            id,
+        )
+        .map_err(|e| {
             log::error!(
                 "container {id}: cannot open the logs of task {}: {e}",
                 target.task
-            );
-            return;
-        }
+            )
+        })
+        .ok()
     };
+    let Some(mut copier) = open() else { return };
     let (mut pending, mut last_commit) = (0u32, Instant::now());
+    let mut follow = true;
     loop {
-        let since = copier.since().map(|s| s.as_nanos() as i64);
-        match engine.logs(id, since, closer) {
+        let since = copier.resume().map(|s| s.as_nanos() as i64);
+        match engine.logs(id, since, follow, closer) {
             Ok(mut stream) => loop {
                 // The cursor is written every COMMIT_EVERY frames or COMMIT_AFTER: what was copied
                 // after it is truncated and copied again by the next agent (`logs`).
                 if pending >= COMMIT_EVERY || last_commit.elapsed() >= COMMIT_AFTER {
-                    if let Err(e) = copier.commit() {
-                        log::error!(
-                            "container {id}: cannot record how far its logs were copied: {e}"
-                        );
-                        return;
-                    }
+                    let _ = copier.commit();
                     (pending, last_commit) = (0, Instant::now());
                 }
                 match stream.next_frame() {
@@ -438,11 +437,20 @@ fn copy_logs(
                             engine::Stream::Stdout => nodeward_keeper::logs::Stream::Stdout,
                             engine::Stream::Stderr => nodeward_keeper::logs::Stream::Stderr,
                         };
-                        if let Err(e) = copier.frame(stream, &frame.data) {
-                            log::error!("container {id}: log copy stopped: {e}");
-                            return;
+                        match copier.frame(stream, &frame.data) {
+                            Ok(()) => pending += 1,
+                            Err(e @ logs::LogsError::Frame { .. }) => log::warn!("{e}"),
+                            Err(e) => {
+                                // The files may hold what the cursor does not: opened again,
+                                // the copier puts them back to its last commit.
+                                log::error!(
+                                    "container {id}: {e}; copying again from the last commit"
+                                );
+                                let Some(again) = open() else { return };
+                                copier = again;
+                                break;
+                            }
                         }
-                        pending += 1;
                     }
                     Ok(None) => break,
                     Err(EngineError::Cancelled { .. }) => {
@@ -464,9 +472,11 @@ fn copy_logs(
         if let Err(e) = copier.commit() {
             log::error!("container {id}: cannot record how far its logs were copied: {e}");
         }
-        // The stream ends when the container does, or when the engine went away.
+        if !follow {
+            return;
+        }
         match engine.inspect(id) {
-            Ok(Some(info)) if !info.state.running => return,
+            Ok(Some(info)) if !info.state.running => follow = false,
             Ok(None) => return,
             _ => {
                 if retry_or_stop(stop) {

@@ -560,21 +560,24 @@ impl Engine {
         }
     }
 
-    /// Follows a container's stdout and stderr with timestamps, from `since` (nanoseconds since
-    /// the epoch, inclusive; `None`: from its first line). The stream ends after the container
-    /// exits, or when `closer` is closed. See the module doc for what the engine does.
+    /// A container's stdout and stderr with timestamps, from `since` (nanoseconds since the
+    /// epoch, inclusive; `None`: from its first line). Followed (`follow`), the stream ends after
+    /// the container exits (not always at the end of its log: see the module doc), or when
+    /// `closer` is closed; not followed, at the end of what the engine has.
     pub fn logs(
         &self,
         id: &str,
         since: Option<i64>,
+        follow: bool,
         closer: &Closer,
     ) -> Result<LogStream, EngineError> {
-        let what = format!("follow the logs of container {id:?}");
+        let what = format!("read the logs of container {id:?}");
         let since = since.map_or(String::new(), |s| format!("&since={}", since_param(s)));
         let target = format!(
-            "/v{}/containers/{}/logs?follow=1&stdout=1&stderr=1&timestamps=1{since}",
+            "/v{}/containers/{}/logs?follow={}&stdout=1&stderr=1&timestamps=1{since}",
             self.api,
-            enc(id)
+            enc(id),
+            u8::from(follow)
         );
         let mut r = self.send(
             Method::GET,

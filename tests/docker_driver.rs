@@ -354,7 +354,7 @@ job "lines" {
       config {
         image   = "busybox:1"
         command = "sh"
-        args    = ["-c", "trap 'exit 0' INT; i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo line $i; usleep 10000; done; sleep 3600"]
+        args    = ["-c", "trap 'exit 0' INT; p=xxxxxxxxxx; p=$p$p$p$p$p$p$p$p$p$p; p=$p$p$p$p$p$p; i=0; while [ $i -lt 2000 ]; do i=$((i+1)); echo line $i $p; usleep 10000; done; sleep 3600"]
       }
       logs {
         max_files     = 3
@@ -391,22 +391,32 @@ job "lines" {
         .map(|(t, _)| t)
         .collect();
     assert_eq!(types, ["Received", "Task Setup", "Started"]);
-    // Every line, once, in order, once the container wrote them all.
+    // Every line, once, in order, once the container wrote them all: 1.2 MiB, so the log rotated
+    // at its 1 MiB while the agent was being killed.
+    let pad = "x".repeat(600);
     let logs = wait_for(WAIT, "2000 lines in the log", || {
         let (code, text) = agent.request(
             "GET",
             &format!("/v1/client/fs/logs/{alloc}?task=t&type=stdout&plain=true&origin=start"),
             None,
         );
-        (code == 200 && text.ends_with("line 2000\n")).then_some(text)
+        (code == 200 && text.ends_with(&format!("line 2000 {pad}\n"))).then_some(text)
     });
-    let expected: String = (1..=2000).map(|i| format!("line {i}\n")).collect();
+    let expected: String = (1..=2000).map(|i| format!("line {i} {pad}\n")).collect();
     assert!(
         logs == expected,
         "the log has lost or doubled lines: {} bytes, expected {}",
         logs.len(),
         expected.len()
     );
+    let files = std::fs::read_dir(agent.data_dir.join(format!("alloc/{alloc}/alloc/logs")))
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("t.stdout.")
+        })
+        .count();
+    assert_eq!(files, 2, "the log rotated once, at 1 MiB");
 }
 
 /// A container that exits 7 while no agent runs: the next agent reports exit code 7 at the time

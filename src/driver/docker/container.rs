@@ -17,6 +17,7 @@ use super::engine::{
 use super::settings::DockerSettings;
 use crate::driver::{ContainerSpec, StartSpec};
 use crate::jobspec::docker::MountType;
+use crate::jobspec::LogConfig;
 
 /// Nomad's labels on every container it runs.
 pub const LABEL_ALLOC_ID: &str = "com.hashicorp.nomad.alloc_id";
@@ -24,6 +25,21 @@ pub const LABEL_JOB_NAME: &str = "com.hashicorp.nomad.job_name";
 pub const LABEL_TASK_NAME: &str = "com.hashicorp.nomad.task_name";
 /// nodeward's own: the node whose agent made the container (the only agent that removes it).
 pub const LABEL_NODE_ID: &str = "io.nodeward.node_id";
+/// nodeward's own: the task's `logs { max_files max_file_size }`, `<files>:<MiB>`, for an agent
+/// that re-attaches to the container.
+pub const LABEL_LOGS: &str = "io.nodeward.logs";
+
+/// The log rotation recorded on a container ([`LABEL_LOGS`]); the defaults without one.
+pub fn log_config(labels: &BTreeMap<String, String>) -> LogConfig {
+    let parsed = labels.get(LABEL_LOGS).and_then(|v| {
+        let (files, mb) = v.split_once(':')?;
+        Some(LogConfig {
+            max_files: files.parse().ok()?,
+            max_file_size_mb: mb.parse().ok()?,
+        })
+    });
+    parsed.unwrap_or_default()
+}
 
 /// The smallest memory limit the engine accepts (6 MiB in Docker 20.10).
 const MIN_MEMORY_BYTES: i64 = 6 * 1024 * 1024;
@@ -219,7 +235,6 @@ mod tests {
     use super::*;
     use crate::driver::Bind;
     use crate::jobspec::docker::DockerConfig;
-    use crate::jobspec::LogConfig;
 
     fn spec(config: DockerConfig) -> (StartSpec, ContainerSpec) {
         let c = ContainerSpec {
@@ -277,6 +292,15 @@ mod tests {
         assert_eq!(req.host_config.cpu_shares, Some(100));
         assert_eq!(req.host_config.network_mode.as_deref(), Some("bridge"));
         assert_eq!(name("web", "a1"), "web-a1");
+        let labels = BTreeMap::from([(LABEL_LOGS.to_string(), "3:1".to_string())]);
+        assert_eq!(
+            log_config(&labels),
+            LogConfig {
+                max_files: 3,
+                max_file_size_mb: 1
+            }
+        );
+        assert_eq!(log_config(&BTreeMap::new()), LogConfig::default());
     }
 
     #[test]

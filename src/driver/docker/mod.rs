@@ -514,6 +514,11 @@ impl Driver for Docker {
         request
             .labels
             .insert(container::LABEL_NODE_ID.into(), self.node_id.clone());
+        // The log rotation a re-attaching agent applies (recover has no jobspec at hand).
+        request.labels.insert(
+            container::LABEL_LOGS.into(),
+            format!("{}:{}", spec.logs.max_files, spec.logs.max_file_size_mb),
+        );
         let engine = self.engine()?;
         self.ensure_image(&engine, spec, c)?;
         let name = container::name(&spec.task_name, &spec.alloc_id);
@@ -564,17 +569,8 @@ impl Driver for Docker {
             .get(container::LABEL_TASK_NAME)
             .cloned()
             .unwrap_or_default();
-        // The log settings of a re-attached task: the cursor holds the files' positions, and
-        // rotation goes on with the defaults until the next start (the runner has no spec here).
-        self.watch(
-            &engine,
-            id,
-            name,
-            &alloc,
-            &task,
-            crate::jobspec::LogConfig::default(),
-        )
-        .map(Some)
+        let logs = container::log_config(&info.labels);
+        self.watch(&engine, id, name, &alloc, &task, logs).map(Some)
     }
 
     fn adopt(&self, alloc_id: &str, task: &str) -> Option<RunningTask> {
@@ -589,7 +585,8 @@ impl Driver for Docker {
         {
             return None;
         }
-        self.watch(&engine, &info.id, &name, alloc_id, task, Default::default())
+        let logs = container::log_config(&info.labels);
+        self.watch(&engine, &info.id, &name, alloc_id, task, logs)
             .ok()
     }
 
@@ -617,11 +614,13 @@ impl Driver for Docker {
             return Ok(true);
         };
         let w = Self::watched(&task).expect("recover gives a container");
-        if self
-            .stop_container(&w.id, &w.exited, signal, timeout, cancel)?
-            .is_none()
-            && !cancel.is_empty()
-        {
+        let exit = self.stop_container(&w.id, &w.exited, signal, timeout, cancel)?;
+        let cancelled = matches!(
+            cancel.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        );
+        if exit.is_none() && cancelled {
+            // Not destroyed: the container stays for the next agent, which stops it again.
             return Ok(false);
         }
         self.destroy(task);

@@ -6,22 +6,6 @@ use std::time::{Duration, Instant};
 const PLUGIN: &str = env!("CARGO_BIN_EXE_nodeward-csi-test-plugin");
 const WAIT: Duration = Duration::from_secs(60);
 
-fn event_times(agent: &TestAgent, alloc: &str, task: &str) -> Vec<(String, String, i64)> {
-    agent.task_state(alloc, task)["Events"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|e| {
-            (
-                e["Type"].as_str().unwrap().to_string(),
-                e["DisplayMessage"].as_str().unwrap().to_string(),
-                e["Time"].as_i64().unwrap(),
-            )
-        })
-        .collect()
-}
-
 /// The project's first seed: a plugin task that never becomes healthy is restarted as a counted
 /// failure, and a fresh supervisor runs with the next start.
 #[test]
@@ -47,7 +31,7 @@ job "plugin" {{
     wait_for(WAIT, "plugin task dead", || {
         (agent.task_state(&alloc, "plugin")["State"] == "dead").then_some(())
     });
-    let events = event_times(&agent, &alloc, "plugin");
+    let events = agent.event_times(&alloc, "plugin");
     let socket = agent
         .data_dir
         .join(format!("client/csi/plugins/{alloc}/csi.sock"));

@@ -18,37 +18,37 @@ fn plugin_config(env: &DockerEnv) -> String {
     )
 }
 
-/// Removes, when dropped, every container of the allocations it was told about: a failed test
-/// leaves nothing running in the engine.
-struct Cleanup<'a> {
-    env: &'a DockerEnv,
-    allocs: Vec<String>,
+/// The private engine (or `None`, after a SKIPPED line) and an agent configured for it, with
+/// `extra` appended to its configuration, in a temporary directory tagged `tag`.
+fn docker_agent(test: &str, tag: &str, extra: &str) -> Option<(DockerEnv, TempDir, TestAgent)> {
+    let env = engine_or_skip(test)?;
+    let dir = TempDir::new(tag);
+    let agent = TestAgent::start_in(dir.path(), &format!("{}{extra}", plugin_config(&env)));
+    Some((env, dir, agent))
 }
 
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        for alloc in &self.allocs {
-            for c in self.env.containers_of_alloc(alloc) {
-                let _ = self.env.engine.remove(&c.id, true);
-            }
+/// Removes, when dropped, every container of an allocation: a failed test leaves nothing
+/// running in the engine.
+struct Cleanup<'a> {
+    env: &'a DockerEnv,
+    alloc: String,
+}
+
+impl Cleanup<'_> {
+    fn of<'a>(env: &'a DockerEnv, alloc: &str) -> Cleanup<'a> {
+        Cleanup {
+            env,
+            alloc: alloc.to_string(),
         }
     }
 }
 
-fn event_rows(agent: &TestAgent, alloc: &str, task: &str) -> Vec<(String, String, i64)> {
-    agent.task_state(alloc, task)["Events"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .map(|e| {
-            (
-                e["Type"].as_str().unwrap_or_default().to_string(),
-                e["DisplayMessage"].as_str().unwrap_or_default().to_string(),
-                e["Time"].as_i64().unwrap_or_default(),
-            )
-        })
-        .collect()
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        for c in self.env.containers_of_alloc(&self.alloc) {
+            let _ = self.env.engine.remove(&c.id, true);
+        }
+    }
 }
 
 fn wait_state(agent: &TestAgent, alloc: &str, task: &str, state: &str) -> Value {
@@ -62,11 +62,13 @@ fn wait_state(agent: &TestAgent, alloc: &str, task: &str, state: &str) -> Value 
 /// short enough for a test: the seed's events and texts, the 5 s deadline, the 137 exit.
 #[test]
 fn seed_1s_jobspec_runs_unchanged_in_a_container() {
-    let Some(env) = engine_or_skip("seed_1s_jobspec_runs_unchanged_in_a_container") else {
+    let Some((env, _dir, agent)) = docker_agent(
+        "seed_1s_jobspec_runs_unchanged_in_a_container",
+        "dk-seed",
+        "",
+    ) else {
         return;
     };
-    let dir = TempDir::new("dk-seed");
-    let agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
     let job = agent.run_hcl(
         r#"
 job "plugin" {
@@ -98,12 +100,9 @@ job "plugin" {
 }"#,
     );
     let alloc = agent.alloc_id(&job);
-    let _cleanup = Cleanup {
-        env: &env,
-        allocs: vec![alloc.clone()],
-    };
+    let _cleanup = Cleanup::of(&env, &alloc);
     wait_state(&agent, &alloc, "plugin", "dead");
-    let events = event_rows(&agent, &alloc, "plugin");
+    let events = agent.event_times(&alloc, "plugin");
     let socket = agent
         .data_dir
         .join(format!("client/csi/plugins/{alloc}/csi.sock"));
@@ -172,14 +171,15 @@ job "plugin" {
 /// plugin listens on CSI_ENDPOINT inside, the agent probes the host side and registers it.
 #[test]
 fn a_containerised_csi_plugin_becomes_healthy_and_registered() {
-    let Some(env) = engine_or_skip("a_containerised_csi_plugin_becomes_healthy_and_registered")
-    else {
+    let Some((env, _dir, agent)) = docker_agent(
+        "a_containerised_csi_plugin_becomes_healthy_and_registered",
+        "dk-csi",
+        "",
+    ) else {
         return;
     };
     let image = env.csi_plugin_image();
     assert_eq!(image, CSI_PLUGIN_IMAGE);
-    let dir = TempDir::new("dk-csi");
-    let agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
     let job = agent.run_hcl(&format!(
         r#"
 job "csi" {{
@@ -201,10 +201,7 @@ job "csi" {{
 }}"#
     ));
     let alloc = agent.alloc_id(&job);
-    let _cleanup = Cleanup {
-        env: &env,
-        allocs: vec![alloc.clone()],
-    };
+    let _cleanup = Cleanup::of(&env, &alloc);
     wait_for(WAIT, "healthy event", || {
         agent
             .events(&alloc, "plugin")
@@ -225,11 +222,13 @@ job "csi" {{
 /// task's files, the container removed.
 #[test]
 fn a_container_that_exits_3_reports_it_and_keeps_its_logs() {
-    let Some(env) = engine_or_skip("a_container_that_exits_3_reports_it_and_keeps_its_logs") else {
+    let Some((env, _dir, agent)) = docker_agent(
+        "a_container_that_exits_3_reports_it_and_keeps_its_logs",
+        "dk-exit",
+        "",
+    ) else {
         return;
     };
-    let dir = TempDir::new("dk-exit");
-    let agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
     let job = agent.run_hcl(
         r#"
 job "exit3" {
@@ -251,10 +250,7 @@ job "exit3" {
 }"#,
     );
     let alloc = agent.alloc_id(&job);
-    let _cleanup = Cleanup {
-        env: &env,
-        allocs: vec![alloc.clone()],
-    };
+    let _cleanup = Cleanup::of(&env, &alloc);
     let state = wait_state(&agent, &alloc, "t", "dead");
     assert_eq!(state["Failed"], true, "{state}");
     let events = agent.events(&alloc, "t");
@@ -286,11 +282,11 @@ job "exit3" {
 /// A container over its memory limit is killed by the kernel: `OOM Killed`.
 #[test]
 fn a_container_over_its_memory_is_oom_killed() {
-    let Some(env) = engine_or_skip("a_container_over_its_memory_is_oom_killed") else {
+    let Some((env, _dir, agent)) =
+        docker_agent("a_container_over_its_memory_is_oom_killed", "dk-oom", "")
+    else {
         return;
     };
-    let dir = TempDir::new("dk-oom");
-    let agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
     let job = agent.run_hcl(
         r#"
 job "oom" {
@@ -315,10 +311,7 @@ job "oom" {
 }"#,
     );
     let alloc = agent.alloc_id(&job);
-    let _cleanup = Cleanup {
-        env: &env,
-        allocs: vec![alloc.clone()],
-    };
+    let _cleanup = Cleanup::of(&env, &alloc);
     wait_state(&agent, &alloc, "t", "dead");
     let terminated: Vec<String> = agent
         .events(&alloc, "t")
@@ -338,12 +331,13 @@ job "oom" {
 /// once and in order.
 #[test]
 fn agent_kills_leave_the_container_running_and_its_logs_whole() {
-    let Some(env) = engine_or_skip("agent_kills_leave_the_container_running_and_its_logs_whole")
-    else {
+    let Some((env, _dir, mut agent)) = docker_agent(
+        "agent_kills_leave_the_container_running_and_its_logs_whole",
+        "dk-kill",
+        "",
+    ) else {
         return;
     };
-    let dir = TempDir::new("dk-kill");
-    let mut agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
     let job = agent.run_hcl(
         r#"
 job "lines" {
@@ -365,10 +359,7 @@ job "lines" {
 }"#,
     );
     let alloc = agent.alloc_id(&job);
-    let _cleanup = Cleanup {
-        env: &env,
-        allocs: vec![alloc.clone()],
-    };
+    let _cleanup = Cleanup::of(&env, &alloc);
     let first = wait_state(&agent, &alloc, "t", "running");
     let containers = env.containers_of_alloc(&alloc);
     assert_eq!(containers.len(), 1);
@@ -423,13 +414,13 @@ job "lines" {
 /// the container really ended, then applies the restart policy.
 #[test]
 fn a_container_that_exits_while_the_agent_is_down_reports_its_exit() {
-    let Some(env) =
-        engine_or_skip("a_container_that_exits_while_the_agent_is_down_reports_its_exit")
-    else {
+    let Some((env, _dir, mut agent)) = docker_agent(
+        "a_container_that_exits_while_the_agent_is_down_reports_its_exit",
+        "dk-away",
+        "",
+    ) else {
         return;
     };
-    let dir = TempDir::new("dk-away");
-    let mut agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
     let job = agent.run_hcl(
         r#"
 job "away" {
@@ -451,10 +442,7 @@ job "away" {
 }"#,
     );
     let alloc = agent.alloc_id(&job);
-    let _cleanup = Cleanup {
-        env: &env,
-        allocs: vec![alloc.clone()],
-    };
+    let _cleanup = Cleanup::of(&env, &alloc);
     wait_state(&agent, &alloc, "t", "running");
     agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
     // The task directory's local/ is bound at /local: the container sees the file and exits.
@@ -465,7 +453,7 @@ job "away" {
     let finished = ended.state.finished_at.expect("a finish time");
     agent.restart();
     let s = wait_state(&agent, &alloc, "t", "dead");
-    let events = event_rows(&agent, &alloc, "t");
+    let events = agent.event_times(&alloc, "t");
     let terminated = events
         .iter()
         .find(|(t, _, _)| t == "Terminated")
@@ -484,20 +472,18 @@ job "away" {
 /// A host volume's `volume_mount` is bound at its destination in the container.
 #[test]
 fn a_host_volume_is_bound_into_the_container() {
-    let Some(env) = engine_or_skip("a_host_volume_is_bound_into_the_container") else {
-        return;
-    };
-    let dir = TempDir::new("dk-vol");
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let agent = TestAgent::start_in(
-        dir.path(),
+    let volume = TempDir::new("dk-vol-data");
+    let data = volume.path().to_path_buf();
+    let Some((env, _dir, agent)) = docker_agent(
+        "a_host_volume_is_bound_into_the_container",
+        "dk-vol",
         &format!(
-            "{}client {{\n  host_volume \"data\" {{\n    path = \"{}\"\n  }}\n}}\n",
-            plugin_config(&env),
+            "client {{\n  host_volume \"data\" {{\n    path = \"{}\"\n  }}\n}}\n",
             data.display()
         ),
-    );
+    ) else {
+        return;
+    };
     let job = agent.run_hcl(
         r#"
 job "vol" {
@@ -523,10 +509,7 @@ job "vol" {
 }"#,
     );
     let alloc = agent.alloc_id(&job);
-    let _cleanup = Cleanup {
-        env: &env,
-        allocs: vec![alloc.clone()],
-    };
+    let _cleanup = Cleanup::of(&env, &alloc);
     let state = wait_state(&agent, &alloc, "t", "dead");
     assert_eq!(state["Failed"], false, "{state}");
     assert_eq!(
@@ -545,11 +528,13 @@ job "vol" {
 /// Driver Failure with the engine's message, counted by the restart policy.
 #[test]
 fn an_image_that_cannot_be_pulled_is_a_driver_failure() {
-    let Some(env) = engine_or_skip("an_image_that_cannot_be_pulled_is_a_driver_failure") else {
+    let Some((env, _dir, agent)) = docker_agent(
+        "an_image_that_cannot_be_pulled_is_a_driver_failure",
+        "dk-pull",
+        "",
+    ) else {
         return;
     };
-    let dir = TempDir::new("dk-pull");
-    let agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
     // A registry on a loopback port nothing listens on: the pull fails at once, offline too.
     let port = free_port();
     let job = agent.run_hcl(&format!(
@@ -791,11 +776,11 @@ job "ride" {
 /// the old one is removed.
 #[test]
 fn signal_and_restart_reach_the_container() {
-    let Some(env) = engine_or_skip("signal_and_restart_reach_the_container") else {
+    let Some((env, _dir, agent)) =
+        docker_agent("signal_and_restart_reach_the_container", "dk-sig", "")
+    else {
         return;
     };
-    let dir = TempDir::new("dk-sig");
-    let agent = TestAgent::start_in(dir.path(), &plugin_config(&env));
     let job = agent.run_hcl(
         r#"
 job "sig" {
@@ -813,10 +798,7 @@ job "sig" {
 }"#,
     );
     let alloc = agent.alloc_id(&job);
-    let _cleanup = Cleanup {
-        env: &env,
-        allocs: vec![alloc.clone()],
-    };
+    let _cleanup = Cleanup::of(&env, &alloc);
     wait_state(&agent, &alloc, "t", "running");
     let first = env.containers_of_alloc(&alloc)[0].id.clone();
     let (s, body) = agent.request(

@@ -265,6 +265,14 @@ impl TestAgent {
 
     /// `(Type, DisplayMessage)` of a task's events, oldest first.
     pub fn events(&self, alloc: &str, task: &str) -> Vec<(String, String)> {
+        self.event_times(alloc, task)
+            .into_iter()
+            .map(|(t, m, _)| (t, m))
+            .collect()
+    }
+
+    /// `(Type, DisplayMessage, Time)` of a task's events, oldest first.
+    pub fn event_times(&self, alloc: &str, task: &str) -> Vec<(String, String, i64)> {
         self.task_state(alloc, task)["Events"]
             .as_array()
             .cloned()
@@ -274,6 +282,7 @@ impl TestAgent {
                 (
                     e["Type"].as_str().unwrap_or("").to_string(),
                     e["DisplayMessage"].as_str().unwrap_or("").to_string(),
+                    e["Time"].as_i64().unwrap_or_default(),
                 )
             })
             .collect()

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{Attach, TaskRunner};
 use crate::driver::{self, RunningTask, TaskExit, TaskHandle, TaskRunState};
-use crate::task::events::{now_nanos, TaskStatus};
+use crate::task::events::{nanos_rfc3339, now_nanos, TaskEvent, TaskStatus};
 use crate::task::restart::RunEnd;
 
 /// Where a restored task picks up (see [`TaskRunner::reattach`]).
@@ -109,7 +109,13 @@ impl TaskRunner {
                 }
             );
             if let Ok(exit) = task.exited().try_recv() {
-                // It ended while no agent watched: its real status and time, then the policy.
+                // It ended while no agent watched: its real status and time, then the policy. A
+                // run whose start was never recorded gets its Started first.
+                if how == Attach::Adopted {
+                    let at = task.started_nanos().unwrap_or_else(now_nanos);
+                    self.update(|s| s.started_at = Some(nanos_rfc3339(at)));
+                    self.emit(TaskEvent::started(at));
+                }
                 driver.destroy(task);
                 self.forget_run();
                 return Resume::Ended(

@@ -7,7 +7,8 @@
 //!
 //! - [`daemon`] starts the keeper process (`nodeward-keeper`, `src/bin/nodeward-keeper.rs`): binds
 //!   its socket, forks, reports its PID; [`serve`] is the process once it runs: one thread, one
-//!   `epoll(7)` set over its socket, the agent's connection, and every task's pidfd and pipes.
+//!   `epoll(7)` set over its socket, the agent's connection, and every task's pidfd and pipes;
+//!   `spawn` makes a task's process without copying the keeper.
 //! - [`logs`]: task log files and their rotation (the keeper writes them, the agent's API reads
 //!   them); [`beneath`]: paths inside an allocation directory, reached without following a link
 //!   (the keeper's log files, the agent's task directories, volume links and log reads);
@@ -44,6 +45,7 @@ pub mod logs;
 mod poller;
 pub mod procfs;
 pub mod serve;
+mod spawn;
 pub mod sys;
 mod task;
 

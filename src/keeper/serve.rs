@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 use crate::daemon::{protect_from_oom, raise_nofile};
 use crate::logs::Stream;
 use crate::poller::{Poller, READ, WRITE};
+use crate::spawn::{Inherit, Spawner};
 use crate::sys::{signal_group, DRAIN_AFTER_EXIT};
-use crate::task::{drain_timeout, Inherit, Task};
+use crate::task::{drain_timeout, Task};
 use crate::{Event, Exit, Request, PID_FILE, PROTOCOL_VERSION, SOCKET_FILE};
 
 /// The longest message the keeper takes from the agent (a task's environment and arguments).
@@ -84,6 +85,8 @@ pub(crate) struct Keeper {
     ever_connected: bool,
     /// What tasks get back of the keeper's own settings.
     inherit: Inherit,
+    /// Makes tasks' processes (its stack, used by one start at a time).
+    spawner: Spawner,
     uid: u32,
     pid: i32,
     /// The socket's path and inode: a keeper whose socket is gone (its data directory removed, or
@@ -138,6 +141,7 @@ impl Keeper {
             oom_score_adj: protect_from_oom(),
         };
         let poller = Poller::new()?;
+        let spawner = Spawner::new()?;
         poller.add(listener.as_raw_fd(), READ, LISTENER)?;
         poller.add(signals.as_raw_fd(), READ, SIGNALS)?;
         let mut ready = File::from(ready);
@@ -161,6 +165,7 @@ impl Keeper {
             started: Instant::now(),
             ever_connected: false,
             inherit,
+            spawner,
             // SAFETY: geteuid has no preconditions.
             uid: unsafe { libc::geteuid() },
             pid,
@@ -409,7 +414,7 @@ impl Keeper {
                 });
             }
             Request::Start { seq, spec } => {
-                let spawned = Task::spawn(&spec, self.inherit, &self.alloc_root);
+                let spawned = Task::spawn(&spec, self.inherit, &self.alloc_root, &mut self.spawner);
                 let ev = match spawned.and_then(|task| self.hold(task)) {
                     Ok((pid, start_ticks)) => Event::Started {
                         seq,

@@ -114,6 +114,7 @@ pub fn spawn(
         hook_tx,
         hook_rx,
         run_id: 0,
+        ended: None,
     };
     let name = format!(
         "task-{}-{}",
@@ -169,6 +170,16 @@ struct TaskRunner {
     hook_rx: Receiver<HookRequest>,
     tracker: RestartTracker,
     run_id: u64,
+    /// The run that ended last, not yet handed back to the driver: the next start hands it back
+    /// ([`Driver::restart`]), so that releasing it costs nothing between a crash and the
+    /// restarted process; every other way out releases it (`run_stop_hooks`, and `Drop`).
+    ended: Option<RunningTask>,
+}
+
+impl Drop for TaskRunner {
+    fn drop(&mut self) {
+        self.release_ended();
+    }
 }
 
 /// How the wait for a running process ended.
@@ -341,7 +352,11 @@ impl TaskRunner {
             }
         }
         let spec = crate::task::env::start_spec(&self.ctx, env, &passed);
-        self.deps.driver.start(&spec).map_err(|e| {
+        let started = match self.ended.take() {
+            Some(previous) => self.deps.driver.restart(previous, &spec),
+            None => self.deps.driver.start(&spec),
+        };
+        started.map_err(|e| {
             self.emit(TaskEvent::driver_failure(now_nanos(), &e.to_string()));
             Some(RunEnd::StartFailed)
         })
@@ -380,14 +395,24 @@ impl TaskRunner {
     }
 
     /// Runs one started (or re-attached) task until it exits, is killed or restarted, or the
-    /// agent shuts down; then hands it back to the driver (the keeper drains what is left of its
-    /// output on its own), unless it is left running for the next agent.
+    /// agent shuts down. A run that ended is kept for the next start to hand back to the driver
+    /// (the keeper drains what is left of its output on its own); one stopped by the shutdown is
+    /// handed back at once; one left running for the next agent is not.
     fn supervise(&mut self, task: RunningTask, how: Attach) -> Waited {
         let waited = self.watch(&task, how);
-        if !matches!(waited, Waited::Detached) {
-            self.deps.driver.destroy(task);
+        match waited {
+            Waited::Ended(..) => self.ended = Some(task),
+            Waited::Shutdown(_) => self.deps.driver.destroy(task),
+            Waited::Detached => {}
         }
         waited
+    }
+
+    /// Hands the run that ended last back to the driver, when no start did.
+    fn release_ended(&mut self) {
+        if let Some(task) = self.ended.take() {
+            self.deps.driver.destroy(task);
+        }
     }
 
     fn watch(&mut self, process: &RunningTask, how: Attach) -> Waited {
@@ -564,6 +589,7 @@ impl TaskRunner {
     }
 
     fn run_stop_hooks(&mut self) {
+        self.release_ended();
         for hook in &self.hooks {
             hook.stop(&self.ctx);
         }

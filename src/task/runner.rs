@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::driver::{self, Driver, RunningTask, TaskExit, TaskHandle, TaskRunState};
+use crate::driver::{self, Driver, RunningTask, TaskExit};
 use crate::jobspec::JobType;
 use crate::state::StateStore;
 use crate::task::events::{
@@ -35,6 +35,8 @@ use crate::task::hooks::{HookRequest, RunHandle, TaskContext, TaskHook};
 use crate::task::restart::{Decision, RestartTracker, RunEnd};
 use crate::thread::{Never, Worker};
 use crate::util::short_id;
+
+mod reattach;
 
 /// A command from the API to a task.
 #[derive(Debug, Clone)]
@@ -170,9 +172,10 @@ struct TaskRunner {
     hook_rx: Receiver<HookRequest>,
     tracker: RestartTracker,
     run_id: u64,
-    /// The run that ended last, not yet handed back to the driver: the next start hands it back
-    /// ([`Driver::restart`]), so that releasing it costs nothing between a crash and the
-    /// restarted process; every other way out releases it (`run_stop_hooks`, and `Drop`).
+    /// The run that ended last, not yet handed back to the driver: a restart at once hands it
+    /// back with the next start ([`Driver::restart`]), so that releasing it costs nothing between
+    /// a crash and the restarted process; every other way on releases it at once (a restart
+    /// delay, `run_stop_hooks`, and `Drop`).
     ended: Option<RunningTask>,
 }
 
@@ -307,6 +310,11 @@ impl TaskRunner {
                     return self.finish_dead(false);
                 }
                 Decision::Restart { delay, reason } => {
+                    if !delay.is_zero() {
+                        // Only a restart at once takes the ended run along; otherwise the keeper
+                        // would keep it, and its PID in its requests' names, for the delay.
+                        self.release_ended();
+                    }
                     self.emit(TaskEvent::restarting(now_nanos(), delay, &reason));
                     let at = now_nanos().saturating_add(delay.as_nanos() as i64);
                     self.update(|s| {
@@ -594,127 +602,6 @@ impl TaskRunner {
             hook.stop(&self.ctx);
         }
         self.deps.store.save_soon();
-    }
-
-    /// Picks the task up where an earlier agent left it (live-restore.md): re-attached to its run
-    /// (running, or exited while no agent watched), lost (its process is gone: the machine
-    /// rebooted), in the middle of a restart delay, or to be started.
-    fn reattach(&mut self) -> Resume {
-        let (recorded, was_running, restart_at) = {
-            let s = self.state.lock();
-            let recorded = s.handle.clone().or_else(|| {
-                s.pid
-                    .zip(s.pid_start_ticks)
-                    .map(|(pid, ticks)| TaskHandle::process(self.deps.driver.name(), pid, ticks))
-            });
-            (recorded, s.state == TaskStatus::Running, s.restart_at)
-        };
-        let driver = self.deps.driver.clone();
-        let (name, alloc) = (&self.ctx.task.name, &self.ctx.alloc_id);
-        let mut recovered = None;
-        let mut foreign = None;
-        if let Some(handle) = &recorded {
-            match driver.recover(handle) {
-                Ok(Some(task)) => recovered = Some(task),
-                Ok(None) => foreign = Some(handle.clone()),
-                Err(e) => {
-                    log::error!("task {name} of alloc {alloc}: cannot re-attach: {e}");
-                    foreign = Some(handle.clone());
-                }
-            }
-        }
-        // A run the agent that crashed started but did not get to record.
-        let adopted = driver.adopt(alloc, name);
-        let ticks = |t: &RunningTask| t.handle().pid().map_or(0, |(_, ticks)| ticks);
-        let current = match (recovered, adopted) {
-            (Some(r), Some(a)) => {
-                // Never two runs: the newer one is the task's, the other is released (killed if
-                // it still runs).
-                let (newer, older) = if ticks(&a) > ticks(&r) {
-                    ((a, Attach::Adopted), r)
-                } else {
-                    ((r, Attach::Recorded), a)
-                };
-                log::warn!("task {name} of alloc {alloc}: releasing an older run the keeper held");
-                driver.destroy(older);
-                Some(newer)
-            }
-            (Some(r), None) => Some((r, Attach::Recorded)),
-            (None, Some(a)) => Some((a, Attach::Adopted)),
-            (None, None) => None,
-        };
-        if let Some(handle) = foreign.filter(|_| current.is_none()) {
-            if driver.inspect(&handle) == TaskRunState::Running {
-                // A process of an agent before the keeper (a version-1 state file): nobody can
-                // reap it or read its output now. It is stopped, then started again.
-                log::info!(
-                    "task {name} of alloc {alloc}: stopping process {:?}, left by an agent that could not keep it",
-                    handle.pid()
-                );
-                let signal = self.ctx.task.kill_signal.number();
-                let timeout = self.ctx.task.kill_timeout;
-                match driver.stop_orphan(&handle, signal, timeout, &self.deps.shutdown) {
-                    // The agent is stopping: the process stays recorded, for the next agent.
-                    Ok(false) => return Resume::Shutdown,
-                    Ok(true) => {}
-                    Err(e) => log::error!("task {name} of alloc {alloc}: cannot stop it: {e}"),
-                }
-                self.forget_run();
-                return Resume::Start;
-            }
-        }
-        // The recorded handle stays until the watch records the run again (an agent killed in
-        // between must find it), or until it is known to be gone.
-        if let Some((task, how)) = current {
-            log::info!(
-                "task {name} of alloc {alloc}: re-attached to process {:?}{}",
-                task.handle().pid(),
-                if how == Attach::Adopted {
-                    " (its start was not recorded)"
-                } else {
-                    ""
-                }
-            );
-            if let Ok(exit) = task.exited().try_recv() {
-                // It ended while no agent watched: its real status and time, then the policy.
-                driver.destroy(task);
-                self.forget_run();
-                return Resume::Ended(
-                    RunEnd::Exited {
-                        success: exit.success(),
-                    },
-                    exit,
-                );
-            }
-            return Resume::Running(task, how);
-        }
-        self.forget_run();
-        // Only a keeper's task can be lost; a process of an agent before the keeper was stopped
-        // by the restore (it had nobody to read its output) and simply starts again.
-        let kept = matches!(
-            recorded.as_ref().map(|h| &h.state),
-            Some(driver::HandleState::Kept { .. })
-        );
-        if was_running && kept {
-            log::warn!("task {name} of alloc {alloc}: its process was lost while the agent was not running");
-            return Resume::Ended(RunEnd::Exited { success: false }, TaskExit::LostWhileAway);
-        }
-        match restart_at {
-            Some(at) => {
-                let left = Duration::from_nanos(at.saturating_sub(now_nanos()).max(0) as u64);
-                Resume::Delay(left)
-            }
-            None => Resume::Start,
-        }
-    }
-
-    /// The recorded run is over: its PID and handle name nothing any more.
-    fn forget_run(&self) {
-        self.update(|s| {
-            s.pid = None;
-            s.pid_start_ticks = None;
-            s.handle = None;
-        });
     }
 }
 

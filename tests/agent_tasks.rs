@@ -348,7 +348,11 @@ fn user_restart_is_immediate_and_not_counted() {
     });
     assert!(!alive(first));
     assert!(alive(second));
-    let events = agent.events(&alloc, "t");
+    // The new process runs before its runner has heard from the keeper that it started.
+    let events = wait_for(WAIT, "the restart's Started event", || {
+        let events = agent.events(&alloc, "t");
+        (events.iter().filter(|(t, _)| t == "Started").count() == 2).then_some(events)
+    });
     let n = events.len();
     assert_eq!(events[n - 4].0, "Restart Signaled");
     assert_eq!(events[n - 4].1, "Task signaled to restart");

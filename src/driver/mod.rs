@@ -281,6 +281,15 @@ pub trait Driver: Send + Sync {
     /// [`RunningTask::exited`].
     fn start(&self, spec: &StartSpec) -> Result<RunningTask, DriverError>;
 
+    /// Starts the task again after `previous`, a run of it that is over, and releases that run as
+    /// [`Driver::destroy`] does, whether the start succeeds or not. A driver may do both in one
+    /// step: `raw_exec` tells the keeper it is done with the old run in the same message that
+    /// starts the new one, one exchange less between a crash and the restarted process.
+    fn restart(&self, previous: RunningTask, spec: &StartSpec) -> Result<RunningTask, DriverError> {
+        self.destroy(previous);
+        self.start(spec)
+    }
+
     /// Re-attaches to a task that an earlier agent started, from its handle: one that still runs,
     /// or that exited while no agent watched (its exit is then waiting on
     /// [`RunningTask::exited`]). `Ok(None)`: the task is gone, or the handle is not one this

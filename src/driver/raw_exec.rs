@@ -66,6 +66,60 @@ impl RawExec {
         })
     }
 
+    /// Starts a task; `forget`: a run of it that is over, which the keeper is told to forget in
+    /// the same message (and is forgotten even when the start fails).
+    fn start_after(
+        &self,
+        spec: &StartSpec,
+        forget: Option<i32>,
+    ) -> Result<RunningTask, DriverError> {
+        let resolved = resolve_command(&spec.command, spec.env.get("PATH").map(String::as_str))
+            .ok_or_else(|| DriverError::NotFound {
+                command: spec.command.clone(),
+            })
+            .and_then(|program| {
+                let run_as = spec
+                    .user
+                    .as_deref()
+                    .map(RunAs::user)
+                    .transpose()
+                    .map_err(DriverError::Process)?;
+                Ok((program, run_as))
+            });
+        let (program, run_as) = match resolved {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(pid) = forget {
+                    self.keeper.forget(pid);
+                }
+                return Err(e);
+            }
+        };
+        let task = StartTask {
+            alloc_id: spec.alloc_id.clone(),
+            task: spec.task_name.clone(),
+            program,
+            args: spec.args.clone(),
+            env: spec.env.clone(),
+            cwd: spec.cwd.clone(),
+            run_as: run_as.map(|r| (r.uid, r.gid, r.groups)),
+            log_dir: spec.log_dir.clone(),
+            log_name: spec.task_name.clone(),
+            max_files: spec.logs.max_files,
+            max_file_size_mb: spec.logs.max_file_size_mb,
+        };
+        let kept = self.keeper.start(task, forget).map_err(|e| match e {
+            KeeperError::Refused {
+                errno: Some(errno), ..
+            } => DriverError::Spawn {
+                command: spec.command.clone(),
+                source: io::Error::from_raw_os_error(errno),
+            },
+            e => DriverError::Keeper(e),
+        })?;
+        Ok(Self::attach(kept))
+    }
+
     /// Waits up to `within` for the exit; `None` when it did not come (or was received before).
     fn wait(kept: &Kept, within: Duration) -> Option<TaskExit> {
         select! {
@@ -81,41 +135,19 @@ impl Driver for RawExec {
     }
 
     fn start(&self, spec: &StartSpec) -> Result<RunningTask, DriverError> {
-        let program = resolve_command(&spec.command, spec.env.get("PATH").map(String::as_str))
-            .ok_or_else(|| DriverError::NotFound {
-                command: spec.command.clone(),
-            })?;
-        let run_as = spec
-            .user
-            .as_deref()
-            .map(RunAs::user)
-            .transpose()
-            .map_err(DriverError::Process)?;
-        let kept = self
-            .keeper
-            .start(StartTask {
-                alloc_id: spec.alloc_id.clone(),
-                task: spec.task_name.clone(),
-                program,
-                args: spec.args.clone(),
-                env: spec.env.clone(),
-                cwd: spec.cwd.clone(),
-                run_as: run_as.map(|r| (r.uid, r.gid, r.groups)),
-                log_dir: spec.log_dir.clone(),
-                log_name: spec.task_name.clone(),
-                max_files: spec.logs.max_files,
-                max_file_size_mb: spec.logs.max_file_size_mb,
-            })
-            .map_err(|e| match e {
-                KeeperError::Refused {
-                    errno: Some(errno), ..
-                } => DriverError::Spawn {
-                    command: spec.command.clone(),
-                    source: io::Error::from_raw_os_error(errno),
-                },
-                e => DriverError::Keeper(e),
-            })?;
-        Ok(Self::attach(kept))
+        self.start_after(spec, None)
+    }
+
+    fn restart(&self, previous: RunningTask, spec: &StartSpec) -> Result<RunningTask, DriverError> {
+        let pid = Self::kept(&previous).pid;
+        // A run whose exit the keeper reported needs nothing more than to be forgotten, which
+        // goes with the start; one that may still run is killed first, as destroy does.
+        if !self.keeper.has_exited(pid) {
+            self.destroy(previous);
+            return self.start(spec);
+        }
+        drop(previous);
+        self.start_after(spec, Some(pid))
     }
 
     fn recover(&self, handle: &TaskHandle) -> Result<Option<RunningTask>, DriverError> {

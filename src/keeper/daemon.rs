@@ -22,6 +22,10 @@ pub fn main(args: Vec<OsString>) -> i32 {
         return 2;
     };
     let dir = PathBuf::from(dir);
+    if let Err(e) = crate::spawn::reserve_slots() {
+        eprintln!("nodeward-keeper: cannot reserve descriptors 3 to 5: {e}");
+        return 1;
+    }
     match prepare(&dir) {
         Ok(listener) => daemonize(&dir, listener),
         Err(e) => {

@@ -7,7 +7,8 @@
 //!
 //! - [`daemon`] starts the keeper process (`nodeward-keeper`, `src/bin/nodeward-keeper.rs`): binds
 //!   its socket, forks, reports its PID; [`serve`] is the process once it runs: one thread, one
-//!   `epoll(7)` set over its socket, the agent's connection, and every task's pidfd and pipes.
+//!   `epoll(7)` set over its socket, the agent's connection, and every task's pidfd and pipes;
+//!   `spawn` makes a task's process without copying the keeper.
 //! - [`logs`]: task log files and their rotation (the keeper writes them, the agent's API reads
 //!   them); [`beneath`]: paths inside an allocation directory, reached without following a link
 //!   (the keeper's log files, the agent's task directories, volume links and log reads);
@@ -30,9 +31,11 @@
 //!   drained).
 //! - [`Event::Exited`] when a task is reaped. It is kept until the agent forgets the task: a task
 //!   that exits while no agent is connected is reported in the next [`Event::Welcome`].
-//! - One agent at a time: a new connection replaces the old one. Tasks are addressed by PID, which
-//!   stays theirs while the keeper has not been told to forget them (the keeper is their parent:
-//!   an unreaped or unforgotten child's PID cannot be reused).
+//! - One agent at a time: a new connection replaces the old one. Tasks are addressed by PID: the
+//!   keeper is their parent, so a running task's PID is its own. Once a task is reaped the kernel
+//!   may give its PID to a new task before the agent forgets the old one (the agent forgets a
+//!   task right after its exit, or with the start that replaces it): a [`Request::Signal`] then
+//!   names the one still running, a [`Request::Forget`] the one that exited.
 //! - The keeper ends when it holds no task and no agent is connected. It dies with SIGTERM or
 //!   SIGINT after killing every task's process group; a keeper that dies any other way takes its
 //!   tasks with it (each task has the parent-death signal SIGKILL), and the agent reports them
@@ -44,6 +47,7 @@ pub mod logs;
 mod poller;
 pub mod procfs;
 pub mod serve;
+mod spawn;
 pub mod sys;
 mod task;
 

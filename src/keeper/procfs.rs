@@ -36,7 +36,24 @@ pub struct ProcStat {
 }
 
 pub fn proc_stat(pid: i32) -> Option<ProcStat> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // One read() into a buffer on the stack (the line is a few hundred bytes): read_to_string
+    // made eight system calls of it, and the keeper reads it at every task start.
+    let mut buf = [0u8; 2048];
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let n = loop {
+        match std::io::Read::read(&mut file, &mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => break r.ok()?,
+        }
+    };
+    // A line that fills the buffer may go on: the file is read again, whole.
+    let long;
+    let stat = if n < buf.len() {
+        std::str::from_utf8(&buf[..n]).ok()?
+    } else {
+        long = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        &long
+    };
     // The command name (field 2) may hold spaces and parentheses; fields after it follow the last ')'.
     let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
     Some(ProcStat {

@@ -16,7 +16,7 @@
 //! open then are held by a process that left the group, which is killed, and drained
 //! [`DRAIN_AFTER_EXIT`] more at most.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 use crate::daemon::{protect_from_oom, raise_nofile};
 use crate::logs::Stream;
 use crate::poller::{Poller, READ, WRITE};
+use crate::spawn::{Inherit, Spawner};
 use crate::sys::{signal_group, DRAIN_AFTER_EXIT};
-use crate::task::{drain_timeout, Inherit, Task};
+use crate::task::{drain_timeout, Task};
 use crate::{Event, Exit, Request, PID_FILE, PROTOCOL_VERSION, SOCKET_FILE};
 
 /// The longest message the keeper takes from the agent (a task's environment and arguments).
@@ -71,11 +72,16 @@ pub(crate) struct Keeper {
     _signals: UnixStream,
     /// By id (the token base of the task's descriptors).
     tasks: BTreeMap<u64, Task>,
+    /// The ids of the tasks not forgotten yet, by PID, oldest first: what the agent's requests
+    /// name. More than one only when a task's PID was given to a new task after the first had
+    /// exited and before the agent forgot it (see `named`).
+    by_pid: HashMap<i32, Vec<u64>>,
     next_id: u64,
     /// The tasks whose pipes are being drained after their exit (a drain deadline is set).
     draining: BTreeSet<u64>,
-    /// Something happened that can have made a task done (see `Task::done`).
-    maybe_done: bool,
+    /// The tasks something happened to that can have made them done (see `Task::done`): only
+    /// those are looked at, not every task at every wake-up.
+    maybe_done: Vec<u64>,
     /// When the keeper next checks, while no agent is connected, that its socket is there.
     next_socket_check: Instant,
     poller: Poller,
@@ -84,6 +90,8 @@ pub(crate) struct Keeper {
     ever_connected: bool,
     /// What tasks get back of the keeper's own settings.
     inherit: Inherit,
+    /// Makes tasks' processes (its stack, used by one start at a time).
+    spawner: Spawner,
     uid: u32,
     pid: i32,
     /// The socket's path and inode: a keeper whose socket is gone (its data directory removed, or
@@ -138,6 +146,7 @@ impl Keeper {
             oom_score_adj: protect_from_oom(),
         };
         let poller = Poller::new()?;
+        let spawner = Spawner::new()?;
         poller.add(listener.as_raw_fd(), READ, LISTENER)?;
         poller.add(signals.as_raw_fd(), READ, SIGNALS)?;
         let mut ready = File::from(ready);
@@ -152,15 +161,17 @@ impl Keeper {
             conn_writing: false,
             _signals: signals,
             tasks: BTreeMap::new(),
+            by_pid: HashMap::new(),
             next_id: 1,
             draining: BTreeSet::new(),
-            maybe_done: false,
+            maybe_done: Vec::new(),
             next_socket_check: Instant::now(),
             poller,
             buf: vec![0; CHUNK],
             started: Instant::now(),
             ever_connected: false,
             inherit,
+            spawner,
             // SAFETY: geteuid has no preconditions.
             uid: unsafe { libc::geteuid() },
             pid,
@@ -172,10 +183,11 @@ impl Keeper {
     pub(crate) fn run(&mut self) {
         let mut ready: Vec<(u64, u32)> = Vec::new();
         loop {
-            if std::mem::take(&mut self.maybe_done) {
-                self.tasks.retain(|_, t| !t.done());
-                let tasks = &self.tasks;
-                self.draining.retain(|id| tasks.contains_key(id));
+            for id in self.maybe_done.drain(..) {
+                if self.tasks.get(&id).is_some_and(Task::done) {
+                    self.tasks.remove(&id);
+                    self.draining.remove(&id);
+                }
             }
             if self.tasks.is_empty()
                 && self.conn.is_none()
@@ -198,7 +210,7 @@ impl Keeper {
                 };
                 if t.drain_until.is_some_and(|until| until <= now) {
                     drain_timeout(t, &self.poller);
-                    self.maybe_done = true;
+                    self.maybe_done.push(*id);
                 }
                 match t.drain_until {
                     Some(until) => deadline = Some(deadline.map_or(until, |d| d.min(until))),
@@ -409,7 +421,7 @@ impl Keeper {
                 });
             }
             Request::Start { seq, spec } => {
-                let spawned = Task::spawn(&spec, self.inherit, &self.alloc_root);
+                let spawned = Task::spawn(&spec, self.inherit, &self.alloc_root, &mut self.spawner);
                 let ev = match spawned.and_then(|task| self.hold(task)) {
                     Ok((pid, start_ticks)) => Event::Started {
                         seq,
@@ -425,11 +437,9 @@ impl Keeper {
                 self.send(&ev);
             }
             Request::Signal { seq, pid, signal } => {
-                let ev = match self
-                    .tasks
-                    .values()
-                    .find(|t| t.held.pid == pid && !t.forgotten)
-                {
+                // One still running: an exited one's group was killed and its PID may be reused.
+                let named = self.named(pid, |t| t.child.is_some());
+                let ev = match named.and_then(|id| self.tasks.get(&id)) {
                     None => Event::Failed {
                         seq,
                         errno: Some(libc::ESRCH),
@@ -452,12 +462,30 @@ impl Keeper {
                 self.send(&ev);
             }
             Request::Forget { pid } => {
-                if let Some(t) = self.tasks.values_mut().find(|t| t.held.pid == pid) {
-                    t.forgotten = true;
-                    self.maybe_done = true;
+                // One that exited: the agent forgets a task once it has taken its exit.
+                if let Some(id) = self.named(pid, |t| t.child.is_none()) {
+                    if let Some(ids) = self.by_pid.get_mut(&pid) {
+                        ids.retain(|i| *i != id);
+                        if ids.is_empty() {
+                            self.by_pid.remove(&pid);
+                        }
+                    }
+                    if let Some(t) = self.tasks.get_mut(&id) {
+                        t.forgotten = true;
+                        self.maybe_done.push(id);
+                    }
                 }
             }
         }
+    }
+
+    /// The task not forgotten yet that a request names by `pid`: the oldest one that `prefer`
+    /// picks, else the oldest. Two tasks have the same PID only when the first exited and the
+    /// kernel gave its PID to a new task before the agent forgot it.
+    fn named(&self, pid: i32, prefer: impl Fn(&Task) -> bool) -> Option<u64> {
+        pick(self.by_pid.get(&pid)?, |id| {
+            self.tasks.get(&id).is_some_and(&prefer)
+        })
     }
 
     /// Takes a task started for the agent and watches its exit and its pipes; answers its PID
@@ -491,6 +519,7 @@ impl Keeper {
             }
         }
         let started = (task.held.pid, task.held.start_ticks);
+        self.by_pid.entry(task.held.pid).or_default().push(id);
         self.tasks.insert(id, task);
         Ok(started)
     }
@@ -529,7 +558,7 @@ impl Keeper {
         t.held.exit = Some(exit);
         t.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
         self.draining.insert(id);
-        self.maybe_done = true;
+        self.maybe_done.push(id);
         let (pid, forgotten) = (t.held.pid, t.forgotten);
         if !forgotten {
             self.send(&Event::Exited { pid, exit });
@@ -552,7 +581,7 @@ impl Keeper {
             Ok(0) => {
                 self.poller.remove(pipe);
                 *slot = None;
-                self.maybe_done = true;
+                self.maybe_done.push(id);
                 false
             }
             Ok(n) => {
@@ -569,7 +598,7 @@ impl Keeper {
             Err(_) => {
                 self.poller.remove(pipe);
                 *slot = None;
-                self.maybe_done = true;
+                self.maybe_done.push(id);
                 false
             }
         }
@@ -629,4 +658,35 @@ fn now_nanos() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// The first of `ids` that `prefer` picks, else the first.
+fn pick(ids: &[u64], prefer: impl Fn(u64) -> bool) -> Option<u64> {
+    ids.iter()
+        .copied()
+        .find(|id| prefer(*id))
+        .or_else(|| ids.first().copied())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick;
+
+    #[test]
+    fn a_reused_pid_names_the_task_the_request_is_for() {
+        // Task 1 exited and its PID went to task 2 before the agent forgot task 1.
+        let running = |id| id == 2;
+        assert_eq!(pick(&[1, 2], running), Some(2), "a signal: the one running");
+        assert_eq!(
+            pick(&[1, 2], |id| !running(id)),
+            Some(1),
+            "a forget: the one that exited"
+        );
+        assert_eq!(
+            pick(&[3], |_| false),
+            Some(3),
+            "one task: that one, whatever it is"
+        );
+        assert_eq!(pick(&[], |_| true), None);
+    }
 }

@@ -1,19 +1,18 @@
-//! One task in the keeper: how it is started (fork, credentials, parent-death signal, `execve`)
-//! and what the keeper keeps of it until the agent has taken its end.
+//! One task in the keeper: what it is started with (its log directory and files, its output
+//! pipes; the process itself is made by [`crate::spawn`]) and what the keeper keeps of it until
+//! the agent has taken its end.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use crate::logs::{open_log_dir, RotatingFile, Stream};
 use crate::poller::Poller;
 use crate::procfs;
+use crate::spawn::{Inherit, Plan, Proc, Spawner};
 use crate::sys::{pidfd_open, signal_group, DRAIN_AFTER_EXIT};
 use crate::{Held, StartTask};
 
@@ -21,7 +20,7 @@ use crate::{Held, StartTask};
 pub(crate) struct Task {
     pub held: Held,
     /// Until reaped.
-    pub child: Option<Child>,
+    pub child: Option<Proc>,
     pub pidfd: Option<OwnedFd>,
     pub out: Option<(File, RotatingFile)>,
     pub err: Option<(File, RotatingFile)>,
@@ -41,76 +40,23 @@ impl Task {
 impl Task {
     /// Starts a task: its own process group, its credentials, the parent-death signal, its pipes.
     /// `alloc_root` is `<data_dir>/alloc`: the log directory must be beneath it.
-    pub(crate) fn spawn(spec: &StartTask, inherit: Inherit, alloc_root: &Path) -> io::Result<Task> {
-        let Inherit {
-            keeper,
-            nofile,
-            oom_score_adj,
-        } = inherit;
+    pub(crate) fn spawn(
+        spec: &StartTask,
+        inherit: Inherit,
+        alloc_root: &Path,
+        spawner: &mut Spawner,
+    ) -> io::Result<Task> {
         // Opened before the task runs, so a log directory that cannot be used (a link a task put
         // in its place) is a failed start that says why, not output silently lost. No errno: the
         // agent would print it as the command's own error.
         let logs = open_log_dir(alloc_root, &spec.log_dir)
             .map_err(|e| io::Error::other(format!("cannot open the task's log directory: {e}")))?;
         let out_dir = logs.try_clone()?;
-        let mut cmd = Command::new(&spec.program);
-        cmd.args(&spec.args)
-            .env_clear()
-            .envs(&spec.env)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let cwd = CString::new(spec.cwd.as_os_str().as_encoded_bytes())
-            .map_err(|_| io::Error::other("task directory path has a NUL byte"))?;
-        let run_as = spec.run_as.clone();
-        let exec = Exec::new(spec)?;
-        // SAFETY: the closure runs in the child between fork and exec and only makes
-        // async-signal-safe system calls on memory prepared before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                // The data directory is 0700, so a task of another user could not enter its
-                // directory once it is that user: enter it first, then drop privileges.
-                if libc::chdir(cwd.as_ptr()) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                if let Some((uid, gid, groups)) = &run_as {
-                    if libc::setgroups(groups.len(), groups.as_ptr()) != 0
-                        || libc::setgid(*gid) != 0
-                        || libc::setuid(*uid) != 0
-                    {
-                        return Err(io::Error::last_os_error());
-                    }
-                }
-                // After the credentials change, which clears it: a keeper that dies takes the
-                // task with it. A keeper already gone before this line is caught by getppid.
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) != 0
-                    || libc::getppid() != keeper
-                {
-                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                libc::setrlimit(libc::RLIMIT_NOFILE, &nofile);
-                if let Some((value, len)) = &oom_score_adj {
-                    // Raising it back needs no privilege.
-                    let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
-                    if fd >= 0 {
-                        libc::write(fd, value.as_ptr().cast(), *len);
-                        libc::close(fd);
-                    }
-                }
-                // execve itself, not the execvp that would follow: execvp runs a file the kernel
-                // refuses to execute (ENOEXEC) with /bin/sh, where the task must fail to start.
-                Err(exec.exec())
-            });
-        }
-        let mut child = cmd.spawn()?;
-        let pid = child.id() as i32;
+        let plan = Plan::new(spec, inherit)?;
+        let (out, out_w) = pipe()?;
+        let (err, err_w) = pipe()?;
+        let pid = spawner.spawn(&plan, out_w, err_w)?;
+        let child = Proc { pid };
         let pidfd = match pidfd_open(pid) {
             Ok(fd) => fd,
             Err(e) => {
@@ -129,16 +75,8 @@ impl Task {
                 spec.max_file_size_mb,
             )
         };
-        let out = child.stdout.take().map(|s| {
-            let f = File::from(OwnedFd::from(s));
-            set_nonblocking(&f);
-            (f, log(out_dir, Stream::Stdout))
-        });
-        let err = child.stderr.take().map(|s| {
-            let f = File::from(OwnedFd::from(s));
-            set_nonblocking(&f);
-            (f, log(logs, Stream::Stderr))
-        });
+        let out = Some((out, log(out_dir, Stream::Stdout)));
+        let err = Some((err, log(logs, Stream::Stderr)));
         let inodes = [&out, &err]
             .into_iter()
             .flatten()
@@ -164,75 +102,23 @@ impl Task {
     }
 }
 
-/// What a task gets back of what the keeper changed for itself: its PID (for the parent-death
-/// check), the open-file limit the keeper had before it raised its own, and the OOM score
-/// adjustment it had before it lowered its own (as the bytes written to `/proc`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Inherit {
-    pub keeper: i32,
-    pub nofile: libc::rlimit,
-    pub oom_score_adj: Option<([u8; 16], usize)>,
-}
-
-/// An `execve` prepared before the fork: the child only calls it.
-struct Exec {
-    program: CString,
-    _args: Vec<CString>,
-    _env: Vec<CString>,
-    argv: Vec<*const libc::c_char>,
-    envp: Vec<*const libc::c_char>,
-}
-
-// SAFETY: the pointers point into the CStrings this value owns, which never move or change.
-unsafe impl Send for Exec {}
-// SAFETY: as above; nothing writes through the pointers.
-unsafe impl Sync for Exec {}
-
-impl Exec {
-    fn new(spec: &StartTask) -> io::Result<Exec> {
-        let nul =
-            |_| io::Error::other("a NUL byte in the task's command, arguments or environment");
-        let program = CString::new(spec.program.as_os_str().as_encoded_bytes()).map_err(nul)?;
-        let mut args = vec![program.clone()];
-        for a in &spec.args {
-            args.push(CString::new(a.as_bytes()).map_err(nul)?);
+/// A task's output pipe: the keeper's reading end (non-blocking) and the task's writing end.
+fn pipe() -> io::Result<(File, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptors that only these two owners hold.
+    let (r, w) = unsafe { (File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: fcntl on a descriptor `r` owns.
+    unsafe {
+        let flags = libc::fcntl(r.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(r.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
         }
-        let env = spec
-            .env
-            .iter()
-            .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(nul))
-            .collect::<io::Result<Vec<_>>>()?;
-        let argv = args
-            .iter()
-            .map(|a| a.as_ptr())
-            .chain([std::ptr::null()])
-            .collect();
-        let envp = env
-            .iter()
-            .map(|e| e.as_ptr())
-            .chain([std::ptr::null()])
-            .collect();
-        Ok(Exec {
-            program,
-            _args: args,
-            _env: env,
-            argv,
-            envp,
-        })
     }
-
-    /// Runs the program in place of this process; answers only when that failed.
-    fn exec(&self) -> io::Error {
-        // SAFETY: NUL-terminated strings and NULL-terminated arrays owned by self.
-        unsafe {
-            libc::execve(
-                self.program.as_ptr(),
-                self.argv.as_ptr(),
-                self.envp.as_ptr(),
-            )
-        };
-        io::Error::last_os_error()
-    }
+    Ok((r, w))
 }
 
 /// A task's drain deadline passed: kill the holders of its pipes once, then give up on them.
@@ -258,12 +144,4 @@ pub(crate) fn drain_timeout(t: &mut Task, poller: &Poller) {
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     t.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
-}
-
-fn set_nonblocking(f: &File) {
-    // SAFETY: fcntl on a descriptor `f` owns.
-    unsafe {
-        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
-    }
 }

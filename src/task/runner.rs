@@ -120,6 +120,7 @@ pub fn spawn(
         hook_tx,
         hook_rx,
         run_id: 0,
+        ended: None,
     };
     let name = format!(
         "task-{}-{}",
@@ -177,6 +178,17 @@ struct TaskRunner {
     hook_rx: Receiver<HookRequest>,
     tracker: RestartTracker,
     run_id: u64,
+    /// The run that ended last, not yet handed back to the driver: a restart at once hands it
+    /// back with the next start ([`Driver::restart`]), so that releasing it costs nothing between
+    /// a crash and the restarted process; every other way on releases it at once (a restart
+    /// delay, `run_stop_hooks`, and `Drop`).
+    ended: Option<RunningTask>,
+}
+
+impl Drop for TaskRunner {
+    fn drop(&mut self) {
+        self.release_ended();
+    }
 }
 
 /// How the wait for a running process ended.
@@ -290,6 +302,11 @@ impl TaskRunner {
                     return self.finish_dead(false);
                 }
                 Decision::Restart { delay, reason } => {
+                    if !delay.is_zero() {
+                        // Only a restart at once takes the ended run along; otherwise the keeper
+                        // would keep it, and its PID in its requests' names, for the delay.
+                        self.release_ended();
+                    }
                     self.emit(TaskEvent::restarting(now_nanos(), delay, &reason));
                     let at = now_nanos().saturating_add(delay.as_nanos() as i64);
                     self.update(|s| {
@@ -347,7 +364,11 @@ impl TaskRunner {
             state.lock().push(TaskEvent::driver(now_nanos(), message));
             store.save_soon();
         })));
-        self.driver.start(&spec).map_err(|e| {
+        let started = match self.ended.take() {
+            Some(previous) => self.driver.restart(previous, &spec),
+            None => self.driver.start(&spec),
+        };
+        started.map_err(|e| {
             self.emit(TaskEvent::driver_failure(now_nanos(), &e.to_string()));
             Some(RunEnd::StartFailed)
         })
@@ -386,14 +407,24 @@ impl TaskRunner {
     }
 
     /// Runs one started (or re-attached) task until it exits, is killed or restarted, or the
-    /// agent shuts down; then hands it back to the driver (the keeper drains what is left of its
-    /// output on its own), unless it is left running for the next agent.
+    /// agent shuts down. A run that ended is kept for the next start to hand back to the driver
+    /// (the keeper drains what is left of its output on its own); one stopped by the shutdown is
+    /// handed back at once; one left running for the next agent is not.
     fn supervise(&mut self, task: RunningTask, how: Attach) -> Waited {
         let waited = self.watch(&task, how);
-        if !matches!(waited, Waited::Detached) {
-            self.driver.destroy(task);
+        match waited {
+            Waited::Ended(..) => self.ended = Some(task),
+            Waited::Shutdown(_) => self.driver.destroy(task),
+            Waited::Detached => {}
         }
         waited
+    }
+
+    /// Hands the run that ended last back to the driver, when no start did.
+    fn release_ended(&mut self) {
+        if let Some(task) = self.ended.take() {
+            self.driver.destroy(task);
+        }
     }
 
     fn watch(&mut self, process: &RunningTask, how: Attach) -> Waited {
@@ -564,6 +595,7 @@ impl TaskRunner {
     }
 
     fn run_stop_hooks(&mut self) {
+        self.release_ended();
         for hook in &self.hooks {
             hook.stop(&self.ctx);
         }

@@ -35,8 +35,10 @@ pub fn open_alloc_root(alloc_dir: &Path) -> Result<Dir, HookError> {
     let root = alloc_dir
         .parent()
         .ok_or_else(|| failed(alloc_dir, "an allocation directory has a parent"))?;
-    std::fs::create_dir_all(root)
-        .and_then(|_| Dir::open(root))
+    // It is there but for the first task of a data directory: opened first (every restart
+    // passes here), and made only when that fails, which also says why it could not be.
+    Dir::open(root)
+        .or_else(|_| std::fs::create_dir_all(root).and_then(|_| Dir::open(root)))
         .map_err(|e| failed(root, e))
 }
 

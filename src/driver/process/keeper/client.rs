@@ -295,15 +295,21 @@ impl KeeperClient {
         out
     }
 
-    /// Starts a task; the keeper is started first when none runs.
-    pub fn start(&self, spec: StartTask) -> Result<Kept, KeeperError> {
+    /// Starts a task; the keeper is started first when none runs. `forget`: a task the agent is
+    /// done with (see [`KeeperClient::forget`]), told to the keeper in the same write, before
+    /// the start; it is forgotten whether the start succeeds or not.
+    pub fn start(&self, spec: StartTask, forget: Option<i32>) -> Result<Kept, KeeperError> {
         let name = (spec.alloc_id.clone(), spec.task.clone());
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let req = Request::Start {
             seq,
             spec: Box::new(spec),
         };
-        match self.request(seq, &req, Some(name))? {
+        let before = forget.map(|pid| {
+            self.shared.watches.lock().remove(&pid);
+            Request::Forget { pid }
+        });
+        match self.request(seq, before.as_ref(), &req, Some(name))? {
             (
                 Event::Started {
                     pid, start_ticks, ..
@@ -324,7 +330,7 @@ impl KeeperClient {
     /// Sends `signal` to the process group of the task `pid`; answers whether it still ran.
     pub fn signal(&self, pid: i32, signal: i32) -> Result<bool, KeeperError> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        match self.request(seq, &Request::Signal { seq, pid, signal }, None)? {
+        match self.request(seq, None, &Request::Signal { seq, pid, signal }, None)? {
             (Event::Done { running, .. }, _) => Ok(running),
             (Event::Failed { errno, message, .. }, _) => {
                 Err(KeeperError::Refused { errno, message })
@@ -362,18 +368,19 @@ impl KeeperClient {
         }
     }
 
-    /// Writes `req` and waits for its answer. `start`: the allocation and task of a start, which
-    /// may run a keeper first.
+    /// Writes `req` (after `before`, in the same write) and waits for its answer. `start`: the
+    /// allocation and task of a start, which may run a keeper first.
     fn request(
         &self,
         seq: u64,
+        before: Option<&Request>,
         req: &Request,
         start: Option<(String, String)>,
     ) -> Result<Answer, KeeperError> {
         let conn = self.connection(start.is_some())?;
         let (tx, rx) = bounded(1);
         self.shared.pending.lock().insert(seq, (tx, start));
-        if let Err(e) = write_request(&conn, req) {
+        if let Err(e) = write_requests(&conn, before.into_iter().chain([req])) {
             self.shared.pending.lock().remove(&seq);
             return Err(KeeperError::Gone(e.to_string()));
         }
@@ -558,9 +565,20 @@ impl Shared {
 }
 
 pub(super) fn write_request(conn: &Conn, req: &Request) -> io::Result<()> {
-    let mut line = serde_json::to_vec(req).map_err(io::Error::other)?;
-    line.push(b'\n');
-    conn.writer.lock().write_all(&line)
+    write_requests(conn, [req])
+}
+
+/// Writes requests as one write: the keeper reads them in one wake-up.
+pub(super) fn write_requests<'a>(
+    conn: &Conn,
+    reqs: impl IntoIterator<Item = &'a Request>,
+) -> io::Result<()> {
+    let mut lines = Vec::new();
+    for req in reqs {
+        serde_json::to_writer(&mut lines, req).map_err(io::Error::other)?;
+        lines.push(b'\n');
+    }
+    conn.writer.lock().write_all(&lines)
 }
 
 /// Collects a child's output for [`KeeperClient::spawn_keeper`].

@@ -578,6 +578,8 @@ impl TaskRunner {
     }
 
     fn finish_dead(&mut self, failed: bool) {
+        // What is left of the last run (a container) is gone before the task shows dead.
+        self.release_ended();
         self.update(|s| {
             s.state = TaskStatus::Dead;
             if failed {

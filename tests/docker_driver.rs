@@ -102,46 +102,9 @@ job "plugin" {
     let alloc = agent.alloc_id(&job);
     let _cleanup = Cleanup::of(&env, &alloc);
     wait_state(&agent, &alloc, "plugin", "dead");
-    let events = agent.event_times(&alloc, "plugin");
-    let socket = agent
-        .data_dir
-        .join(format!("client/csi/plugins/{alloc}/csi.sock"));
-    let unhealthy = format!(
-        "Error: CSI plugin failed probe: timeout while connecting to gRPC socket: failed to stat socket: stat {}: no such file or directory",
-        socket.display()
-    );
-    let seen: Vec<(&str, &str)> = events
-        .iter()
-        .map(|(t, m, _)| (t.as_str(), m.as_str()))
-        .collect();
-    let start = seen
-        .iter()
-        .position(|(t, _)| *t == "Started")
-        .expect("a Started event");
-    let delay = seen[start + 4].1.to_string();
-    assert!(delay.starts_with("Task restarting in 1"), "{seen:#?}");
     let exit =
         "Exit Code: 137, Exit Message: \"Docker container exited with non-zero exit code: 137\"";
-    let health = "CSI plugin did not become healthy before configured 5s health timeout";
-    assert_eq!(
-        seen[start..],
-        [
-            ("Started", "Task started by client"),
-            ("Plugin became unhealthy", unhealthy.as_str()),
-            ("Restarting", health),
-            ("Terminated", exit),
-            ("Restarting", delay.as_str()),
-            ("Started", "Task started by client"),
-            ("Plugin became unhealthy", unhealthy.as_str()),
-            ("Restarting", health),
-            ("Terminated", exit),
-            (
-                "Not Restarting",
-                "Exceeded allowed attempts 1 in interval 1m0s and mode is \"fail\""
-            ),
-        ],
-        "{seen:#?}"
-    );
+    let events = assert_seed_events(&agent, &alloc, "plugin", exit);
     // The deadline counts from the start; busybox httpd, PID 1 of its container, ignores the
     // kill signal (SIGINT) and is SIGKILLed after the default 5 s kill_timeout.
     for (i, (t, _, at)) in events.iter().enumerate() {

@@ -551,3 +551,53 @@ pub fn start_with_plugins(dir: &TempDir) -> TestAgent {
         ),
     )
 }
+
+/// Seed 1's events (csi.md) for the plugin task `task` that never becomes healthy, with `restart
+/// { attempts = 1  delay = "1s" }` and `health_timeout = "5s"`, from its first `Started` on;
+/// `terminated` is the text of its `Terminated` events. Answers every event with its time.
+pub fn assert_seed_events(
+    agent: &TestAgent,
+    alloc: &str,
+    task: &str,
+    terminated: &str,
+) -> Vec<(String, String, i64)> {
+    let events = agent.event_times(alloc, task);
+    let socket = agent
+        .data_dir
+        .join(format!("client/csi/plugins/{alloc}/csi.sock"));
+    let unhealthy = format!(
+        "Error: CSI plugin failed probe: timeout while connecting to gRPC socket: failed to stat socket: stat {}: no such file or directory",
+        socket.display()
+    );
+    let seen: Vec<(&str, &str)> = events
+        .iter()
+        .map(|(t, m, _)| (t.as_str(), m.as_str()))
+        .collect();
+    let start = seen
+        .iter()
+        .position(|(t, _)| *t == "Started")
+        .expect("a Started event");
+    let delay = seen.get(start + 4).map_or("", |e| e.1);
+    assert!(delay.starts_with("Task restarting in 1"), "{seen:#?}");
+    let health = "CSI plugin did not become healthy before configured 5s health timeout";
+    assert_eq!(
+        seen[start..],
+        [
+            ("Started", "Task started by client"),
+            ("Plugin became unhealthy", unhealthy.as_str()),
+            ("Restarting", health),
+            ("Terminated", terminated),
+            ("Restarting", delay),
+            ("Started", "Task started by client"),
+            ("Plugin became unhealthy", unhealthy.as_str()),
+            ("Restarting", health),
+            ("Terminated", terminated),
+            (
+                "Not Restarting",
+                "Exceeded allowed attempts 1 in interval 1m0s and mode is \"fail\""
+            ),
+        ],
+        "{seen:#?}"
+    );
+    events
+}

@@ -795,3 +795,53 @@ job "sig" {
     let s = wait_state(&agent, &alloc, "t", "running");
     assert_eq!(s["Handle"]["State"]["Id"], second.as_str(), "{s}");
 }
+
+/// A job stopped while its image is being pulled from a registry that never answers: the pull
+/// is cancelled and the task ends, long before the pull's own 10-minute deadline.
+#[test]
+fn a_stop_cancels_an_image_pull_in_progress() {
+    let Some((env, _dir, agent)) =
+        docker_agent("a_stop_cancels_an_image_pull_in_progress", "dk-pcan", "")
+    else {
+        return;
+    };
+    // A "registry" that takes the connection and never says a word.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let job = agent.run_hcl(&format!(
+        r#"
+job "hang" {{
+  group "g" {{
+    task "t" {{
+      driver = "docker"
+      config {{
+        image              = "127.0.0.1:{port}/nodeward/hang:1"
+        image_pull_timeout = "10m"
+      }}
+    }}
+  }}
+}}"#
+    ));
+    let alloc = agent.alloc_id(&job);
+    let _cleanup = Cleanup::of(&env, &alloc);
+    wait_for(WAIT, "the pull under way", || {
+        agent
+            .events(&alloc, "t")
+            .iter()
+            .any(|(t, m)| t == "Driver" && m == "Downloading image")
+            .then_some(())
+    });
+    let (code, _) = agent.request("DELETE", "/v1/job/hang", None);
+    assert_eq!(code, 200);
+    // WAIT (90 s) is far below the pull's 10 minutes: only a cancelled pull ends in time.
+    let s = wait_state(&agent, &alloc, "t", "dead");
+    let events = agent.events(&alloc, "t");
+    assert!(
+        events
+            .iter()
+            .any(|(t, m)| t == "Driver Failure" && m.contains("cancelled")),
+        "{events:#?}"
+    );
+    assert_eq!(s["State"], "dead", "{s}");
+    drop(silent);
+}

@@ -106,6 +106,9 @@ pub struct StartSpec {
     pub container: Option<ContainerSpec>,
     /// Where the driver reports progress the task's events show (`Downloading image`).
     pub progress: Option<Progress>,
+    /// Either disconnects to cancel a start in progress (an image pull): the task's kill and the
+    /// agent's shutdown.
+    pub cancel: Option<[Receiver<Never>; 2]>,
 }
 
 /// Where a driver's progress messages go: the task's `Driver` events.

@@ -174,6 +174,7 @@ pub fn start_spec(
         env,
         container,
         progress: None,
+        cancel: None,
     }
 }
 

@@ -68,11 +68,16 @@ pub struct RunnerDeps {
 /// The owner's side of a running task runner.
 pub struct TaskRunnerHandle {
     commands: Sender<TaskCommand>,
+    /// Dropped at the first kill (or with the handle): cancels a start in progress (a pull).
+    kill: Mutex<Option<Sender<Never>>>,
     join: Option<Worker<()>>,
 }
 
 impl TaskRunnerHandle {
     pub fn send(&self, cmd: TaskCommand) {
+        if matches!(cmd, TaskCommand::Kill) {
+            self.kill.lock().take();
+        }
         let _ = self.commands.send(cmd);
     }
 
@@ -98,6 +103,7 @@ pub fn spawn(
     restored: bool,
 ) -> std::io::Result<TaskRunnerHandle> {
     let (commands, command_rx) = unbounded();
+    let (kill, killed) = bounded::<Never>(0);
     let (hook_tx, hook_rx) = unbounded();
     let batch = ctx.job.job_type == JobType::Batch;
     let mut tracker = RestartTracker::new(ctx.task.restart_policy, batch);
@@ -117,6 +123,7 @@ pub fn spawn(
         state,
         deps,
         commands: command_rx,
+        killed,
         hook_tx,
         hook_rx,
         run_id: 0,
@@ -135,6 +142,7 @@ pub fn spawn(
     )?;
     Ok(TaskRunnerHandle {
         commands,
+        kill: Mutex::new(Some(kill)),
         join: Some(join),
     })
 }
@@ -174,6 +182,8 @@ struct TaskRunner {
     state: Arc<Mutex<TaskState>>,
     deps: RunnerDeps,
     commands: Receiver<TaskCommand>,
+    /// Disconnects at the task's first kill.
+    killed: Receiver<Never>,
     hook_tx: Sender<HookRequest>,
     hook_rx: Receiver<HookRequest>,
     tracker: RestartTracker,
@@ -360,6 +370,7 @@ impl TaskRunner {
             })?);
         }
         let (state, store) = (self.state.clone(), self.deps.store.clone());
+        spec.cancel = Some([self.killed.clone(), self.deps.shutdown.clone()]);
         spec.progress = Some(driver::Progress(Arc::new(move |message: &str| {
             state.lock().push(TaskEvent::driver(now_nanos(), message));
             store.save_soon();

@@ -261,6 +261,7 @@ mod tests {
             logs: LogConfig::default(),
             container: Some(c.clone()),
             progress: None,
+            cancel: None,
         };
         (s, c)
     }

@@ -31,12 +31,13 @@ pub mod container;
 pub mod engine;
 pub mod logs;
 pub mod settings;
+mod watch;
 
 use crossbeam_channel::{after, bounded, select, Receiver, Sender};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use self::engine::{Closer, Endpoint, Engine, EngineError, Killed};
 use super::{
@@ -45,7 +46,6 @@ use super::{
 };
 use crate::thread::{Never, Worker};
 use crate::util::{allocdir, short_id};
-use nodeward_keeper::Exit;
 use settings::DockerSettings;
 
 /// The driver's name in jobspecs and node attributes.
@@ -53,14 +53,8 @@ pub const NAME: &str = crate::jobspec::docker::NAME;
 
 /// How long an engine call may take by default, and the connect at a health check.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often the wait and log threads try again while the engine cannot be reached.
-const RETRY: Duration = Duration::from_secs(2);
 /// How long a container may take to go after SIGKILL before a stop gives up on it.
 const REAP_AFTER_SIGKILL: Duration = Duration::from_secs(20);
-/// The log cursor is written after this many frames, or when a frame comes this long after the
-/// last write.
-const COMMIT_EVERY: u32 = 256;
-const COMMIT_AFTER: Duration = Duration::from_millis(200);
 /// How long [`Docker::destroy`] lets the log thread read what an ended container wrote.
 const LOG_DRAIN: Duration = Duration::from_secs(5);
 
@@ -201,11 +195,11 @@ impl Docker {
                 stop_rx.clone(),
             );
             crate::thread::spawn(format!("docker-wait-{}", short_id(&id)), move || {
-                wait_for_exit(&engine, &id, &closer, &stop_rx, exit_tx)
+                watch::wait_for_exit(&engine, &id, &closer, &stop_rx, exit_tx)
             })
             .map_err(spawn_err)?
         };
-        let copy = LogTarget {
+        let copy = watch::LogTarget {
             alloc_root: allocdir::alloc_root(&self.data_dir),
             log_dir: allocdir::log_dir(&allocdir::alloc_dir(&self.data_dir, alloc_id)),
             task: task.to_string(),
@@ -215,7 +209,7 @@ impl Docker {
         let logs = {
             let (engine, id, closer) = (engine.clone(), id.to_string(), closer.clone());
             crate::thread::spawn(format!("docker-logs-{}", short_id(&id)), move || {
-                copy_logs(&engine, &id, &copy, &closer, &stop_rx)
+                watch::copy_logs(&engine, &id, &copy, &closer, &stop_rx)
             })
             .map_err(spawn_err)?
         };
@@ -255,9 +249,29 @@ impl Docker {
             }
         };
         report("Downloading image");
-        engine
-            .pull(image, c.config.pull_timeout(), &Closer::new())
-            .map_err(|e| self.failed(e))?;
+        // A pull may take minutes: the task's kill or the agent's shutdown closes it.
+        let closer = Closer::new();
+        let (done, pulled) = bounded::<Never>(0);
+        let watcher = match spec.cancel.clone() {
+            Some([killed, shutdown]) => {
+                let closer = closer.clone();
+                let watch = move || {
+                    select! {
+                        recv(killed) -> _ => closer.close(),
+                        recv(shutdown) -> _ => closer.close(),
+                        recv(pulled) -> _ => {}
+                    }
+                };
+                crate::thread::spawn("docker-pull", watch).ok()
+            }
+            None => None,
+        };
+        let result = engine.pull(image, c.config.pull_timeout(), &closer);
+        drop(done);
+        if let Some(w) = watcher {
+            w.join();
+        }
+        result.map_err(|e| self.failed(e))?;
         report("Downloaded image");
         Ok(())
     }
@@ -321,167 +335,6 @@ impl Docker {
                     short_id(&c.id)
                 );
                 self.remove(&engine, &c.id);
-            }
-        }
-    }
-}
-
-/// Where one task's container logs go.
-struct LogTarget {
-    alloc_root: PathBuf,
-    log_dir: PathBuf,
-    task: String,
-    logs: crate::jobspec::LogConfig,
-    cursor: PathBuf,
-}
-
-/// Waits out `RETRY`; true when the watch is over (its `stop` disconnected).
-fn retry_or_stop(stop: &Receiver<Never>) -> bool {
-    select! {
-        recv(stop) -> _ => true,
-        recv(after(RETRY)) -> _ => false,
-    }
-}
-
-/// The `docker-wait` thread: sends how container `id` ended, once.
-fn wait_for_exit(
-    engine: &Engine,
-    id: &str,
-    closer: &Closer,
-    stop: &Receiver<Never>,
-    exit_tx: Sender<TaskExit>,
-) {
-    loop {
-        let code = match engine.wait(id, closer) {
-            Ok(code) => code,
-            Err(EngineError::Cancelled { .. }) => return,
-            Err(EngineError::NotFound { .. }) => {
-                // Removed behind the agent's back: it ended, how is not known.
-                let _ = exit_tx.send(TaskExit::LostWhileAway);
-                return;
-            }
-            Err(e) => {
-                log::debug!("container {id}: {e}; trying again");
-                if retry_or_stop(stop) {
-                    return;
-                }
-                continue;
-            }
-        };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64);
-        let (exit_code, oom_killed, at_nanos) = match engine.inspect(id) {
-            Ok(Some(info)) if info.state.running => continue,
-            Ok(Some(info)) => (
-                info.state.exit_code,
-                info.state.oom_killed,
-                info.state.finished_at.unwrap_or(now),
-            ),
-            _ => (code, false, now),
-        };
-        let exit = Exit {
-            exit_code: i32::try_from(exit_code).unwrap_or(-1),
-            signal: 0,
-            at_nanos,
-        };
-        let _ = exit_tx.send(TaskExit::Container { exit, oom_killed });
-        return;
-    }
-}
-
-/// The `docker-logs` thread: copies the container's output into the task's log files until the
-/// container ends. A followed stream may end before the end of the log when the container exits
-/// (dockerd 20.10 does, about half the time): once the container has exited, the log is read
-/// once more without following, from where the copier is (`logs::LogCopier::resume`).
-fn copy_logs(
-    engine: &Engine,
-    id: &str,
-    target: &LogTarget,
-    closer: &Closer,
-    stop: &Receiver<Never>,
-) {
-    let open = || {
-        logs::LogCopier::open(
-            &target.alloc_root,
-            &target.log_dir,
-            &target.task,
-            &target.logs,
-            target.cursor.clone(),
-            id,
-        )
-        .map_err(|e| {
-            log::error!(
-                "container {id}: cannot open the logs of task {}: {e}",
-                target.task
-            )
-        })
-        .ok()
-    };
-    let Some(mut copier) = open() else { return };
-    let (mut pending, mut last_commit) = (0u32, Instant::now());
-    let mut follow = true;
-    loop {
-        let since = copier.resume().map(|s| s.as_nanos() as i64);
-        match engine.logs(id, since, follow, closer) {
-            Ok(mut stream) => loop {
-                // The cursor is written every COMMIT_EVERY frames or COMMIT_AFTER: what was copied
-                // after it is truncated and copied again by the next agent (`logs`).
-                if pending >= COMMIT_EVERY || last_commit.elapsed() >= COMMIT_AFTER {
-                    let _ = copier.commit();
-                    (pending, last_commit) = (0, Instant::now());
-                }
-                match stream.next_frame() {
-                    Ok(Some(frame)) => {
-                        let stream = match frame.stream {
-                            engine::Stream::Stdout => nodeward_keeper::logs::Stream::Stdout,
-                            engine::Stream::Stderr => nodeward_keeper::logs::Stream::Stderr,
-                        };
-                        match copier.frame(stream, &frame.data) {
-                            Ok(()) => pending += 1,
-                            Err(e @ logs::LogsError::Frame { .. }) => log::warn!("{e}"),
-                            Err(e) => {
-                                // The files may hold what the cursor does not: opened again,
-                                // the copier puts them back to its last commit.
-                                log::error!(
-                                    "container {id}: {e}; copying again from the last commit"
-                                );
-                                let Some(again) = open() else { return };
-                                copier = again;
-                                break;
-                            }
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(EngineError::Cancelled { .. }) => {
-                        let _ = copier.commit();
-                        return;
-                    }
-                    Err(e) => {
-                        log::debug!("container {id}: log stream: {e}");
-                        break;
-                    }
-                }
-            },
-            Err(EngineError::Cancelled { .. }) | Err(EngineError::NotFound { .. }) => {
-                let _ = copier.commit();
-                return;
-            }
-            Err(e) => log::debug!("container {id}: logs: {e}"),
-        }
-        if let Err(e) = copier.commit() {
-            log::error!("container {id}: cannot record how far its logs were copied: {e}");
-        }
-        if !follow {
-            return;
-        }
-        match engine.inspect(id) {
-            Ok(Some(info)) if !info.state.running => follow = false,
-            Ok(None) => return,
-            _ => {
-                if retry_or_stop(stop) {
-                    return;
-                }
             }
         }
     }

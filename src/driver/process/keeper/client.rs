@@ -573,7 +573,9 @@ pub(super) fn write_requests<'a>(
     conn: &Conn,
     reqs: impl IntoIterator<Item = &'a Request>,
 ) -> io::Result<()> {
-    let mut lines = Vec::new();
+    // One allocation for a start's line (about 1.4 KB with a task's usual environment), not a
+    // doubling from 8 bytes up.
+    let mut lines = Vec::with_capacity(4096);
     for req in reqs {
         serde_json::to_writer(&mut lines, req).map_err(io::Error::other)?;
         lines.push(b'\n');

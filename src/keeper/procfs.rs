@@ -38,7 +38,7 @@ pub struct ProcStat {
 pub fn proc_stat(pid: i32) -> Option<ProcStat> {
     // One read() into a buffer on the stack (the line is a few hundred bytes): read_to_string
     // made eight system calls of it, and the keeper reads it at every task start.
-    let mut buf = [0u8; 2048];
+    let mut buf = [0u8; 1024];
     let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
     let n = loop {
         match std::io::Read::read(&mut file, &mut buf) {

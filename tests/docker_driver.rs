@@ -27,6 +27,15 @@ fn docker_agent(test: &str, tag: &str, extra: &str) -> Option<(DockerEnv, TempDi
     Some((env, dir, agent))
 }
 
+/// A batch job `name` of one docker task `t` that runs `script` with busybox's `sh` and is never
+/// restarted; `extra` goes into the task block.
+fn batch_sh(name: &str, script: &str, extra: &str) -> String {
+    let script = serde_json::to_string(script).unwrap();
+    format!(
+        "job \"{name}\" {{\n  type = \"batch\"\n  group \"g\" {{\n    restart {{\n      attempts = 0\n      mode     = \"fail\"\n    }}\n    task \"t\" {{\n      driver = \"docker\"\n      config {{\n        image   = \"busybox:1\"\n        command = \"sh\"\n        args    = [\"-c\", {script}]\n      }}\n      {extra}\n    }}\n  }}\n}}\n"
+    )
+}
+
 /// Removes, when dropped, every container of an allocation: a failed test leaves nothing
 /// running in the engine.
 struct Cleanup<'a> {
@@ -192,26 +201,8 @@ fn a_container_that_exits_3_reports_it_and_keeps_its_logs() {
     ) else {
         return;
     };
-    let job = agent.run_hcl(
-        r#"
-job "exit3" {
-  type = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    task "t" {
-      driver = "docker"
-      config {
-        image   = "busybox:1"
-        command = "sh"
-        args    = ["-c", "echo out $NOMAD_TASK_DIR $NOMAD_ALLOC_DIR; echo err >&2; test -d /local && test -d /secrets && exit 3"]
-      }
-    }
-  }
-}"#,
-    );
+    let script = "echo out $NOMAD_TASK_DIR $NOMAD_ALLOC_DIR; echo err >&2; test -d /local && test -d /secrets && exit 3";
+    let job = agent.run_hcl(&batch_sh("exit3", script, ""));
     let alloc = agent.alloc_id(&job);
     let _cleanup = Cleanup::of(&env, &alloc);
     let state = wait_state(&agent, &alloc, "t", "dead");
@@ -250,29 +241,11 @@ fn a_container_over_its_memory_is_oom_killed() {
     else {
         return;
     };
-    let job = agent.run_hcl(
-        r#"
-job "oom" {
-  type = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    task "t" {
-      driver = "docker"
-      config {
-        image   = "busybox:1"
-        command = "sh"
-        args    = ["-c", "x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done"]
-      }
-      resources {
-        memory = 16
-      }
-    }
-  }
-}"#,
-    );
+    let job = agent.run_hcl(&batch_sh(
+        "oom",
+        "x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done",
+        "resources { memory = 16 }",
+    ));
     let alloc = agent.alloc_id(&job);
     let _cleanup = Cleanup::of(&env, &alloc);
     wait_state(&agent, &alloc, "t", "dead");
@@ -384,26 +357,11 @@ fn a_container_that_exits_while_the_agent_is_down_reports_its_exit() {
     ) else {
         return;
     };
-    let job = agent.run_hcl(
-        r#"
-job "away" {
-  type = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    task "t" {
-      driver = "docker"
-      config {
-        image   = "busybox:1"
-        command = "sh"
-        args    = ["-c", "while [ ! -e /local/go ]; do usleep 50000; done; exit 7"]
-      }
-    }
-  }
-}"#,
-    );
+    let job = agent.run_hcl(&batch_sh(
+        "away",
+        "while [ ! -e /local/go ]; do usleep 50000; done; exit 7",
+        "",
+    ));
     let alloc = agent.alloc_id(&job);
     let _cleanup = Cleanup::of(&env, &alloc);
     wait_state(&agent, &alloc, "t", "running");

@@ -31,7 +31,7 @@ fn main() {
 }
 
 /// Linker options that shrink what every start of the agent pages in (docs/benchmarks.md, "What
-/// a restart does, profiled": 8.6 MB of the binary's pages with 100 tasks before, 5.6-6.3 MB
+/// a restart does, profiled": 8.0-8.6 MB of the binary's pages with 100 tasks before, 5.6-6.3 MB
 /// after). The kernel maps a binary's pages 64 KiB at a time around each page touched, so what
 /// counts is how many such windows a start touches.
 ///

@@ -83,6 +83,17 @@ def crash_loop(engine, label, kills, pick):
     return out
 
 
+def slot0(engine, tag):
+    """The running container of slot 0 of a floor loop's containers."""
+    return [c for c in engine.running(f"{tag}=1") if c["Labels"].get("slot") == "0"][0]
+
+
+def remove_tagged(engine, tag):
+    ids = engine.docker("ps", "-aq", "--filter", f"label={tag}=1").split()
+    if ids:
+        engine.docker("rm", "-f", *ids)
+
+
 def run_engine_floor(engine, n, kills):
     tag = f"nwbench-{os.getpid()}"
     t0 = time.perf_counter()
@@ -99,13 +110,10 @@ def run_engine_floor(engine, n, kills):
           docker -H {engine.endpoint} run -d --network none --label {tag}=1 --label slot=0 --name {tag}-0 busybox:1 sleep 3600 >/dev/null || exit 1
         done"""])
     try:
-        times = crash_loop(engine, f"{tag}=1", kills,
-                           lambda: [c for c in engine.running(f"{tag}=1") if c["Labels"].get("slot") == "0"][0])
+        times = crash_loop(engine, f"{tag}=1", kills, lambda: slot0(engine, tag))
     finally:
         loop.kill()
-        ids = engine.docker("ps", "-aq", "--filter", f"label={tag}=1").split()
-        if ids:
-            engine.docker("rm", "-f", *ids)
+        remove_tagged(engine, tag)
     return start, times
 
 
@@ -142,13 +150,10 @@ def run_api_floor(engine, n, kills):
     th = threading.Thread(target=supervise, daemon=True)
     th.start()
     try:
-        times = crash_loop(engine, f"{tag}=1", kills,
-                           lambda: [c for c in engine.running(f"{tag}=1") if c["Labels"].get("slot") == "0"][0])
+        times = crash_loop(engine, f"{tag}=1", kills, lambda: slot0(engine, tag))
     finally:
         stop.set()
-        ids = engine.docker("ps", "-aq", "--filter", f"label={tag}=1").split()
-        if ids:
-            engine.docker("rm", "-f", *ids)
+        remove_tagged(engine, tag)
     return start, times
 
 

@@ -341,6 +341,19 @@ mod tests {
             .unwrap();
     }
 
+    /// A state file written before ports existed: its allocations load with none, and one
+    /// without ports is written as before.
+    #[test]
+    fn a_record_from_before_ports_has_none() {
+        let old = serde_json::json!({
+            "ID": "a", "JobID": "j", "TaskGroup": "g", "Name": "j.g[0]", "Index": 0,
+            "DesiredStatus": "run", "CreateTime": 1, "ModifyTime": 2, "TaskStates": {}
+        });
+        let rec: crate::records::AllocRecord = serde_json::from_value(old.clone()).unwrap();
+        assert!(rec.ports.is_empty());
+        assert_eq!(serde_json::to_value(&rec).unwrap(), old);
+    }
+
     /// Random picks that keep hitting taken ports fall back to the free ones.
     #[test]
     fn a_crowded_range_still_finds_the_free_port() {

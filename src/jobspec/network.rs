@@ -244,6 +244,18 @@ pub(crate) fn networks(
         if let Some(what) = &n.refused {
             return Err(not_supported(&at, what));
         }
+        // JSON's spelling of HCL's `dns` block and `hostname`: refused alike once set.
+        for key in ["DNS", "Hostname"] {
+            let set = match n.extra.get(key) {
+                None | Some(serde_json::Value::Null) => false,
+                Some(serde_json::Value::String(s)) => !s.is_empty(),
+                Some(serde_json::Value::Object(o)) => !o.is_empty(),
+                Some(_) => true,
+            };
+            if set {
+                return Err(not_supported(&at, &format!("{key:?}")));
+            }
+        }
         let mut seen: BTreeMap<String, String> = BTreeMap::new();
         let mut statics: BTreeMap<u16, String> = BTreeMap::new();
         let mut reserved = Vec::new();
@@ -665,6 +677,17 @@ mod tests {
         let e = super::super::json::parse_job(json.to_string().as_bytes()).unwrap_err();
         assert!(
             e.to_string().starts_with("group \"g\": TaskGroups[0].Networks[0]: network mode \"bridge\" is not supported on this node yet"),
+            "{e}"
+        );
+        let json = serde_json::json!({"ID": "j", "TaskGroups": [{
+            "Name": "g", "Networks": [{"Mode": "host", "DNS": {"Servers": ["1.1.1.1"]}}],
+            "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "true"}}]
+        }]});
+        let e = super::super::json::parse_job(json.to_string().as_bytes()).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "group \"g\": TaskGroups[0].Networks[0]: \"DNS\" is not supported on this node yet"
+            ),
             "{e}"
         );
     }

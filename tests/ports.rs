@@ -23,8 +23,8 @@ fn agent(tag: &str, min: u16, max: u16) -> (TempDir, TestAgent) {
     (dir, agent)
 }
 
-/// A service job of one raw_exec task that writes its `NOMAD_*` variables to `local/env.txt` and
-/// serves its task directory with busybox httpd on port `web` (through `${...}` interpolation)
+/// A service job of one raw_exec task that writes its `NOMAD_*` variables to `local/env.txt`,
+/// then (`;`: the file is whole before either server starts) serves its task directory with busybox httpd on port `web` (through `${...}` interpolation)
 /// and on port `dyn` (through the shell's variables).
 fn web_job(name: &str, static_port: u16) -> String {
     format!(
@@ -40,7 +40,7 @@ fn web_job(name: &str, static_port: u16) -> String {
       driver = "raw_exec"
       config {{
         command = "sh"
-        args = ["-c", "env | grep ^NOMAD_ | sort > local/env.txt && busybox httpd -f -p 127.0.0.1:$NOMAD_PORT_dyn -h local & exec busybox httpd -f -p ${{NOMAD_ADDR_web}} -h local"]
+        args = ["-c", "env | grep ^NOMAD_ | sort > local/env.txt; busybox httpd -f -p 127.0.0.1:$NOMAD_PORT_dyn -h local & exec busybox httpd -f -p ${{NOMAD_ADDR_web}} -h local"]
       }}
     }}
   }}
@@ -87,17 +87,22 @@ fn ports_of(agent: &TestAgent, alloc: &str) -> BTreeMap<String, (u64, u64)> {
         .collect()
 }
 
-/// The body of `GET <path>` on `127.0.0.1:<port>`, once something answers there.
-fn http_get(port: u16, path: &str) -> String {
-    wait_for(WAIT, &format!("an answer on port {port}"), || {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).ok()?;
-        let (head, body) = answer.split_once("\r\n\r\n")?;
-        head.contains(" 200 ").then(|| body.to_string())
-    })
+/// The body of `GET <path>` on `127.0.0.1:<port>`, once an answer there has `marker` in it (a
+/// server of another test on a port the kernel gave out twice is not taken for the task).
+fn http_get(port: u16, path: &str, marker: &str) -> String {
+    wait_for(
+        WAIT,
+        &format!("an answer with {marker} on port {port}"),
+        || {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+            write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+            let mut answer = String::new();
+            s.read_to_string(&mut answer).ok()?;
+            let (head, body) = answer.split_once("\r\n\r\n")?;
+            (head.contains(" 200 ") && body.contains(marker)).then(|| body.to_string())
+        },
+    )
 }
 
 fn env_lines(text: &str) -> BTreeMap<String, String> {
@@ -129,7 +134,7 @@ fn a_task_answers_on_its_static_and_dynamic_ports() {
             ("dyn".to_string(), (u64::from(dynamic), 0)),
         ])
     );
-    let env = env_lines(&http_get(web, "/env.txt"));
+    let env = env_lines(&http_get(web, "/env.txt", &alloc));
     let want = [
         ("NOMAD_PORT_web", web.to_string()),
         ("NOMAD_HOST_PORT_web", web.to_string()),
@@ -145,7 +150,7 @@ fn a_task_answers_on_its_static_and_dynamic_ports() {
         assert_eq!(env.get(k), Some(&v), "{k} in {env:?}");
     }
     // The dynamic port answers too, with the same file.
-    assert_eq!(env_lines(&http_get(dynamic, "/env.txt")), env);
+    assert_eq!(env_lines(&http_get(dynamic, "/env.txt", &alloc)), env);
 
     // Nomad's table in `alloc status`.
     let out = agent.cli(&["alloc", "status", &alloc]);
@@ -280,7 +285,7 @@ fn ports_are_kept_across_an_agent_kill_and_restart() {
     let alloc = agent.alloc_id("kept");
     let before = ports_of(&agent, &alloc);
     let pid = running_pid(&agent, &alloc);
-    let env_before = env_lines(&http_get(web, "/env.txt"));
+    let env_before = env_lines(&http_get(web, "/env.txt", &alloc));
 
     agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
     agent.restart();
@@ -298,7 +303,10 @@ fn ports_are_kept_across_an_agent_kill_and_restart() {
         .collect();
     assert_eq!(environ, env_before);
     assert_eq!(environ["NOMAD_PORT_dyn"], dynamic.to_string());
-    assert_eq!(env_lines(&http_get(dynamic, "/env.txt")), env_before);
+    assert_eq!(
+        env_lines(&http_get(dynamic, "/env.txt", &alloc)),
+        env_before
+    );
 
     // The restored allocation still holds its ports.
     let (status, body) = register(

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::alloc::{AllocManager, Collector, Engine};
+use crate::alloc::{AllocManager, Collector, Engine, NetworkSettings};
 use crate::config::AgentConfig;
 use crate::csi::registry::PluginRegistry;
 use crate::csi::supervisor::{CsiPluginHook, CsiSettings};
@@ -177,6 +177,12 @@ impl Agent {
             keeper: keeper.clone(),
             max_kill_timeout: config.max_kill_timeout,
             max_allocs: config.max_allocs,
+            network: NetworkSettings {
+                host_ip: config.host_network_ip().to_string(),
+                min_dynamic_port: config.min_dynamic_port,
+                max_dynamic_port: config.max_dynamic_port,
+                reserved: vec![config.http_port],
+            },
         };
         let allocs = AllocManager::new(engine, store.clone());
         store.register(allocs.clone());

@@ -71,6 +71,10 @@ pub struct AgentConfig {
     /// The most allocations that may be live (not terminal) on this node at once
     /// (`client { max_allocs }`): a registration that would go over it is refused.
     pub max_allocs: usize,
+    /// The range dynamic ports are picked from (`client { min_dynamic_port max_dynamic_port }`,
+    /// Nomad's names and defaults), both ends included.
+    pub min_dynamic_port: u16,
+    pub max_dynamic_port: u16,
     /// The docker driver's settings (`plugin "docker" { config { ... } }`).
     pub docker: DockerSettings,
     /// What the configuration holds that has no effect (logged when the agent starts).
@@ -159,6 +163,8 @@ struct RawClient {
     gc_inode_usage_threshold: Option<f64>,
     gc_parallel_destroys: Option<u64>,
     max_allocs: Option<u64>,
+    min_dynamic_port: Option<u64>,
+    max_dynamic_port: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -228,7 +234,9 @@ impl RawConfig {
                 gc_disk_usage_threshold,
                 gc_inode_usage_threshold,
                 gc_parallel_destroys,
-                max_allocs
+                max_allocs,
+                min_dynamic_port,
+                max_dynamic_port
             );
             if let Some(v) = c.host_volume {
                 mine.host_volume
@@ -381,6 +389,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         None => DEFAULT_MAX_KILL_TIMEOUT,
     };
     let (gc, max_allocs) = validate_gc(&client)?;
+    let (min_dynamic_port, max_dynamic_port) = dynamic_ports(&client)?;
     let task_env_passthrough = match client.task_env_passthrough {
         Some(list) => list,
         None => crate::task::env::DEFAULT_PASSTHROUGH
@@ -437,6 +446,8 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         max_kill_timeout,
         gc,
         max_allocs,
+        min_dynamic_port,
+        max_dynamic_port,
         docker,
         warnings,
         sources: Vec::new(),
@@ -492,6 +503,49 @@ fn validate_gc(client: &RawClient) -> Result<(GcConfig, usize), ConfigError> {
     )?;
     let max_allocs = count("max_allocs", client.max_allocs, DEFAULT_MAX_ALLOCS, 1)?;
     Ok((gc, max_allocs))
+}
+
+/// `client { min_dynamic_port max_dynamic_port }`: ports, the first not above the second.
+fn dynamic_ports(client: &RawClient) -> Result<(u16, u16), ConfigError> {
+    use crate::jobspec::network::{DEFAULT_MAX_DYNAMIC_PORT, DEFAULT_MIN_DYNAMIC_PORT};
+    let port = |name: &str, value: Option<u64>, default: u16| match value {
+        None => Ok(default),
+        Some(v @ 1..=65535) => Ok(v as u16),
+        Some(v) => Err(ConfigError::Invalid(format!(
+            "client.{name} must be a port from 1 to 65535, got {v}"
+        ))),
+    };
+    let min = port(
+        "min_dynamic_port",
+        client.min_dynamic_port,
+        DEFAULT_MIN_DYNAMIC_PORT,
+    )?;
+    let max = port(
+        "max_dynamic_port",
+        client.max_dynamic_port,
+        DEFAULT_MAX_DYNAMIC_PORT,
+    )?;
+    if min > max {
+        return Err(ConfigError::Invalid(format!(
+            "client.min_dynamic_port ({min}) must not be more than client.max_dynamic_port ({max})"
+        )));
+    }
+    Ok((min, max))
+}
+
+impl AgentConfig {
+    /// The address of the host network, the `HostIP` of allocations' ports and the address
+    /// of their `NOMAD_IP_<label>`: `bind_addr` when it names one address; when it is
+    /// `0.0.0.0` or `::` (every address), the IPv4 address of the interface of the default
+    /// route, as Nomad fingerprints a node's network, else the loopback address.
+    pub fn host_network_ip(&self) -> IpAddr {
+        if !self.bind_addr.is_unspecified() {
+            return self.bind_addr;
+        }
+        crate::util::netif::default_route_ipv4()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
+    }
 }
 
 /// A DNS name: dot-separated labels of letters, digits and dashes (a trailing dot allowed).
@@ -687,6 +741,38 @@ plugin "docker" {
             err.starts_with("config: client.max_kill_timeout: "),
             "{err}"
         );
+    }
+
+    #[test]
+    fn dynamic_ports_have_nomads_defaults_and_are_checked() {
+        let c = load(&[write("none.hcl", "")], false).unwrap();
+        assert_eq!((c.min_dynamic_port, c.max_dynamic_port), (20000, 32000));
+        assert_eq!(c.host_network_ip().to_string(), "127.0.0.1");
+        let p = write(
+            "ports.hcl",
+            "bind_addr = \"127.0.0.2\"\nclient {\n  min_dynamic_port = 30000\n  max_dynamic_port = 30000\n}\n",
+        );
+        let c = load(&[p], false).unwrap();
+        assert_eq!((c.min_dynamic_port, c.max_dynamic_port), (30000, 30000));
+        assert_eq!(c.host_network_ip().to_string(), "127.0.0.2");
+        for (body, want) in [
+            (
+                "min_dynamic_port = 0",
+                "client.min_dynamic_port must be a port from 1 to 65535, got 0",
+            ),
+            (
+                "max_dynamic_port = 65536",
+                "client.max_dynamic_port must be a port from 1 to 65535, got 65536",
+            ),
+            (
+                "min_dynamic_port = 30001\n max_dynamic_port = 30000",
+                "client.min_dynamic_port (30001) must not be more than client.max_dynamic_port (30000)",
+            ),
+        ] {
+            let p = write("bad.hcl", &format!("client {{\n {body}\n}}\n"));
+            let err = load(&[p], false).unwrap_err().to_string();
+            assert!(err.ends_with(want), "{body}: {err}");
+        }
     }
 
     #[test]

@@ -148,6 +148,12 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
     // lock (a second agent touches nothing), the API's port, then the state file (Agent::start).
     let lock = DataDirLock::acquire(&config.data_dir)?;
     let listener = crate::api::bind(&config).map_err(|e| AgentError::Start(e.to_string()))?;
+    let mut config = config;
+    // The port the API listens on (`ports { http = 0 }` lets the kernel choose it), which no
+    // allocation may be given (alloc::ports).
+    if let Ok(addr) = listener.local_addr() {
+        config.http_port = addr.port();
+    }
     let agent = Agent::start(config, fresh_state, stop.clone(), lock)?;
     if !stop.mark_started() {
         log::info!("start-up cancelled by a stop signal");

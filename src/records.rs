@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 
+use crate::jobspec::network::AllocatedPort;
 use crate::jobspec::Job;
 
 /// How many events a task keeps; the oldest is dropped first.
@@ -54,6 +55,11 @@ pub struct AllocRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<Job>,
     pub task_states: BTreeMap<String, TaskState>,
+    /// The host ports the allocation got when it was placed (Nomad's
+    /// `AllocatedResources.Shared.Ports`). Absent in files written before ports existed, and
+    /// not written when the group asks for none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<AllocatedPort>,
 }
 
 // ---- task states ----

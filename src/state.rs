@@ -847,6 +847,7 @@ mod tests {
             modify_time,
             job: None,
             task_states: BTreeMap::new(),
+            ports: Vec::new(),
         }
     }
 

@@ -93,6 +93,7 @@ fn task_context(
             count: 1,
             restart_policy: policy,
             volumes: BTreeMap::new(),
+            networks: Vec::new(),
             tasks: vec![task.clone()],
         }],
     };
@@ -107,6 +108,7 @@ fn task_context(
         data_dir: data_dir.to_path_buf(),
         node_id: "node-1".into(),
         node_name: "node-1".into(),
+        ports: Vec::new(),
     }
 }
 

@@ -803,3 +803,90 @@ job "hang" {{
     assert_eq!(s["State"], "dead", "{s}");
     drop(silent);
 }
+
+/// `ports = ["http"]` publishes the group's port: the container listens on the `to` port
+/// (`NOMAD_PORT_http` inside), the host port (the one of a one-port dynamic range) answers
+/// through the engine's docker-proxy (the private engine runs with `--iptables=false`).
+#[test]
+fn a_docker_task_answers_on_its_published_host_port() {
+    let test = "a_docker_task_answers_on_its_published_host_port";
+    let host_port = free_port();
+    let Some((env, _dir, agent)) = docker_agent(
+        test,
+        "dk-ports",
+        &format!(
+            "client {{\n  min_dynamic_port = {host_port}\n  max_dynamic_port = {host_port}\n}}\n"
+        ),
+    ) else {
+        return;
+    };
+    if !env
+        .docker(&["network", "inspect", "bridge"])
+        .status
+        .success()
+    {
+        println!("SKIPPED {test}: the engine has no bridge network (started with --bridge=none)");
+        return;
+    }
+    let hcl = r#"job "dkports" {
+  group "g" {
+    network {
+      port "http" {
+        to = 8001
+      }
+    }
+    task "web" {
+      driver = "docker"
+      config {
+        image   = "busybox:1"
+        command = "sh"
+        args    = ["-c", "echo inside=$NOMAD_PORT_http host=${NOMAD_HOST_PORT_http} > /local/index.html && exec httpd -f -p $NOMAD_PORT_http -h /local"]
+        ports   = ["http"]
+      }
+    }
+  }
+}
+"#;
+    agent.run_hcl(hcl);
+    let alloc = agent.alloc_id("dkports");
+    let _cleanup = Cleanup::of(&env, &alloc);
+    wait_state(&agent, &alloc, "web", "running");
+    let a = agent.get(&format!("/v1/allocation/{alloc}"));
+    let port = &a["AllocatedResources"]["Shared"]["Ports"][0];
+    assert_eq!(
+        (&port["Label"], &port["Value"], &port["To"], &port["HostIP"]),
+        (
+            &Value::from("http"),
+            &Value::from(host_port),
+            &Value::from(8001),
+            &Value::from("127.0.0.1")
+        ),
+        "{a}"
+    );
+    let body = wait_for(WAIT, "the published port answering", || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", host_port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").ok()?;
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).ok()?;
+        answer.contains("200 OK").then_some(answer)
+    });
+    assert!(
+        body.ends_with(&format!("inside=8001 host={host_port}\n")),
+        "{body}"
+    );
+    // What the engine was asked for: Nomad's bindings, TCP and UDP, on the host IP.
+    let containers = env.containers_of_alloc(&alloc);
+    let inspect = env.docker(&["inspect", &containers[0].id]);
+    let inspect: Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    let bindings = &inspect[0]["HostConfig"]["PortBindings"];
+    for proto in ["tcp", "udp"] {
+        assert_eq!(
+            bindings[format!("8001/{proto}")][0],
+            serde_json::json!({"HostIp": "127.0.0.1", "HostPort": host_port.to_string()}),
+            "{bindings}"
+        );
+    }
+    assert_eq!(agent.request("DELETE", "/v1/job/dkports", None).0, 200);
+}

@@ -117,6 +117,7 @@ impl AllocManager {
                 data_dir: self.engine.data_dir.clone(),
                 node_id: self.engine.node_id.clone(),
                 node_name: self.engine.node_name.clone(),
+                ports: alloc.ports.clone(),
             };
             let hooks = self.engine.hooks.hooks_for(&ctx);
             match runner::spawn(ctx, hooks, state, self.engine.deps.clone(), restored) {

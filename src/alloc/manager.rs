@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::model::Allocation;
+use super::ports::NetworkSettings;
 use super::AllocError;
 use crate::jobspec::{validate::signal_number, Job};
 use crate::records::{AllocRecord, DesiredStatus, JobRecord};
@@ -44,6 +45,8 @@ pub struct Engine {
     pub max_kill_timeout: Duration,
     /// The most live allocations this node takes (`client { max_allocs }`, see `limit`).
     pub max_allocs: usize,
+    /// The host network's address and the ports allocations may get (`super::ports`).
+    pub network: NetworkSettings,
 }
 
 impl Engine {
@@ -230,12 +233,25 @@ impl AllocManager {
                 reg.check_alloc_limit(&job, self.engine.max_allocs)?;
                 let now = now_nanos();
                 let job_arc = Arc::new(job.clone());
-                let add = job
-                    .task_groups
-                    .iter()
-                    .flat_map(|g| (0..g.count).map(move |i| (g, i)))
-                    .map(|(group, index)| Arc::new(Allocation::new(&job_arc, group, index, now)))
-                    .collect();
+                let stop = running_allocs_of(reg, &id);
+                // Ports are given here, under the registry lock, with the allocations being
+                // replaced already free: the placement check of `super::ports`.
+                let mut ports = reg.port_index(&self.engine.network, &stop);
+                let mut add = Vec::new();
+                for group in &job.task_groups {
+                    for index in 0..group.count {
+                        let given = ports
+                            .assign(&group.networks, &mut |n| fastrand::usize(..n))
+                            .map_err(|reason| AllocError::PortsUnavailable {
+                                job: job.id.clone(),
+                                group: group.name.clone(),
+                                reason,
+                            })?;
+                        add.push(Arc::new(Allocation::new(
+                            &job_arc, group, index, given, now,
+                        )));
+                    }
+                }
                 Ok(Some(Change {
                     put_job: Some(JobRecord {
                         version: existing.map_or(0, |j| j.version + 1),
@@ -243,7 +259,7 @@ impl AllocManager {
                         stop: false,
                         submit_time: now,
                     }),
-                    stop: running_allocs_of(reg, &id),
+                    stop,
                     add,
                     at: now,
                     ..Change::default()

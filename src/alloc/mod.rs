@@ -9,7 +9,8 @@
 //!   left behind;
 //! - `gc`: the garbage collector, which destroys terminal allocations (their registry entry,
 //!   state record and directory) when the node holds too many or its disk fills up;
-//! - `limit`: the per-node allocation limit a registration is checked against.
+//! - `limit`: the per-node allocation limit a registration is checked against;
+//! - `ports`: the host ports allocations hold, and those a new allocation gets.
 //!
 //! The module returns domain values (shared [`Allocation`]s, [`JobSummary`], [`AllocError`]);
 //! the API (`api::jobs`, `api::allocations`) encodes them as Nomad's JSON and picks the status
@@ -36,6 +37,7 @@ mod gc;
 mod limit;
 mod manager;
 mod model;
+mod ports;
 mod restore;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -43,6 +45,7 @@ pub(crate) mod testing;
 pub use gc::{gc_reason, Collector, DiskUsage, Over, Reason};
 pub use manager::{AllocManager, Engine, JobSummary, Registered};
 pub use model::{client_status, AllocStatus, Allocation, LockedTasks};
+pub use ports::{NetworkSettings, PortIndex, PortsUnavailable};
 
 use crate::state::StateError;
 
@@ -69,6 +72,14 @@ pub enum AllocError {
     /// A registration would put more allocations on this node than `client { max_allocs }`.
     #[error("{0}")]
     TooManyAllocs(String),
+    /// A group cannot get the host ports its `network` block asks for on this node: the
+    /// reason is Nomad's placement-failure line (`Dimension "network: ..." exhausted on 1 nodes`).
+    #[error("cannot place task group {group:?} of job {job:?} on this node: {reason}")]
+    PortsUnavailable {
+        job: String,
+        group: String,
+        reason: PortsUnavailable,
+    },
     /// The state file could not be written.
     #[error(transparent)]
     State(#[from] StateError),

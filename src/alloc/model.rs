@@ -14,6 +14,7 @@ use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::jobspec::network::AllocatedPort;
 use crate::jobspec::{Job, TaskGroup};
 use crate::records::{AllocRecord, DesiredStatus};
 use crate::task::events::{TaskState, TaskStatus};
@@ -45,6 +46,8 @@ pub struct Allocation {
     /// Task name → state; each state is written by its runner and read by the API. Locked after
     /// `inner`, in name order.
     pub tasks: BTreeMap<String, Arc<Mutex<TaskState>>>,
+    /// The host ports given at placement (`super::ports`); fixed for the allocation's life.
+    pub ports: Vec<AllocatedPort>,
     /// Guards: desired status, modify time, pending reason, runner handles, the gate. Locked
     /// after the registry, before any task state.
     pub(super) inner: Mutex<AllocInner>,
@@ -78,7 +81,13 @@ impl LockedTasks<'_> {
 
 impl Allocation {
     /// A new allocation of `job` (shared by the allocations of one registration), to run.
-    pub(super) fn new(job: &Arc<Job>, group: &TaskGroup, index: u32, now: i64) -> Allocation {
+    pub(super) fn new(
+        job: &Arc<Job>,
+        group: &TaskGroup,
+        index: u32,
+        ports: Vec<AllocatedPort>,
+        now: i64,
+    ) -> Allocation {
         let tasks = group
             .tasks
             .iter()
@@ -92,6 +101,7 @@ impl Allocation {
             name: format!("{}.{}[{index}]", job.id, group.name),
             create_time: now,
             tasks,
+            ports,
             inner: Mutex::new(AllocInner {
                 desired: DesiredStatus::Run,
                 modify_time: now,
@@ -122,6 +132,7 @@ impl Allocation {
             name: rec.name.clone(),
             create_time: rec.create_time,
             tasks,
+            ports: rec.ports.clone(),
             inner: Mutex::new(AllocInner {
                 desired: rec.desired_status,
                 modify_time: rec.modify_time,
@@ -132,7 +143,8 @@ impl Allocation {
         })
     }
 
-    pub(super) fn group_spec(&self) -> &TaskGroup {
+    /// The group of its job that this allocation runs.
+    pub fn group_spec(&self) -> &TaskGroup {
         self.job
             .task_groups
             .iter()
@@ -194,6 +206,7 @@ impl Allocation {
             modify_time: inner.modify_time,
             job: (!is_current).then(|| (*self.job).clone()),
             task_states: self.task_states(),
+            ports: self.ports.clone(),
         }
     }
 }

@@ -58,6 +58,7 @@ pub(crate) fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) 
         keeper,
         max_kill_timeout: crate::config::DEFAULT_MAX_KILL_TIMEOUT,
         max_allocs: crate::config::DEFAULT_MAX_ALLOCS,
+        network: Default::default(),
     };
     (AllocManager::new(engine, store), dir, shutdown_tx)
 }

@@ -18,7 +18,7 @@ use super::ids::{self, ID};
 use super::router::{optional_json_body, ApiError, Request, Response, Router};
 use crate::agent::Agent;
 use crate::alloc::{AllocError, Allocation, LockedTasks};
-use crate::jobspec::Job;
+use crate::jobspec::{network, Job};
 
 impl From<AllocError> for ApiError {
     fn from(e: AllocError) -> ApiError {
@@ -29,7 +29,8 @@ impl From<AllocError> for ApiError {
             AllocError::UnknownTask(_)
             | AllocError::UnknownSignal(_)
             | AllocError::NotCollectable { .. }
-            | AllocError::TooManyAllocs(_) => ApiError::BadRequest(e.to_string()),
+            | AllocError::TooManyAllocs(_)
+            | AllocError::PortsUnavailable { .. } => ApiError::BadRequest(e.to_string()),
             AllocError::NotSaved { .. } | AllocError::State(_) => ApiError::Internal(e.to_string()),
         }
     }
@@ -150,7 +151,10 @@ impl Serialize for AllocAnswer<'_> {
         let a = self.alloc;
         let status = a.status();
         let tasks = a.lock_tasks();
-        let mut m = s.serialize_struct("Allocation", 14)?;
+        let mut m = s.serialize_struct("Allocation", 15)?;
+        if !a.ports.is_empty() {
+            m.serialize_field("AllocatedResources", &AllocatedResources(a))?;
+        }
         m.serialize_field(
             "ClientDescription",
             status.pending_reason.as_deref().unwrap_or(""),
@@ -171,6 +175,18 @@ impl Serialize for AllocAnswer<'_> {
         m.serialize_field("TaskGroup", &a.group)?;
         m.serialize_field("TaskStates", &TaskStates(&tasks))?;
         m.end()
+    }
+}
+
+/// Nomad's `AllocatedResources` of an allocation with ports: `Shared.Ports` (what it got) and
+/// `Shared.Networks` (its group's network with the values given and the host IP).
+struct AllocatedResources<'a>(&'a Allocation);
+
+impl Serialize for AllocatedResources<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let a = self.0;
+        let networks = network::allocated_networks(&a.group_spec().networks, &a.ports);
+        json!({"Shared": {"Networks": networks, "Ports": a.ports}}).serialize(s)
     }
 }
 

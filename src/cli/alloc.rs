@@ -123,6 +123,11 @@ where
     rows.retain(|(k, v)| !v.is_empty() || matches!(*k, "ID" | "Client Status"));
     let mut out = key_values(&rows);
     out.push('\n');
+    if let Some(addresses) = addresses_text(alloc) {
+        out.push('\n');
+        out.push_str(&addresses);
+        out.push('\n');
+    }
     let empty = serde_json::Map::new();
     let states = alloc
         .get("TaskStates")
@@ -160,6 +165,41 @@ where
         out.push('\n');
     }
     out
+}
+
+/// Nomad's `Allocation Addresses` table of an allocation with ports: each port as
+/// `*<label>  yes  <host ip>:<host port>[ -> <to>]`.
+fn addresses_text(alloc: &Value) -> Option<String> {
+    let shared = alloc.get("AllocatedResources")?.get("Shared")?;
+    let ports = shared.get("Ports")?.as_array().filter(|p| !p.is_empty())?;
+    let mode = shared
+        .get("Networks")
+        .and_then(|n| n.get(0))
+        .map(|n| s(n, "Mode"))
+        .filter(|m| !m.is_empty())
+        .map(|m| format!(" (mode = {m:?})"))
+        .unwrap_or_default();
+    let mut rows = vec![vec![
+        "Label".to_string(),
+        "Dynamic".to_string(),
+        "Address".to_string(),
+    ]];
+    for p in ports {
+        let to = p.get("To").and_then(Value::as_u64).unwrap_or(0);
+        let mut address = format!("{}:{}", s(p, "HostIP"), format::text(p, "Value"));
+        if to > 0 {
+            address.push_str(&format!(" -> {to}"));
+        }
+        rows.push(vec![
+            format!("*{}", s(p, "Label")),
+            "yes".to_string(),
+            address,
+        ]);
+    }
+    Some(format!(
+        "Allocation Addresses{mode}:\n{}",
+        format::table(&rows)
+    ))
 }
 
 fn restart(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
@@ -338,6 +378,36 @@ mod tests {
         assert_eq!(tail_offset("a\nb\nc\n", 10), 6);
         assert_eq!(tail_offset("a\nb\nc\n", 0), 0);
         assert_eq!(tail_offset("", 3), 0);
+    }
+
+    /// Nomad's table: every port starred, `-> <to>` where the port is mapped.
+    #[test]
+    fn alloc_status_shows_the_allocation_addresses() {
+        let alloc = json!({
+            "ID": "1e1d4540", "ClientStatus": "running", "TaskStates": {},
+            "AllocatedResources": {"Shared": {
+                "Networks": [{"Mode": "host", "IP": "127.0.0.1"}],
+                "Ports": [
+                    {"Label": "http", "Value": 8080, "To": 0, "HostIP": "127.0.0.1"},
+                    {"Label": "admin-ui", "Value": 23456, "To": 80, "HostIP": "127.0.0.1"}
+                ]
+            }}
+        });
+        let text = alloc_status_text(&alloc, &FixedOffset::east_opt(0).unwrap());
+        assert!(
+            text.contains(
+                "\n\nAllocation Addresses (mode = \"host\"):\n\
+                 Label      Dynamic  Address\n\
+                 *http      yes      127.0.0.1:8080\n\
+                 *admin-ui  yes      127.0.0.1:23456 -> 80\n"
+            ),
+            "{text}"
+        );
+        let none = json!({"ID": "1e1d4540", "ClientStatus": "running", "TaskStates": {}});
+        assert!(
+            !alloc_status_text(&none, &FixedOffset::east_opt(0).unwrap())
+                .contains("Allocation Addresses")
+        );
     }
 
     #[test]

@@ -131,6 +131,11 @@ impl std::fmt::Debug for Progress {
 #[derive(Debug, Clone)]
 pub struct ContainerSpec {
     pub config: crate::jobspec::docker::DockerConfig,
+    /// The allocation's ports that the config's `ports` publishes: the host port on the host
+    /// IP, to the container port ([`AllocatedPort::task_port`]).
+    ///
+    /// [`AllocatedPort::task_port`]: crate::jobspec::network::AllocatedPort::task_port
+    pub ports: Vec<crate::jobspec::network::AllocatedPort>,
     pub job_name: String,
     /// `<alloc_dir>/<task>` on the host: `volumes` and bind mounts are relative to it.
     pub task_dir: PathBuf,

@@ -365,12 +365,6 @@ pub(crate) fn validate(ctx: &str, c: &DockerConfig) -> Result<(), JobspecError> 
             ))
         }
     }
-    if !c.ports.is_empty() {
-        return invalid(format!(
-            "docker config ports {:?} name ports of a group network block, which nodeward does not support yet",
-            c.ports
-        ));
-    }
     for v in &c.volumes {
         let parts: Vec<&str> = v.split(':').collect();
         let ok = match parts.as_slice() {

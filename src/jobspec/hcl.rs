@@ -12,7 +12,8 @@
 //!
 //! ```text
 //! job "<id>" { type  group "<name>" {..} }
-//! group "<name>" { count  restart {..}  volume "<label>" { type source read_only }  task "<name>" {..} }
+//! group "<name>" { count  restart {..}  volume "<label>" { type source read_only }  task "<name>" {..}
+//!                  network { mode  port "<label>" { static to host_network } } (super::network) }
 //! task "<name>" { driver user kill_signal kill_timeout  config { command args }  env {..}
 //!                 (a docker task's config: the keys of docker.md, `jobspec::docker::KEYS`)
 //!                 logs { max_files max_file_size }  volume_mount { volume destination read_only }
@@ -107,7 +108,7 @@ impl Walk<'_> {
             &what,
             &block.body,
             &["count"],
-            &["restart", "volume", "task"],
+            &["restart", "volume", "network", "task"],
         )?;
         let count = self.src.opt_u32(&items, "count")?;
         let restart_policy = self
@@ -126,6 +127,7 @@ impl Walk<'_> {
                 )));
             }
         }
+        let networks = super::network::read_hcl(self.src, &what, items.blocks("network"))?;
         let tasks = items
             .blocks("task")
             .into_iter()
@@ -136,6 +138,7 @@ impl Walk<'_> {
             count: count.map(i64::from),
             restart_policy,
             volumes: Some(volumes),
+            networks,
             tasks: Some(tasks),
             ..RawGroup::default()
         })
@@ -456,6 +459,7 @@ job "example" {
                         read_only: false,
                     },
                 )]),
+                networks: Vec::new(),
                 tasks: vec![Task {
                     name: "task".to_string(),
                     driver: "raw_exec".to_string(),
@@ -636,10 +640,6 @@ EOT
             (
                 job_with("", "      foo = 1"),
                 "unknown attribute \"foo\" in task \"web\" at line 7",
-            ),
-            (
-                job_with("    network { mode = \"bridge\" }", ""),
-                "unknown block \"network\" in group \"g\" at line 3",
             ),
             (
                 job_with("", "\n      meta { a = \"b\" }"),

@@ -206,7 +206,7 @@ mod tests {
     fn unsupported_fields_are_listed_as_warnings() {
         let mut job = minimal();
         job["Datacenters"] = json!(["dc1"]);
-        job["TaskGroups"][0]["Networks"] = json!([{"Mode": "bridge"}]);
+        job["TaskGroups"][0]["Networks"] = json!([{"Mode": "host", "MBits": 10}]);
         job["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{"Name": "web"}]);
         job["TaskGroups"][0]["Tasks"][0]["Config"]["pid_mode"] = json!("host");
         job["TaskGroups"][0]["Tasks"][0]["Resources"] = json!({"CPU": 200, "MemoryMaxMB": 512});
@@ -218,7 +218,7 @@ mod tests {
             vec![
                 field("EnforceIndex"),
                 field("Datacenters"),
-                field("TaskGroups[0].Networks"),
+                field("TaskGroups[0].Networks[0].MBits"),
                 field("TaskGroups[0].Tasks[0].Services"),
                 field("TaskGroups[0].Tasks[0].Config.pid_mode"),
                 field("TaskGroups[0].Tasks[0].Resources.MemoryMaxMB"),

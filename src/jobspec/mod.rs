@@ -13,6 +13,7 @@ pub mod docker;
 pub mod hcl;
 pub mod interpolate;
 pub mod json;
+pub mod network;
 mod raw;
 pub mod signal;
 pub mod validate;
@@ -130,6 +131,10 @@ pub struct TaskGroup {
     pub restart_policy: RestartPolicy,
     /// `volume "<name>" { ... }` blocks, keyed by the block label.
     pub volumes: BTreeMap<String, VolumeRequest>,
+    /// The group's `network` block (at most one, mode `host`; [`network`]). Not written when
+    /// there is none, so a job without one keeps its JSON.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<network::NetworkResource>,
     pub tasks: Vec<Task>,
 }
 

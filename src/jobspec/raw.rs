@@ -52,6 +52,7 @@ pub(crate) struct RawGroup {
     pub restart_policy: Option<RawRestart>,
     /// Keyed by the label of the group's `volume` block.
     pub volumes: Option<BTreeMap<String, RawVolume>>,
+    pub networks: Option<Vec<super::network::RawNetwork>>,
     pub tasks: Option<Vec<RawTask>>,
     #[serde(flatten)]
     pub extra: Extra,
@@ -212,6 +213,7 @@ impl RawJob {
             for (label, v) in g.volumes.iter().flatten() {
                 warn_extra(&mut out, &format!("{path}.Volumes.{label}."), &v.extra);
             }
+            super::network::ignored_fields(&mut out, &path, &g.networks);
             for (j, t) in g.tasks.iter().flatten().enumerate() {
                 let path = format!("{path}.Tasks[{j}]");
                 warn_extra(&mut out, &format!("{path}."), &t.extra);
@@ -359,6 +361,8 @@ fn group(path: &str, job_type: JobType, raw: RawGroup) -> Result<TaskGroup, Jobs
             (label, volume)
         })
         .collect();
+    let name = raw.name.unwrap_or_default();
+    let networks = super::network::networks(path, &name, raw.networks)?;
     let tasks = raw
         .tasks
         .unwrap_or_default()
@@ -366,13 +370,16 @@ fn group(path: &str, job_type: JobType, raw: RawGroup) -> Result<TaskGroup, Jobs
         .enumerate()
         .map(|(i, t)| task(&format!("{path}.Tasks[{i}]"), restart_policy, t))
         .collect::<Result<_, _>>()?;
-    Ok(TaskGroup {
-        name: raw.name.unwrap_or_default(),
+    let group = TaskGroup {
+        name,
         count: whole(&format!("{path}.Count"), raw.count)?.unwrap_or(1),
         restart_policy,
         volumes,
+        networks,
         tasks,
-    })
+    };
+    super::network::check_docker_ports(&group)?;
+    Ok(group)
 }
 
 /// `base` with what `raw` sets.

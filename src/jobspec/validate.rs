@@ -385,6 +385,7 @@ mod tests {
                 count: 1,
                 restart_policy: JobType::Service.default_restart_policy(),
                 volumes,
+                networks: Vec::new(),
                 tasks: vec![task("task")],
             }],
         }

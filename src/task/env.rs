@@ -123,6 +123,8 @@ pub fn base_env(ctx: &TaskContext, passed: &BTreeMap<String, String>) -> BTreeMa
     for (k, v) in nomad {
         env.insert(k.to_string(), v);
     }
+    // `NOMAD_PORT_<label>` and the rest of the family (jobspec::network::port_env).
+    env.extend(crate::jobspec::network::port_env(&ctx.ports));
     for (k, v) in &ctx.task.env {
         env.insert(k.clone(), v.clone());
     }
@@ -203,8 +205,18 @@ fn container_spec(ctx: &TaskContext) -> ContainerSpec {
             &csi.mount_dir,
         ));
     }
+    // The ports the config's `ports` names; the jobspec checked that the group has them.
+    let ports = ctx
+        .task
+        .config
+        .docker
+        .ports
+        .iter()
+        .filter_map(|label| ctx.ports.iter().find(|p| p.label == *label).cloned())
+        .collect();
     ContainerSpec {
         config: ctx.task.config.docker.clone(),
+        ports,
         job_name: ctx.job.name.clone(),
         task_dir: ctx.task_dir.clone(),
         binds,

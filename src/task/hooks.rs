@@ -44,6 +44,8 @@ pub struct TaskContext {
     pub data_dir: PathBuf,
     pub node_id: String,
     pub node_name: String,
+    /// The host ports of the allocation (its group's `network` block), given at placement.
+    pub ports: Vec<crate::jobspec::network::AllocatedPort>,
 }
 
 impl TaskContext {

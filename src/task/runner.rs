@@ -660,6 +660,7 @@ mod tests {
             data_dir: dir.clone(),
             node_id: "node".to_string(),
             node_name: "node".to_string(),
+            ports: Vec::new(),
         };
         // No task directory hook here: the keeper refuses a start without a log directory.
         std::fs::create_dir_all(&ctx.task_dir).unwrap();

@@ -3,6 +3,7 @@
 pub mod allocdir;
 pub mod duration;
 pub mod logging;
+pub mod netif;
 pub mod systemd;
 
 /// The first 8 characters of an ID, as Nomad shows IDs in lists and nodeward names threads

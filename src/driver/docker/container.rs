@@ -6,13 +6,16 @@
 //! - the config's `volumes` and bind `mount`s: host paths relative to the task directory, and
 //!   confined to it unless the agent enables `volumes`;
 //! - `privileged` and `cap_add` only where the agent allows them;
-//! - `resources`: `memory` → memory limit, `cpu` → CPU shares.
+//! - `resources`: `memory` → memory limit, `cpu` → CPU shares;
+//! - `ports`: each named port of the group's network published on its host IP and host port,
+//!   from the container port (`to`, else the host port), for TCP and UDP, as Nomad's driver does.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use super::engine::{
-    CreateContainer, DeviceMapping, HostConfig, Mount, MountKind, TmpfsOptions, Ulimit,
+    CreateContainer, DeviceMapping, Empty, HostConfig, Mount, MountKind, PortBinding, TmpfsOptions,
+    Ulimit,
 };
 use super::settings::DockerSettings;
 use crate::driver::{ContainerSpec, StartSpec};
@@ -133,6 +136,7 @@ pub fn create(
             }
         })
         .collect();
+    let (exposed_ports, port_bindings) = published_ports(&c.ports);
     let memory = (c.memory_mb > 0).then(|| (i64::from(c.memory_mb) << 20).max(MIN_MEMORY_BYTES));
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
     // `command` replaces the image's CMD, with `args` after it (Nomad's docker driver); `args`
@@ -155,12 +159,13 @@ pub fn create(
         labels,
         hostname: non_empty(&d.hostname),
         user: spec.user.clone(),
-        exposed_ports: BTreeMap::new(),
+        exposed_ports,
         tty: false,
         attach_stdout: true,
         attach_stderr: true,
         host_config: HostConfig {
             mounts,
+            port_bindings,
             network_mode: Some(non_empty(&d.network_mode).unwrap_or_else(|| "bridge".into())),
             memory,
             // No swap beyond the limit: a task that outgrows its memory is OOM-killed.
@@ -194,6 +199,24 @@ pub fn create(
             ..HostConfig::default()
         },
     })
+}
+
+/// `ExposedPorts` and `HostConfig.PortBindings` for the published ports.
+type Published = (BTreeMap<String, Empty>, BTreeMap<String, Vec<PortBinding>>);
+
+fn published_ports(ports: &[crate::jobspec::network::AllocatedPort]) -> Published {
+    let (mut exposed, mut bindings) = (BTreeMap::new(), BTreeMap::<_, Vec<_>>::new());
+    for p in ports {
+        for proto in ["tcp", "udp"] {
+            let key = format!("{}/{proto}", p.task_port());
+            exposed.insert(key.clone(), Empty {});
+            bindings.entry(key).or_default().push(PortBinding {
+                host_ip: p.host_ip.clone(),
+                host_port: p.value.to_string(),
+            });
+        }
+    }
+    (exposed, bindings)
 }
 
 fn bind(source: String, target: &str, read_only: bool) -> Mount {
@@ -248,6 +271,7 @@ mod tests {
             }],
             memory_mb: 64,
             cpu: 100,
+            ports: Vec::new(),
         };
         let s = StartSpec {
             command: "httpd".into(),

@@ -17,6 +17,8 @@
 
 pub mod body;
 pub mod error;
+pub mod eval;
+pub mod funcs;
 pub mod lines;
 pub mod source;
 pub mod tree;

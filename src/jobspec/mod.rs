@@ -68,6 +68,7 @@ impl From<crate::hcl::Error> for JobspecError {
             Error::Thread(_) => JobspecError::Syntax(e.to_string()),
             Error::Unknown(m) => JobspecError::Unknown(m),
             Error::Invalid(m) => JobspecError::Invalid(m),
+            Error::Eval(e) => JobspecError::Invalid(e.to_string()),
         }
     }
 }

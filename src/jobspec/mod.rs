@@ -16,6 +16,8 @@ pub mod json;
 mod raw;
 pub mod signal;
 pub mod validate;
+#[cfg(test)]
+mod vars_tests;
 
 pub use signal::Signal;
 

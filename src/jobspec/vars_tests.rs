@@ -106,3 +106,26 @@ fn file_reads_beside_the_jobspec_only_when_allowed() {
     assert_eq!(job.task_groups[0].tasks[0].config.command, "/bin/true");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn template_directives_are_evaluated() {
+    let src = r#"
+variable "debug" {
+  type    = bool
+  default = true
+}
+job "d" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/echo"
+        args    = ["%{ if var.debug }-v%{ else }-q%{ endif }", "%{ for s in ["a", "b"] }${s}%{ endfor }"]
+      }
+    }
+  }
+}
+"#;
+    let job = parse_job(src).unwrap().job;
+    assert_eq!(job.task_groups[0].tasks[0].config.args, ["-v", "ab"]);
+}

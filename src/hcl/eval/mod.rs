@@ -86,7 +86,8 @@ impl fmt::Display for Origin {
 /// summaries (`Unset variable "x"`, `Invalid value for variable`) and name the line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    /// Declared variables that nothing gives a value: `(name, line of its declaration)`.
+    /// Declared variables that nothing gives a value: `(name, line of its declaration)`, all of
+    /// them in one message.
     #[error("{}", unset(.0))]
     Unset(Vec<(String, usize)>),
     /// A value set for a variable the jobspec does not declare.
@@ -131,7 +132,8 @@ fn unset(vars: &[(String, usize)]) -> String {
             )
         })
         .collect::<Vec<_>>()
-        .join("\n")
+        // One line: the API answers an error with a one-line reason.
+        .join("; ")
 }
 
 type Result<T> = std::result::Result<T, super::Error>;
@@ -473,7 +475,7 @@ tier  = var.tier
         let src = "variable \"a\" {}\nvariable \"b\" {\n  type = string\n}\nvariable \"c\" {\n  default = 1\n}\n";
         assert_eq!(
             eval(src).unwrap_err(),
-            "Unset variable \"a\" (declared at line 1): a used variable must be set or have a default value\n\
+            "Unset variable \"a\" (declared at line 1): a used variable must be set or have a default value; \
              Unset variable \"b\" (declared at line 2): a used variable must be set or have a default value"
         );
         let set = Inputs {

@@ -148,7 +148,7 @@ fn variable_block(block: &Block, source: &Source, ctx: &Context) -> Result<Varia
     let items = source.items(
         &what,
         &block.body,
-        &["type", "default", "description", "sensitive", "nullable"],
+        &["type", "default", "description", "sensitive"],
         &["validation"],
     )?;
     let declared = items

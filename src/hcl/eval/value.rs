@@ -71,14 +71,21 @@ pub fn evaluate(expr: &Expression, ctx: &Context) -> Result<Value, String> {
 }
 
 fn reason(kind: &ErrorKind) -> String {
-    match kind {
+    let text = match kind {
         ErrorKind::UndefinedFunc(name) => format!(
             "call to unknown function {:?} (docs/jobspec.md lists the functions a jobspec can call)",
             name.to_string()
         ),
         ErrorKind::FuncCall(name, msg) => format!("{name}(): {msg}"),
         other => other.to_string(),
-    }
+    };
+    // Some reasons span lines (a regex's syntax error draws a caret under the pattern); the API
+    // answers an error with one line.
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `value` as the literal expression the walker reads.

@@ -406,6 +406,12 @@ mod tests {
             "\"01.web\"",
         );
         fails("regex_replace(\"x\", \"(\", \"\")", "invalid pattern");
+        let e = crate::hcl::eval::value::evaluate(
+            &hcl::edit::parser::parse_expr("regex_replace(\"x\", \"(\", \"\")").unwrap(),
+            &super::super::context(),
+        )
+        .unwrap_err();
+        assert!(!e.contains('\n') && e.contains("unclosed group"), "{e}");
         same("trimspace(\"  a b \\n\")", "\"a b\"");
         same("trim(\"?!hello?!\", \"!?\")", "\"hello\"");
         same("trimprefix(\"nomad-web\", \"nomad-\")", "\"web\"");

@@ -12,6 +12,8 @@ use super::ids::{self, ID};
 use super::router::{json_body, ApiError, Request, Response, Router};
 use crate::agent::Agent;
 use crate::alloc::JobSummary;
+use crate::hcl::eval::{Inputs, VarFile};
+use crate::hcl::funcs::Files;
 use crate::jobspec::{self, Job, JobType};
 
 impl From<jobspec::JobspecError> for ApiError {
@@ -24,18 +26,35 @@ fn job_id(agent: &Agent, req: &Request) -> Result<String, ApiError> {
     ids::resolve(req.param("id"), agent.allocs.job_ids(), &ID)
 }
 
-/// The body of `POST /v1/jobs/parse`.
+/// The body of `POST /v1/jobs/parse`, as Nomad's API has it.
 #[derive(Debug, Deserialize)]
 pub struct ParseRequest {
     #[serde(rename = "JobHCL")]
     job_hcl: String,
+    /// Values of the jobspec's variables: HCL `name = value` lines, as in a -var-file.
+    #[serde(rename = "Variables", default)]
+    variables: String,
 }
+
+/// Why `file()` fails here. Nomad's agent refuses it too: the agent runs as root, and a jobspec
+/// from the API could otherwise read any file of the node into a job.
+const NO_FILES: &str = "filesystem functions are disabled when the agent parses a jobspec                         (POST /v1/jobs/parse); `nodeward job run` reads files beside the jobspec";
 
 impl ParseRequest {
     /// Parses the request body and the jobspec in it: the endpoint's parsing entry point.
     pub fn parse_job(body: &[u8]) -> Result<Job, ApiError> {
         let body: ParseRequest = json_body(body)?;
-        Ok(jobspec::hcl::parse_job(&body.job_hcl)?.job)
+        let mut inputs = Inputs {
+            files: Files::Disabled(NO_FILES.to_string()),
+            ..Inputs::default()
+        };
+        if !body.variables.trim().is_empty() {
+            inputs.var_files.push(VarFile {
+                name: "Variables".to_string(),
+                text: body.variables,
+            });
+        }
+        Ok(jobspec::hcl::parse_job_with(&body.job_hcl, &inputs)?.job)
     }
 }
 

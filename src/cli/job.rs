@@ -1,25 +1,39 @@
 //! `job run`, `job status`, `job stop`, `job inspect`.
 
 use serde_json::{json, Value};
-use std::path::Path;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 use super::client::enc;
-use super::flags::{bool_flag, Parsed};
+use super::flags::{bool_flag, value_flag, Parsed};
 use super::format::{self, s, short_id, table};
 use super::{failed, CmdError, CmdResult, Ctx, Spec};
+use crate::hcl::eval::{Inputs, VarFile};
+use crate::hcl::funcs::Files;
+use crate::jobspec;
 
 pub(super) const COMMANDS: &[&Spec] = &[&RUN, &STATUS, &STOP, &INSPECT];
 
 const RUN: Spec = Spec {
     words: &["job", "run"],
-    flags: &[bool_flag("detach")],
+    flags: &[
+        bool_flag("detach"),
+        value_flag("var"),
+        value_flag("var-file"),
+    ],
     args: (1, 1),
-    usage: "Usage: nodeward job run [-detach] <jobspec file>
+    usage:
+        "Usage: nodeward job run [-detach] [-var name=value]... [-var-file file]... <jobspec file>
 
-  Registers the job in the file: HCL (parsed by the agent) or, for a .json file, Nomad's API
-  JSON (`{\"Job\": {...}}` or the bare job), sent as it is.
+  Registers the job in the file: HCL, or, for a .json file, Nomad's API JSON
+  (`{\"Job\": {...}}` or the bare job), sent as it is. HCL is evaluated here, as Nomad's CLI
+  does: its variables, locals and functions; file() reads files relative to the jobspec.
 
-  -detach   Print the evaluation ID and return without listing the allocations.",
+  -detach          Print the evaluation ID and return without listing the allocations.
+  -var name=value  Sets a variable of the jobspec (repeatable; the last one wins).
+  -var-file file   Reads variable values from an HCL file of name = value lines, or a JSON
+                   object (repeatable, in order). NOMAD_VAR_<name> environment variables set
+                   variables too; -var-file values override them, and -var values override both.",
     run,
 };
 
@@ -64,6 +78,12 @@ fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
     let is_json = file
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    if is_json && (!p.values("var").is_empty() || !p.values("var-file").is_empty()) {
+        return Err(CmdError::Usage(
+            "-var and -var-file set the variables of an HCL jobspec; a .json job has none"
+                .to_string(),
+        ));
+    }
     let job = if is_json {
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| failed("parsing job file", format!("{}: {e}", file.display())))?;
@@ -72,12 +92,11 @@ fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
             other => other,
         }
     } else {
-        ctx.client
-            .post(
-                "/v1/jobs/parse",
-                &json!({"JobHCL": text, "Canonicalize": true}),
-            )
-            .map_err(|e| failed("parsing job file", e))?
+        let inputs = hcl_inputs(p, file, std::env::vars_os())?;
+        let parsed = jobspec::hcl::parse_job_with(&text, &inputs)
+            .map_err(|e| failed("parsing job file", format!("{}: {e}", file.display())))?;
+        serde_json::to_value(&parsed.job)
+            .map_err(|e| failed("parsing job file", format!("{}: {e}", file.display())))?
     };
     let job_id = match s(&job, "ID") {
         "" => s(&job, "Name").to_string(),
@@ -119,6 +138,53 @@ fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         ));
     }
     Ok(())
+}
+
+/// What an HCL jobspec is evaluated with: `-var`, `-var-file` and the `NOMAD_VAR_<name>`
+/// variables of `env`, as Nomad's CLI takes them; `file()` reads beside the jobspec.
+fn hcl_inputs(
+    p: &Parsed,
+    jobspec: &Path,
+    env: impl Iterator<Item = (OsString, OsString)>,
+) -> Result<Inputs, CmdError> {
+    let args = p
+        .values("var")
+        .iter()
+        .map(|arg| match arg.split_once('=') {
+            Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+            _ => Err(CmdError::Usage(format!(
+                "invalid -var {arg:?}: expected name=value"
+            ))),
+        })
+        .collect::<Result<_, _>>()?;
+    let var_files = p
+        .values("var-file")
+        .iter()
+        .map(|path| {
+            std::fs::read_to_string(path)
+                .map(|text| VarFile {
+                    name: format!("-var-file {path}"),
+                    text,
+                })
+                .map_err(|e| failed("reading var file", format!("{path}: {e}")))
+        })
+        .collect::<Result<_, _>>()?;
+    // Names or values that are not UTF-8 cannot be HCL variables; they are someone else's.
+    let env = env
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter_map(|(k, v)| Some((k.strip_prefix("NOMAD_VAR_")?.to_string(), v)))
+        .collect();
+    let dir = match jobspec.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok(Inputs {
+        env,
+        var_files,
+        args,
+        files: Files::Dir(dir),
+        now: None,
+    })
 }
 
 fn status(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
@@ -261,4 +327,52 @@ fn inspect(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
     }
     ctx.print_json(&json!({ "Job": job }));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::flags;
+
+    fn inputs(args: &[&str], env: &[(&str, &str)]) -> Result<Inputs, String> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let p = flags::parse(RUN.flags, &args).unwrap();
+        let env = env
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect::<Vec<_>>();
+        hcl_inputs(&p, Path::new(&p.args[0]), env.into_iter()).map_err(|e| match e {
+            CmdError::Usage(m) | CmdError::Failed(m) => m,
+        })
+    }
+
+    #[test]
+    fn variables_come_from_flags_and_the_environment() {
+        let i = inputs(
+            &["-var", "a=1", "-var=b=x=y", "-var", "a=2", "jobs/web.hcl"],
+            &[("NOMAD_VAR_c", "3"), ("PATH", "/bin"), ("NOMAD_VAR_", "")],
+        )
+        .unwrap();
+        let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> {
+            p.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(i.args, pairs(&[("a", "1"), ("b", "x=y"), ("a", "2")]));
+        assert_eq!(i.env, pairs(&[("c", "3"), ("", "")]));
+        assert_eq!(i.files, Files::Dir(PathBuf::from("jobs")));
+        assert_eq!(
+            inputs(&["web.hcl"], &[]).unwrap().files,
+            Files::Dir(".".into())
+        );
+        assert_eq!(
+            inputs(&["-var", "novalue", "web.hcl"], &[]).unwrap_err(),
+            "invalid -var \"novalue\": expected name=value"
+        );
+        let e = inputs(&["-var-file", "/nonexistent/v.hcl", "web.hcl"], &[]).unwrap_err();
+        assert!(
+            e.starts_with("Error reading var file: /nonexistent/v.hcl: "),
+            "{e}"
+        );
+    }
 }

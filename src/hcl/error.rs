@@ -59,6 +59,10 @@ pub enum Error {
     /// duration that does not parse.
     #[error("{0}")]
     Invalid(String),
+    /// HCL2's language: a variable without a value, a failed validation, an expression that
+    /// does not evaluate ([`super::eval`]).
+    #[error("{0}")]
+    Eval(#[from] super::eval::Error),
 }
 
 pub(super) fn invalid(msg: impl Into<String>) -> Error {

@@ -14,9 +14,16 @@
 //! reads attributes literally ([`value`]): nothing is evaluated, so `"${NOMAD_TASK_DIR}"` comes
 //! through as that text. [`Source::items`] splits a block body into the attributes and blocks a
 //! schema allows. Problems are reported in one shape, [`Error`], whose messages name the line.
+//!
+//! Jobspecs are HCL2 with its expression language: for them, [`eval`] runs between the parse and
+//! the walk, evaluating variables, locals, expressions and Nomad's functions ([`funcs`]) into the
+//! literals the walker reads. Volume specifications and the agent configuration are read
+//! literally.
 
 pub mod body;
 pub mod error;
+pub mod eval;
+pub mod funcs;
 pub mod lines;
 pub mod source;
 pub mod tree;

@@ -32,11 +32,22 @@ use super::raw::{
 };
 use super::validate::{self, csi_plugin_id, csi_plugin_type, job_type, restart_mode};
 use super::{Job, JobspecError, Parsed};
+use crate::hcl::eval::Inputs;
 use crate::hcl::{Document, Items, Source};
 
-/// Parses a jobspec written in HCL, applies defaults and validates it.
+/// Parses a jobspec written in HCL, applies defaults and validates it. Its variables get their
+/// defaults only, and `file()` reads nothing: [`parse_job_with`] gives it more.
 pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
-    let raw = crate::hcl::read(src, |Document { body, source }| {
+    parse_job_with(src, &Inputs::default())
+}
+
+/// [`parse_job`] with the values of its variables, the directory `file()` reads from and the
+/// clock of `timestamp()`. HCL2's language is evaluated first ([`crate::hcl::eval`]): its
+/// `variable` and `locals` blocks leave the body, and every expression becomes the literal
+/// this walker reads.
+pub fn parse_job_with(src: &str, inputs: &Inputs) -> Result<Parsed, JobspecError> {
+    let raw = crate::hcl::read(src, |Document { mut body, source }| {
+        crate::hcl::eval::evaluate(&mut body, &source, inputs)?;
         let top = source.items("the jobspec", &body, &[], &["job"])?;
         let jobs = top.blocks("job");
         match jobs.as_slice() {
@@ -654,8 +665,8 @@ EOT
                 "unknown attribute \"datacenters\" in job \"j\" at line 2",
             ),
             (
-                "variable \"x\" {}\n".to_string(),
-                "unknown block \"variable\" in the jobspec at line 1",
+                "jobs \"x\" {}\n".to_string(),
+                "unknown block \"jobs\" in the jobspec at line 1",
             ),
             (
                 job_with("", "      env {\n        inner { }\n      }"),
@@ -771,13 +782,6 @@ EOT
                 ""
             )),
             invalid("volume \"v\" is defined more than once in group \"g\" (again at line 7)")
-        );
-        assert_eq!(
-            err(&job_with(
-                "",
-                "      config { command = \"%{ if true }x%{ endif }\" }"
-            )),
-            invalid("template directives (%{...}) are not supported (line 7)")
         );
         assert_eq!(err(""), invalid("the jobspec has no job block"));
         assert_eq!(

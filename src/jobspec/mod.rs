@@ -17,6 +17,8 @@ pub mod network;
 mod raw;
 pub mod signal;
 pub mod validate;
+#[cfg(test)]
+mod vars_tests;
 
 pub use signal::Signal;
 
@@ -69,6 +71,7 @@ impl From<crate::hcl::Error> for JobspecError {
             Error::Thread(_) => JobspecError::Syntax(e.to_string()),
             Error::Unknown(m) => JobspecError::Unknown(m),
             Error::Invalid(m) => JobspecError::Invalid(m),
+            Error::Eval(e) => JobspecError::Invalid(e.to_string()),
         }
     }
 }

@@ -368,6 +368,8 @@ impl From<crate::hcl::Error> for SpecError {
             Error::Thread(_) => SpecError::Syntax(e.to_string()),
             Error::Unknown(m) => SpecError::Unknown(m),
             Error::Invalid(m) => SpecError::Invalid(m),
+            // Volume specifications are read literally; nothing evaluates them.
+            Error::Eval(e) => SpecError::Invalid(e.to_string()),
         }
     }
 }

@@ -1,0 +1,118 @@
+//! Hash and UUID functions: `md5`, `sha1`, `sha256`, `sha512` (the lowercase hex digest of the
+//! string's UTF-8 bytes), `uuidv4`, `uuidv5`.
+
+use hcl::eval::{FuncArgs, FuncDef};
+use hcl::Value;
+use md5::Md5;
+use sha1::Sha1;
+use sha2::{Digest, Sha256, Sha512};
+use uuid::Uuid;
+
+use super::{fixed, string};
+
+pub fn funcs() -> Vec<(&'static str, FuncDef)> {
+    vec![
+        ("md5", fixed(1, md5)),
+        ("sha1", fixed(1, sha1)),
+        ("sha256", fixed(1, sha256)),
+        ("sha512", fixed(1, sha512)),
+        ("uuidv4", fixed(0, uuidv4)),
+        ("uuidv5", fixed(2, uuidv5)),
+    ]
+}
+
+fn hex_digest<D: Digest>(args: &FuncArgs) -> Result<Value, String> {
+    let digest = D::digest(string(args, 0)?.as_bytes());
+    Ok(Value::String(
+        digest.iter().map(|b| format!("{b:02x}")).collect(),
+    ))
+}
+
+fn md5(args: FuncArgs) -> Result<Value, String> {
+    hex_digest::<Md5>(&args)
+}
+
+fn sha1(args: FuncArgs) -> Result<Value, String> {
+    hex_digest::<Sha1>(&args)
+}
+
+fn sha256(args: FuncArgs) -> Result<Value, String> {
+    hex_digest::<Sha256>(&args)
+}
+
+fn sha512(args: FuncArgs) -> Result<Value, String> {
+    hex_digest::<Sha512>(&args)
+}
+
+fn uuidv4(_: FuncArgs) -> Result<Value, String> {
+    Ok(Value::String(Uuid::new_v4().to_string()))
+}
+
+/// `uuidv5(namespace, name)`: the namespace is `"dns"`, `"url"`, `"oid"`, `"x500"` or a UUID.
+/// RFC 4122's version 5: the first 16 bytes of SHA-1 over the namespace's bytes and the name.
+fn uuidv5(args: FuncArgs) -> Result<Value, String> {
+    let ns = string(&args, 0)?;
+    let namespace = match ns.as_str() {
+        "dns" => Uuid::NAMESPACE_DNS,
+        "url" => Uuid::NAMESPACE_URL,
+        "oid" => Uuid::NAMESPACE_OID,
+        "x500" => Uuid::NAMESPACE_X500,
+        other => Uuid::parse_str(other).map_err(|_| {
+            format!("namespace {other:?} must be \"dns\", \"url\", \"oid\", \"x500\" or a UUID")
+        })?,
+    };
+    let mut hasher = Sha1::new();
+    hasher.update(namespace.as_bytes());
+    hasher.update(string(&args, 1)?.as_bytes());
+    let digest = hasher.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    Ok(Value::String(
+        uuid::Builder::from_sha1_bytes(bytes)
+            .into_uuid()
+            .to_string(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{eval, fails, same};
+
+    #[test]
+    fn digests_match_the_known_values() {
+        same(
+            "md5(\"hello world\")",
+            "\"5eb63bbbe01eeed093cb22bb8f5acdc3\"",
+        );
+        same(
+            "sha1(\"hello world\")",
+            "\"2aae6c35c94fcfb415dbe95f408b9ce91ee846ed\"",
+        );
+        same(
+            "sha256(\"hello world\")",
+            "\"b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9\"",
+        );
+        same(
+            "sha512(\"\")",
+            "\"cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce47d0d13c5d85f2b0ff8318d2877eec2f63b931bd47417a81a538327af927da3e\"",
+        );
+    }
+
+    #[test]
+    fn uuids() {
+        // RFC 4122's own example, as Terraform documents it.
+        same(
+            "uuidv5(\"dns\", \"www.example.com\")",
+            "\"2ed6657d-e927-568b-95e1-2665a8aea6a2\"",
+        );
+        same(
+            "uuidv5(\"6ba7b810-9dad-11d1-80b4-00c04fd430c8\", \"www.example.com\")",
+            "uuidv5(\"dns\", \"www.example.com\")",
+        );
+        fails("uuidv5(\"ldap\", \"x\")", "namespace \"ldap\"");
+        let a = eval("uuidv4()").unwrap();
+        let text = a.as_str().unwrap();
+        assert_eq!(uuid::Uuid::parse_str(text).unwrap().get_version_num(), 4);
+        assert_ne!(eval("uuidv4()").unwrap(), a);
+    }
+}

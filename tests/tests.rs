@@ -25,6 +25,7 @@ mod docker_logs;
 mod durability;
 mod gc;
 mod kill_timeouts;
+mod lifecycle;
 mod live_restore;
 mod misbehaving;
 mod ports;

@@ -355,3 +355,65 @@ job "restore" {{
     assert_eq!(client_status(&agent, &alloc), "running");
     assert_eq!(sleepers(&m), vec![pid]);
 }
+
+/// kill -9 of the agent while the prestart task still runs: the next agent re-attaches to it and
+/// starts main only once it completed, once.
+#[test]
+fn after_an_agent_kill_during_prestart_main_starts_once_it_completes() {
+    let dir = TempDir::new("lc-restore-pre");
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    let go = dir.path().join("go");
+    let out = dir.path().join("order");
+    let (g, o) = (go.display(), out.display());
+    let job = agent.run_hcl(&batch(
+        "restore-pre",
+        &[
+            task(
+                "init",
+                &hook("prestart", false),
+                &format!(
+                    "echo init-started >> {o}; while [ ! -f {g} ]; do sleep 0.05; done; \
+                     echo init-done >> {o}"
+                ),
+            ),
+            task(
+                "main",
+                "",
+                &format!("grep -q init-done {o} || exit 7; echo main-ran >> {o}"),
+            ),
+        ],
+    ));
+    let alloc = agent.alloc_id(&job);
+    let init = wait_for(WAIT, "init running", || {
+        let s = agent.task_state(&alloc, "init");
+        (s["State"] == "running" && s["PID"].is_i64()).then_some(s)
+    });
+    let pid = init["PID"].as_i64().unwrap();
+    wait_for(WAIT, "the state file to record init's run", || {
+        let s = state_on_disk(&agent.data_dir)?.to_string();
+        s.contains(&format!("\"PID\":{pid}")).then_some(())
+    });
+    assert_eq!(agent.task_state(&alloc, "main")["State"], "pending");
+    assert!(agent.events(&alloc, "main").is_empty());
+
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    agent.restart();
+    wait_for(WAIT, "init re-attached", || {
+        let s = agent.task_state(&alloc, "init");
+        (s["State"] == "running" && s["PID"] == pid).then_some(())
+    });
+    assert!(
+        agent.events(&alloc, "main").is_empty(),
+        "main started before init ended"
+    );
+    std::fs::write(&go, "").unwrap();
+    wait_status(&agent, &alloc, "complete");
+    assert_eq!(
+        read(&out).lines().collect::<Vec<_>>(),
+        ["init-started", "init-done", "main-ran"]
+    );
+    assert!(
+        time_of(&agent, &alloc, "main", "Received")
+            >= time_of(&agent, &alloc, "init", "Terminated")
+    );
+}

@@ -165,6 +165,7 @@ impl Agent {
                     std::env::vars_os(),
                     &config.task_env_passthrough,
                 )),
+                changed: None,
             },
             hooks: Arc::new(AgentHooks {
                 volumes: volumes.clone(),

@@ -83,6 +83,8 @@ fn task_context(
             health_timeout,
         }),
         resources: Resources::default(),
+        lifecycle: None,
+        leader: false,
     };
     let job = Job {
         id: "csi".into(),

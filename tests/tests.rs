@@ -26,6 +26,7 @@ mod durability;
 mod gc;
 mod jobspec_vars;
 mod kill_timeouts;
+mod lifecycle;
 mod live_restore;
 mod misbehaving;
 mod ports;

@@ -9,16 +9,24 @@
 //! on shutdown ([`AllocManager::join_all`] joins it), or when the volume manager goes away. The
 //! runners are started under the allocation's inner lock, after checking that it should still
 //! run, so a stop either finds them and kills them or keeps them from starting.
+//!
+//! An allocation whose tasks are ordered (`lifecycle` blocks, a leader: [`super::lifecycle`])
+//! always gets a gate thread, and it does not return once the volumes are ready: it starts each
+//! task in its turn and kills what the order says, until every task is dead, the allocation is
+//! stopped or the agent shuts down.
 
-use crossbeam_channel::{select, Receiver};
+use crossbeam_channel::{bounded, select, Receiver};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::lifecycle::{self, Member, Role};
 use super::manager::AllocManager;
 use super::model::Allocation;
+use crate::jobspec::Task;
 use crate::records::DesiredStatus;
-use crate::task::events::TaskStatus;
+use crate::task::events::{now_nanos, now_rfc3339, TaskStatus};
 use crate::task::hooks::TaskContext;
-use crate::task::runner;
+use crate::task::runner::{self, RunnerDeps, TaskCommand};
 use crate::thread::Never;
 use crate::util::{allocdir, short_id};
 
@@ -29,15 +37,17 @@ fn missing_reason(source: &str) -> String {
 impl AllocManager {
     /// Starts the tasks of `alloc` now, or once its host volumes are ready.
     pub(super) fn start_alloc(self: &Arc<Self>, alloc: &Arc<Allocation>, restored: bool) {
-        let Some(missing) = self.missing_volume(alloc) else {
-            return self.start_runners(alloc, restored);
-        };
+        let ordered = lifecycle::is_ordered(alloc.group_spec());
+        let missing = self.missing_volume(alloc);
+        if missing.is_none() && !ordered {
+            return self.start_runners(alloc, restored, &self.engine.deps);
+        }
         {
             let mut inner = alloc.inner.lock();
             if inner.desired == DesiredStatus::Stop {
                 return;
             }
-            inner.pending_reason = Some(missing_reason(&missing));
+            inner.pending_reason = missing.as_deref().map(missing_reason);
         }
         let me = self.clone();
         let a = alloc.clone();
@@ -71,14 +81,18 @@ impl AllocManager {
             .map(|v| v.source.clone())
     }
 
-    /// Waits until the allocation's volumes are ready, it is stopped, or the agent shuts down.
+    /// Waits until the allocation's volumes are ready, it is stopped, or the agent shuts down;
+    /// then starts its tasks, in their order when they have one.
     fn gate(self: Arc<Self>, alloc: Arc<Allocation>, stop: Receiver<Never>, restored: bool) {
         let changes = self.engine.volumes.changes();
         loop {
             match self.missing_volume(&alloc) {
                 None => {
                     alloc.inner.lock().pending_reason = None;
-                    return self.start_runners(&alloc, restored);
+                    if lifecycle::is_ordered(alloc.group_spec()) {
+                        return self.coordinate(&alloc, &stop, restored);
+                    }
+                    return self.start_runners(&alloc, restored, &self.engine.deps);
                 }
                 Some(missing) => {
                     alloc.inner.lock().pending_reason = Some(missing_reason(&missing));
@@ -93,18 +107,31 @@ impl AllocManager {
     }
 
     /// Starts one runner per task that is not dead, unless the allocation was stopped.
-    fn start_runners(&self, alloc: &Arc<Allocation>, restored: bool) {
+    fn start_runners(&self, alloc: &Arc<Allocation>, restored: bool, deps: &RunnerDeps) {
+        let specs: Vec<&Task> = alloc.group_spec().tasks.iter().collect();
+        self.start_tasks(alloc, &specs, restored, deps);
+    }
+
+    /// Starts the runners of `specs` that are not dead and have none, unless the allocation was
+    /// stopped; `restored`: the agent picks them up from the state file.
+    fn start_tasks(
+        &self,
+        alloc: &Arc<Allocation>,
+        specs: &[&Task],
+        restored: bool,
+        deps: &RunnerDeps,
+    ) {
         let alloc_dir = allocdir::alloc_dir(&self.engine.data_dir, &alloc.id);
         let mut inner = alloc.inner.lock();
         if inner.desired == DesiredStatus::Stop {
             return;
         }
-        for spec in &alloc.group_spec().tasks {
+        for spec in specs {
             let state = alloc.tasks[&spec.name].clone();
-            if state.lock().state == TaskStatus::Dead {
+            if state.lock().state == TaskStatus::Dead || inner.runners.contains_key(&spec.name) {
                 continue;
             }
-            let mut task = spec.clone();
+            let mut task = (*spec).clone();
             // The job keeps what was asked (the API shows it); the runner applies the cap.
             task.kill_timeout = self.engine.kill_timeout(task.kill_timeout);
             let ctx = TaskContext {
@@ -120,12 +147,116 @@ impl AllocManager {
                 ports: alloc.ports.clone(),
             };
             let hooks = self.engine.hooks.hooks_for(&ctx);
-            match runner::spawn(ctx, hooks, state, self.engine.deps.clone(), restored) {
+            match runner::spawn(ctx, hooks, state, deps.clone(), restored) {
                 Ok(handle) => {
                     inner.runners.insert(spec.name.clone(), handle);
                 }
                 Err(e) => log::error!("cannot start runner of task {}: {e}", spec.name),
             }
         }
+    }
+
+    /// Runs an ordered allocation's tasks in their turn ([`lifecycle::plan`]) until every task is
+    /// dead, the allocation is stopped or the agent shuts down.
+    fn coordinate(&self, alloc: &Arc<Allocation>, stop: &Receiver<Never>, restored: bool) {
+        let (changed_tx, changed) = bounded::<()>(1);
+        let mut deps = self.engine.deps.clone();
+        deps.changed = Some(changed_tx);
+        let specs = &alloc.group_spec().tasks;
+        if restored {
+            // What an earlier agent started is picked up at once by its runner (re-attached,
+            // or its end recorded); what it never started waits for its turn.
+            let begun: Vec<&Task> = specs
+                .iter()
+                .filter(|t| !alloc.tasks[&t.name].lock().events.is_empty())
+                .collect();
+            self.start_tasks(alloc, &begun, true, &deps);
+        }
+        let mut killed = BTreeSet::new();
+        loop {
+            let members = self.members(alloc);
+            let plan = lifecycle::plan(&members, &killed);
+            if plan.done {
+                return;
+            }
+            if let Some(cause) = &plan.cause {
+                self.carry_out_kill(alloc, cause, &plan, &mut killed);
+            }
+            let starting: Vec<&Task> = specs
+                .iter()
+                .filter(|t| plan.start.contains(&t.name))
+                .collect();
+            if !starting.is_empty() {
+                log::info!(
+                    "alloc {}: starting tasks {:?} in their turn",
+                    alloc.id,
+                    plan.start
+                );
+                self.start_tasks(alloc, &starting, false, &deps);
+            }
+            if !plan.abandon.is_empty() {
+                // No runner pings for a task marked dead here: plan again at once.
+                continue;
+            }
+            select! {
+                recv(changed) -> _ => {},
+                recv(stop) -> _ => return,
+                recv(self.engine.deps.shutdown) -> _ => return,
+            }
+        }
+    }
+
+    /// The allocation's tasks as the plan sees them (one short lock each).
+    fn members(&self, alloc: &Allocation) -> Vec<Member> {
+        let with_runner: BTreeSet<String> = alloc.inner.lock().runners.keys().cloned().collect();
+        alloc
+            .group_spec()
+            .tasks
+            .iter()
+            .map(|t| {
+                let s = alloc.tasks[&t.name].lock();
+                Member {
+                    name: t.name.clone(),
+                    role: Role::of(t),
+                    leader: t.leader,
+                    status: s.state,
+                    failed: s.failed,
+                    started: s.started_at.is_some(),
+                    launched: with_runner.contains(&t.name) || !s.events.is_empty(),
+                }
+            })
+            .collect()
+    }
+
+    /// Tells each task to kill why (its event), then kills it; a task that never started is
+    /// marked dead with the same event.
+    fn carry_out_kill(
+        &self,
+        alloc: &Allocation,
+        cause: &lifecycle::Cause,
+        plan: &lifecycle::Plan,
+        killed: &mut BTreeSet<String>,
+    ) {
+        if !plan.kill.is_empty() {
+            log::info!(
+                "alloc {}: killing tasks {:?}: {cause:?}",
+                alloc.id,
+                plan.kill
+            );
+        }
+        for name in &plan.kill {
+            alloc.tasks[name].lock().push(cause.event(now_nanos()));
+            if let Some(runner) = alloc.inner.lock().runners.get(name) {
+                runner.send(TaskCommand::Kill);
+            }
+            killed.insert(name.clone());
+        }
+        for name in &plan.abandon {
+            let mut s = alloc.tasks[name].lock();
+            s.push(cause.event(now_nanos()));
+            s.state = TaskStatus::Dead;
+            s.finished_at = Some(now_rfc3339());
+        }
+        self.engine.deps.store.save_soon();
     }
 }

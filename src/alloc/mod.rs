@@ -9,6 +9,8 @@
 //!   left behind;
 //! - `gc`: the garbage collector, which destroys terminal allocations (their registry entry,
 //!   state record and directory) when the node holds too many or its disk fills up;
+//! - `lifecycle`: the order of an allocation's tasks (prestart, main, poststart, poststop,
+//!   sidecars, the leader), planned from their states and carried out by its gate thread;
 //! - `limit`: the per-node allocation limit a registration is checked against;
 //! - `ports`: the host ports allocations hold, and those a new allocation gets.
 //!
@@ -34,6 +36,7 @@
 
 mod gate;
 mod gc;
+mod lifecycle;
 mod limit;
 mod manager;
 mod model;

@@ -65,17 +65,22 @@ pub struct AllocStatus {
 /// Every task state of one allocation, locked in task-name order, so that the states and the
 /// client status computed from them agree. Runners wait while it is held: copy or encode into
 /// memory, never into a socket.
-pub struct LockedTasks<'a>(Vec<(&'a str, MutexGuard<'a, TaskState>)>);
+pub struct LockedTasks<'a> {
+    tasks: Vec<(&'a str, MutexGuard<'a, TaskState>)>,
+    /// The group orders its tasks (`super::lifecycle`).
+    ordered: bool,
+}
 
 impl LockedTasks<'_> {
     /// Nomad's allocation status from these states.
     pub fn client_status(&self) -> &'static str {
-        client_status(self.0.iter().map(|(_, t)| (t.state, t.failed)))
+        let tasks = self.tasks.iter().map(|(_, t)| &**t);
+        ordered_status(self.ordered, tasks)
     }
 
     /// Task name and state, in name order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &TaskState)> {
-        self.0.iter().map(|(name, state)| (*name, &**state))
+        self.tasks.iter().map(|(name, state)| (*name, &**state))
     }
 }
 
@@ -168,12 +173,14 @@ impl Allocation {
 
     /// Locks every task state, in name order; see [`LockedTasks`].
     pub fn lock_tasks(&self) -> LockedTasks<'_> {
-        LockedTasks(
-            self.tasks
+        LockedTasks {
+            tasks: self
+                .tasks
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.lock()))
                 .collect(),
-        )
+            ordered: super::lifecycle::is_ordered(self.group_spec()),
+        }
     }
 
     fn task_states(&self) -> BTreeMap<String, TaskState> {
@@ -185,10 +192,7 @@ impl Allocation {
 
     /// Nomad's rule: failed, else pending, else running, else complete.
     pub fn client_status(&self) -> &'static str {
-        client_status(self.tasks.values().map(|s| {
-            let s = s.lock();
-            (s.state, s.failed)
-        }))
+        self.lock_tasks().client_status()
     }
 
     /// The allocation as the state file keeps it; `is_current`: its job is the registered version
@@ -212,6 +216,23 @@ impl Allocation {
 }
 
 /// Nomad's allocation status from its tasks' `(State, Failed)`.
+/// [`client_status`] of an allocation; when its tasks are `ordered`, a task that waits for its
+/// turn (it never ran) does not hold a running allocation at `pending`, as in Nomad, where the
+/// tasks of an allocation that runs something show it `running`.
+fn ordered_status<'a>(ordered: bool, tasks: impl Iterator<Item = &'a TaskState>) -> &'static str {
+    let tasks: Vec<&TaskState> = tasks.collect();
+    let waits = |t: &TaskState| {
+        ordered && t.state == TaskStatus::Pending && t.started_at.is_none() && t.events.is_empty()
+    };
+    let runs = tasks.iter().any(|t| t.state == TaskStatus::Running);
+    client_status(
+        tasks
+            .iter()
+            .filter(|t| !(runs && waits(t)))
+            .map(|t| (t.state, t.failed)),
+    )
+}
+
 pub fn client_status(tasks: impl Iterator<Item = (TaskStatus, bool)>) -> &'static str {
     let (mut failed, mut pending, mut running, mut dead) = (false, false, false, false);
     for (state, f) in tasks {
@@ -259,5 +280,23 @@ mod tests {
             client_status([(Running, false), (Dead, true)].into_iter()),
             "failed"
         );
+    }
+
+    #[test]
+    fn a_task_waiting_for_its_turn_does_not_hold_a_running_allocation_pending() {
+        let running = TaskState {
+            state: TaskStatus::Running,
+            ..TaskState::default()
+        };
+        let waiting = TaskState::default();
+        let mut restarting = TaskState::default();
+        restarting.push(crate::task::events::TaskEvent::received(1));
+        let status = |ordered, tasks: &[&TaskState]| ordered_status(ordered, tasks.iter().copied());
+        assert_eq!(status(true, &[&running, &waiting]), "running");
+        assert_eq!(status(true, &[&waiting]), "pending");
+        // A task that ran and waits again (a restart delay) is pending, as before.
+        assert_eq!(status(true, &[&running, &restarting]), "pending");
+        // Without an order, every task starts at once: one not started yet is pending.
+        assert_eq!(status(false, &[&running, &waiting]), "pending");
     }
 }

@@ -52,6 +52,7 @@ pub(crate) fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) 
             shutdown,
             stop_tasks_on_shutdown: true,
             task_env: Default::default(),
+            changed: None,
         },
         hooks: Arc::new(NoHooks),
         volumes: Arc::new(NoVolumes),

@@ -18,7 +18,8 @@
 //!                 (a docker task's config: the keys of docker.md, `jobspec::docker::KEYS`)
 //!                 logs { max_files max_file_size }  volume_mount { volume destination read_only }
 //!                 csi_plugin { id type mount_dir stage_publish_base_dir health_timeout }
-//!                 resources { cpu memory }  restart { attempts interval delay mode } }
+//!                 resources { cpu memory }  restart { attempts interval delay mode }
+//!                 leader  lifecycle { hook sidecar } (super::lifecycle) }
 //! ```
 
 use std::collections::BTreeMap;
@@ -26,6 +27,7 @@ use std::collections::BTreeMap;
 use hcl::edit::structure::{Block, Structure};
 use hcl::edit::Span;
 
+use super::lifecycle::RawLifecycle;
 use super::raw::{
     RawConfig, RawCsiPlugin, RawDuration, RawGroup, RawJob, RawLogConfig, RawResources, RawRestart,
     RawTask, RawVolume, RawVolumeMount,
@@ -196,8 +198,9 @@ impl Walk<'_> {
         let items = self.src.items(
             &what,
             &block.body,
-            &["driver", "user", "kill_signal", "kill_timeout"],
+            &["driver", "user", "kill_signal", "kill_timeout", "leader"],
             &[
+                "lifecycle",
                 "config",
                 "env",
                 "logs",
@@ -249,7 +252,14 @@ impl Walk<'_> {
             .single(&items, "resources")?
             .map(|b| self.resources(&what, b))
             .transpose()?;
+        let lifecycle = self
+            .src
+            .single(&items, "lifecycle")?
+            .map(|b| self.lifecycle(&what, b))
+            .transpose()?;
         Ok(RawTask {
+            lifecycle,
+            leader: self.src.opt_bool(&items, "leader")?,
             driver,
             user: self.src.opt_string(&items, "user")?,
             name: Some(name),
@@ -397,6 +407,19 @@ impl Walk<'_> {
         })
     }
 
+    fn lifecycle(&self, task: &str, block: &Block) -> Result<RawLifecycle, JobspecError> {
+        self.src.no_labels(task, block)?;
+        let what = format!("lifecycle block of {task}");
+        let items = self
+            .src
+            .items(&what, &block.body, &["hook", "sidecar"], &[])?;
+        Ok(RawLifecycle {
+            hook: self.src.opt_string(&items, "hook")?,
+            sidecar: self.src.opt_bool(&items, "sidecar")?,
+            ..RawLifecycle::default()
+        })
+    }
+
     fn resources(&self, task: &str, block: &Block) -> Result<RawResources, JobspecError> {
         let what = format!("resources block of {task}");
         let items = self
@@ -506,6 +529,8 @@ job "example" {
                         cpu: 100,
                         memory_mb: 100,
                     },
+                    lifecycle: None,
+                    leader: false,
                 }],
             }],
         }

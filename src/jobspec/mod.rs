@@ -13,6 +13,7 @@ pub mod docker;
 pub mod hcl;
 pub mod interpolate;
 pub mod json;
+pub mod lifecycle;
 pub mod network;
 mod raw;
 pub mod signal;
@@ -205,6 +206,13 @@ pub struct Task {
     )]
     pub csi_plugin: Option<CsiPluginConfig>,
     pub resources: Resources,
+    /// When in the allocation's life the task runs ([`lifecycle`]); `None`: a main task. Not
+    /// written when absent, so a job without one keeps its JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<lifecycle::TaskLifecycle>,
+    /// `leader = true`: when this task ends, the other tasks of its allocation are killed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub leader: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

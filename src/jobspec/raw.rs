@@ -103,6 +103,8 @@ pub(crate) struct RawTask {
     #[serde(rename = "CSIPluginConfig")]
     pub csi_plugin: Option<RawCsiPlugin>,
     pub resources: Option<RawResources>,
+    pub lifecycle: Option<super::lifecycle::RawLifecycle>,
+    pub leader: Option<bool>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -235,6 +237,9 @@ impl RawJob {
                 }
                 if let Some(r) = &t.resources {
                     warn_extra(&mut out, &format!("{path}.Resources."), &r.extra);
+                }
+                if let Some(l) = &t.lifecycle {
+                    warn_extra(&mut out, &format!("{path}.Lifecycle."), &l.extra);
                 }
             }
         }
@@ -441,7 +446,13 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
         .transpose()?;
     let resource_defaults = Resources::default();
     let resources = raw.resources.unwrap_or_default();
+    let lifecycle = raw
+        .lifecycle
+        .map(|l| super::lifecycle::lifecycle(&name, l))
+        .transpose()?;
     Ok(Task {
+        lifecycle,
+        leader: raw.leader.unwrap_or(false),
         driver: raw.driver.unwrap_or_default(),
         config: DriverConfig {
             command: config.command.unwrap_or_default(),

@@ -92,6 +92,8 @@ fn validate_group(group: &TaskGroup) -> Result<(), JobspecError> {
         }
         validate_task(group, task)?;
     }
+    let leaders = group.tasks.iter().filter(|t| t.leader);
+    super::lifecycle::check_leaders(&group.name, leaders.map(|t| t.name.as_str()))?;
     Ok(())
 }
 
@@ -362,6 +364,8 @@ mod tests {
             volume_mounts: Vec::new(),
             csi_plugin: None,
             resources: Resources::default(),
+            lifecycle: None,
+            leader: false,
         }
     }
 

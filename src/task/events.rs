@@ -27,6 +27,12 @@ pub const SETUP_FAILURE: &str = "Setup Failure";
 pub const RUNNER_FAILURE: &str = "Runner Failure";
 pub const PLUGIN_HEALTHY: &str = "Plugin became healthy";
 pub const PLUGIN_UNHEALTHY: &str = "Plugin became unhealthy";
+/// The allocation's main tasks are dead: its sidecars are killed (Nomad's `TaskMainDead`).
+pub const MAIN_DEAD: &str = "Main Tasks Dead";
+/// The group's leader task ended: the other tasks are killed (Nomad's `TaskLeaderDead`).
+pub const LEADER_DEAD: &str = "Leader Task Dead";
+/// A task of a lifecycle allocation failed: the others are killed (Nomad's `TaskSiblingFailed`).
+pub const SIBLING_FAILED: &str = "Sibling Task Failed";
 
 /// The reason the restart tracker gives for an ordinary restart; its `Restarting` event shows no
 /// reason prefix.
@@ -144,6 +150,30 @@ impl TaskEvent {
             TaskEvent::new(KILLING, time, display).detail("kill_timeout", kill_timeout.as_nanos());
         e.kill_timeout = kill_timeout.as_nanos() as i64;
         e
+    }
+
+    /// To a sidecar, as its allocation's main tasks are all dead.
+    pub fn main_dead(time: i64) -> TaskEvent {
+        TaskEvent::new(
+            MAIN_DEAD,
+            time,
+            "Main tasks dead, destroying all sidecar tasks".into(),
+        )
+    }
+
+    /// To every other task, as the group's leader ended.
+    pub fn leader_dead(time: i64) -> TaskEvent {
+        TaskEvent::new(LEADER_DEAD, time, "Leader Task in Group dead".into())
+    }
+
+    /// To every other task, as `sibling` failed.
+    pub fn sibling_failed(time: i64, sibling: &str) -> TaskEvent {
+        TaskEvent::new(
+            SIBLING_FAILED,
+            time,
+            format!("Task's sibling {sibling:?} failed"),
+        )
+        .detail("failed_sibling", sibling)
     }
 
     pub fn killed(time: i64) -> TaskEvent {

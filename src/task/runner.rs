@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::driver::{self, Driver, Drivers, RunningTask, TaskExit};
+use crate::jobspec::lifecycle::Hook;
 use crate::jobspec::JobType;
 use crate::state::StateStore;
 use crate::task::events::{
@@ -63,6 +64,18 @@ pub struct RunnerDeps {
     pub stop_tasks_on_shutdown: bool,
     /// The agent's variables every task gets ([`crate::task::env`], `task_env_passthrough`).
     pub task_env: Arc<BTreeMap<String, String>>,
+    /// Pinged (never blocking: bounded, `try_send`) after each change of the task's state, for
+    /// the allocation that orders its tasks (`alloc::lifecycle`); `None` when none listens.
+    pub changed: Option<Sender<()>>,
+}
+
+impl RunnerDeps {
+    /// Tells whoever orders the allocation's tasks that a task's state changed.
+    fn ping(&self) {
+        if let Some(changed) = &self.changed {
+            let _ = changed.try_send(());
+        }
+    }
 }
 
 /// The owner's side of a running task runner.
@@ -105,8 +118,13 @@ pub fn spawn(
     let (commands, command_rx) = unbounded();
     let (kill, killed) = bounded::<Never>(0);
     let (hook_tx, hook_rx) = unbounded();
-    let batch = ctx.job.job_type == JobType::Batch;
-    let mut tracker = RestartTracker::new(ctx.task.restart_policy, batch);
+    // Nomad's rule: a task that exits 0 is restarted only in a service or system job, and a
+    // lifecycle task only when it is a prestart or poststart sidecar, whatever its job's type.
+    let restart_on_success = match ctx.task.lifecycle {
+        None => ctx.job.job_type != JobType::Batch,
+        Some(l) => l.sidecar && l.hook != Hook::Poststop,
+    };
+    let mut tracker = RestartTracker::new(ctx.task.restart_policy, !restart_on_success);
     {
         let s = state.lock();
         let start = s
@@ -134,11 +152,14 @@ pub fn spawn(
         short_id(&runner.ctx.alloc_id),
         runner.ctx.task.name
     );
-    let (state, store) = (runner.state.clone(), runner.deps.store.clone());
+    let (state, deps) = (runner.state.clone(), runner.deps.clone());
     let join = crate::thread::spawn_guarded(
         name,
         move || runner.run(restored),
-        move |msg| runner_failed(&state, &store, msg),
+        move |msg| {
+            runner_failed(&state, &deps.store, msg);
+            deps.ping();
+        },
     )?;
     Ok(TaskRunnerHandle {
         commands,
@@ -240,6 +261,7 @@ impl TaskRunner {
     fn update(&self, f: impl FnOnce(&mut TaskState)) {
         f(&mut self.state.lock());
         self.deps.store.save_soon();
+        self.deps.ping();
     }
 
     fn emit(&self, event: TaskEvent) {
@@ -673,6 +695,7 @@ mod tests {
             shutdown,
             stop_tasks_on_shutdown: true,
             task_env: Default::default(),
+            changed: None,
         };
         let state = Arc::new(Mutex::new(TaskState::default()));
         let hook: Arc<dyn TaskHook> = Arc::new(PanickingHook(pidfile.clone()));

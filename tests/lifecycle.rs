@@ -1,0 +1,419 @@
+//! Task lifecycle (jobspec.md `lifecycle`, `leader`): the order of an allocation's tasks through
+//! the real agent, real task processes and an agent killed with SIGKILL. Order is proven by files
+//! the tasks write and check, and by the times of their events, never by how long anything took.
+
+use crate::common::*;
+use std::path::Path;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// One `raw_exec` task running `script` with `/bin/sh`; `extra` goes into its block.
+fn task(name: &str, extra: &str, script: &str) -> String {
+    format!(
+        r#"
+    task "{name}" {{
+      driver = "raw_exec"
+      kill_timeout = "2s"
+      {extra}
+      config {{
+        command = "/bin/sh"
+        args = ["-c", {script:?}]
+      }}
+    }}"#
+    )
+}
+
+/// A batch job of one group with no restarts, so a task that fails fails for good.
+fn batch(name: &str, tasks: &[String]) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  type = "batch"
+  group "g" {{
+    restart {{ attempts = 0  mode = "fail" }}
+    {}
+  }}
+}}"#,
+        tasks.concat()
+    )
+}
+
+fn hook(hook: &str, sidecar: bool) -> String {
+    format!("lifecycle {{\n        hook = {hook:?}\n        sidecar = {sidecar}\n      }}")
+}
+
+fn client_status(agent: &TestAgent, alloc: &str) -> String {
+    agent.get(&format!("/v1/allocation/{alloc}"))["ClientStatus"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn wait_status(agent: &TestAgent, alloc: &str, want: &str) {
+    wait_for(WAIT, &format!("alloc {want}"), || {
+        (client_status(agent, alloc) == want).then_some(())
+    });
+}
+
+/// The time of a task's first event of type `kind`.
+fn time_of(agent: &TestAgent, alloc: &str, task: &str, kind: &str) -> i64 {
+    let events = agent.event_times(alloc, task);
+    events
+        .iter()
+        .find(|(t, _, _)| t == kind)
+        .unwrap_or_else(|| panic!("task {task} has no {kind:?} event: {events:#?}"))
+        .2
+}
+
+fn types(agent: &TestAgent, alloc: &str, task: &str) -> Vec<String> {
+    agent
+        .events(alloc, task)
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Live `sleep <m>` processes (not the shells whose command lines name them).
+fn sleepers(m: &str) -> Vec<i32> {
+    pids_with(m)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).next() == Some(b"sleep"))
+        })
+        .collect()
+}
+
+/// Prestart runs to completion first; main starts only after it, and finds what it wrote; a
+/// poststart task starts once main runs (main waits for the file the poststart task writes).
+#[test]
+fn prestart_completes_before_main_and_poststart_follows_main() {
+    let dir = TempDir::new("lc-order");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let out = dir.path().join("order");
+    let o = out.display();
+    let job = agent.run_hcl(&batch(
+        "order",
+        &[
+            task(
+                "main",
+                "",
+                &format!(
+                    "grep -q init-done {o} || exit 7; echo main-started >> {o}; \
+                     while ! grep -q post-done {o}; do sleep 0.05; done; echo main-done >> {o}"
+                ),
+            ),
+            task(
+                "init",
+                &hook("prestart", false),
+                &format!("echo init-started >> {o}; sleep 0.3; echo init-done >> {o}"),
+            ),
+            task(
+                "post",
+                &hook("poststart", false),
+                &format!("grep -q main-started {o} || exit 9; echo post-done >> {o}"),
+            ),
+        ],
+    ));
+    let alloc = agent.alloc_id(&job);
+    wait_status(&agent, &alloc, "complete");
+    assert_eq!(
+        read(&out).lines().collect::<Vec<_>>(),
+        [
+            "init-started",
+            "init-done",
+            "main-started",
+            "post-done",
+            "main-done"
+        ]
+    );
+    // Main was received only once init had ended: it waited, pending, for its turn.
+    let init_end = time_of(&agent, &alloc, "init", "Terminated");
+    assert!(time_of(&agent, &alloc, "main", "Received") >= init_end);
+    assert!(
+        time_of(&agent, &alloc, "post", "Received") >= time_of(&agent, &alloc, "main", "Started")
+    );
+    for t in ["init", "main", "post"] {
+        let s = agent.task_state(&alloc, t);
+        assert_eq!(
+            (s["State"].as_str(), s["Failed"].as_bool()),
+            (Some("dead"), Some(false)),
+            "{t}: {s}"
+        );
+    }
+}
+
+/// A prestart task that fails with no restarts left fails the allocation; main never starts.
+#[test]
+fn a_failing_prestart_fails_the_allocation_and_main_never_starts() {
+    let dir = TempDir::new("lc-fail");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let ran = dir.path().join("main-ran");
+    let job = agent.run_hcl(&batch(
+        "failing",
+        &[
+            task("init", &hook("prestart", false), "exit 3"),
+            task("main", "", &format!("touch {}", ran.display())),
+        ],
+    ));
+    let alloc = agent.alloc_id(&job);
+    wait_status(&agent, &alloc, "failed");
+    wait_for(WAIT, "main dead", || {
+        (agent.task_state(&alloc, "main")["State"] == "dead").then_some(())
+    });
+    let init = agent.task_state(&alloc, "init");
+    assert_eq!(init["Failed"], true, "{init}");
+    assert_eq!(
+        types(&agent, &alloc, "init"),
+        [
+            "Received",
+            "Task Setup",
+            "Started",
+            "Terminated",
+            "Not Restarting"
+        ]
+    );
+    let main = agent.task_state(&alloc, "main");
+    assert_eq!(
+        agent.events(&alloc, "main"),
+        [(
+            "Sibling Task Failed".to_string(),
+            "Task's sibling \"init\" failed".to_string()
+        )]
+    );
+    assert!(main["StartedAt"].is_null(), "{main}");
+    assert!(!ran.exists(), "main ran after a failed prestart task");
+}
+
+/// A batch job's sidecar is killed when its main task ends, with Nomad's event; a poststop task
+/// runs after both are dead.
+#[test]
+fn main_ending_kills_the_sidecar_then_poststop_runs() {
+    let dir = TempDir::new("lc-sidecar");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let m = unique_marker(400_000);
+    let out = dir.path().join("order");
+    let o = out.display();
+    let job = agent.run_hcl(&batch(
+        "sidecar",
+        &[
+            task("proxy", &hook("prestart", true), &format!("exec sleep {m}")),
+            task("main", "", &format!("echo main-done >> {o}")),
+            task(
+                "cleanup",
+                &hook("poststop", false),
+                &format!("grep -q main-done {o} || exit 5; echo cleanup-done >> {o}"),
+            ),
+        ],
+    ));
+    let alloc = agent.alloc_id(&job);
+    wait_status(&agent, &alloc, "complete");
+    assert_eq!(
+        read(&out).lines().collect::<Vec<_>>(),
+        ["main-done", "cleanup-done"]
+    );
+    let proxy = agent.events(&alloc, "proxy");
+    let kinds: Vec<&str> = proxy.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Received",
+            "Task Setup",
+            "Started",
+            "Main Tasks Dead",
+            "Killing",
+            "Terminated",
+            "Killed"
+        ],
+        "{proxy:#?}"
+    );
+    assert_eq!(proxy[3].1, "Main tasks dead, destroying all sidecar tasks");
+    assert!(
+        sleepers(&m).is_empty(),
+        "the sidecar outlived the main task"
+    );
+    // The sidecar started before main; poststop started after the sidecar was dead.
+    assert!(
+        time_of(&agent, &alloc, "main", "Received") >= time_of(&agent, &alloc, "proxy", "Started")
+    );
+    assert!(
+        time_of(&agent, &alloc, "cleanup", "Received")
+            >= time_of(&agent, &alloc, "proxy", "Killed")
+    );
+    for t in ["proxy", "main", "cleanup"] {
+        assert_eq!(agent.task_state(&alloc, t)["Failed"], false, "{t}");
+    }
+}
+
+/// The leader ending kills the other tasks, each told why.
+#[test]
+fn the_leader_ending_kills_the_others() {
+    let dir = TempDir::new("lc-leader");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let m = unique_marker(500_000);
+    let up = dir.path().join("worker-up");
+    let job = agent.run_hcl(&batch(
+        "leader",
+        &[
+            task(
+                "leader",
+                "leader = true",
+                &format!("while [ ! -f {} ]; do sleep 0.05; done", up.display()),
+            ),
+            task(
+                "worker",
+                "",
+                &format!("touch {} && exec sleep {m}", up.display()),
+            ),
+        ],
+    ));
+    let alloc = agent.alloc_id(&job);
+    wait_status(&agent, &alloc, "complete");
+    let worker = agent.events(&alloc, "worker");
+    let kinds: Vec<&str> = worker.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Received",
+            "Task Setup",
+            "Started",
+            "Leader Task Dead",
+            "Killing",
+            "Terminated",
+            "Killed"
+        ],
+        "{worker:#?}"
+    );
+    assert_eq!(worker[3].1, "Leader Task in Group dead");
+    assert!(sleepers(&m).is_empty(), "the worker outlived the leader");
+}
+
+/// kill -9 of the agent once the prestart task completed and main runs: the next agent neither
+/// runs the prestart task again nor starts main again (same PID, same events).
+#[test]
+fn after_an_agent_kill_prestart_does_not_run_again_and_main_keeps_its_pid() {
+    let dir = TempDir::new("lc-restore");
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    let m = unique_marker(600_000);
+    let runs = dir.path().join("init-runs");
+    let pids = dir.path().join("main-pids");
+    let job = agent.run_hcl(&format!(
+        r#"
+job "restore" {{
+  group "g" {{
+    {}
+    {}
+  }}
+}}"#,
+        task(
+            "init",
+            &hook("prestart", false),
+            &format!("echo run >> {}", runs.display())
+        ),
+        task(
+            "main",
+            "",
+            &format!("echo $$ >> {} && exec sleep {m}", pids.display())
+        ),
+    ));
+    let alloc = agent.alloc_id(&job);
+    let main = wait_for(WAIT, "main running", || {
+        let s = agent.task_state(&alloc, "main");
+        (s["State"] == "running" && s["PID"].is_i64()).then_some(s)
+    });
+    let pid = main["PID"].as_i64().unwrap() as i32;
+    wait_status(&agent, &alloc, "running");
+    let init_events = agent.events(&alloc, "init");
+    wait_for(WAIT, "the state file to record both tasks", || {
+        let s = state_on_disk(&agent.data_dir)?.to_string();
+        (s.contains(&format!("\"PID\":{pid}")) && s.contains("\"State\":\"dead\"")).then_some(())
+    });
+
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    assert!(alive(pid), "main died with the agent");
+    agent.restart();
+
+    let again = wait_for(WAIT, "main re-attached", || {
+        let s = agent.task_state(&alloc, "main");
+        (s["State"] == "running" && s["PID"].is_i64()).then_some(s)
+    });
+    assert_eq!(again["PID"], pid, "{again}");
+    assert_eq!(again["StartedAt"], main["StartedAt"]);
+    assert_eq!(again["Restarts"], 0);
+    assert_eq!(
+        types(&agent, &alloc, "main"),
+        ["Received", "Task Setup", "Started"]
+    );
+    assert_eq!(agent.events(&alloc, "init"), init_events);
+    assert_eq!(read(&runs), "run\n", "the prestart task ran again");
+    assert_eq!(read(&pids), format!("{pid}\n"), "main started again");
+    assert_eq!(client_status(&agent, &alloc), "running");
+    assert_eq!(sleepers(&m), vec![pid]);
+}
+
+/// kill -9 of the agent while the prestart task still runs: the next agent re-attaches to it and
+/// starts main only once it completed, once.
+#[test]
+fn after_an_agent_kill_during_prestart_main_starts_once_it_completes() {
+    let dir = TempDir::new("lc-restore-pre");
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    let go = dir.path().join("go");
+    let out = dir.path().join("order");
+    let (g, o) = (go.display(), out.display());
+    let job = agent.run_hcl(&batch(
+        "restore-pre",
+        &[
+            task(
+                "init",
+                &hook("prestart", false),
+                &format!(
+                    "echo init-started >> {o}; while [ ! -f {g} ]; do sleep 0.05; done; \
+                     echo init-done >> {o}"
+                ),
+            ),
+            task(
+                "main",
+                "",
+                &format!("grep -q init-done {o} || exit 7; echo main-ran >> {o}"),
+            ),
+        ],
+    ));
+    let alloc = agent.alloc_id(&job);
+    let init = wait_for(WAIT, "init running", || {
+        let s = agent.task_state(&alloc, "init");
+        (s["State"] == "running" && s["PID"].is_i64()).then_some(s)
+    });
+    let pid = init["PID"].as_i64().unwrap();
+    wait_for(WAIT, "the state file to record init's run", || {
+        let s = state_on_disk(&agent.data_dir)?.to_string();
+        s.contains(&format!("\"PID\":{pid}")).then_some(())
+    });
+    assert_eq!(agent.task_state(&alloc, "main")["State"], "pending");
+    assert!(agent.events(&alloc, "main").is_empty());
+
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    agent.restart();
+    wait_for(WAIT, "init re-attached", || {
+        let s = agent.task_state(&alloc, "init");
+        (s["State"] == "running" && s["PID"] == pid).then_some(())
+    });
+    assert!(
+        agent.events(&alloc, "main").is_empty(),
+        "main started before init ended"
+    );
+    std::fs::write(&go, "").unwrap();
+    wait_status(&agent, &alloc, "complete");
+    assert_eq!(
+        read(&out).lines().collect::<Vec<_>>(),
+        ["init-started", "init-done", "main-ran"]
+    );
+    assert!(
+        time_of(&agent, &alloc, "main", "Received")
+            >= time_of(&agent, &alloc, "init", "Terminated")
+    );
+}

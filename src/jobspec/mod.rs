@@ -9,6 +9,7 @@
 //! `command`, `args` and `env` stays as written and is replaced when the task starts
 //! ([`interpolate`]).
 
+pub mod constraint;
 pub mod docker;
 pub mod hcl;
 pub mod interpolate;
@@ -17,6 +18,7 @@ mod raw;
 pub mod signal;
 pub mod validate;
 
+pub use constraint::{Constraint, Operator};
 pub use signal::Signal;
 
 use serde::{Deserialize, Serialize};
@@ -118,6 +120,22 @@ pub struct Job {
     pub name: String,
     #[serde(rename = "Type")]
     pub job_type: JobType,
+    /// Globs of the datacenters the job may run in; Nomad's default, `["*"]`, is left out of the
+    /// JSON (so is every placement field at its default: job JSON written before them is unchanged).
+    #[serde(
+        default = "constraint::any_datacenter",
+        skip_serializing_if = "constraint::is_any_datacenter"
+    )]
+    pub datacenters: Vec<String>,
+    /// The node pool the job runs in (`default`; `all` is any pool).
+    #[serde(
+        default = "constraint::default_node_pool",
+        skip_serializing_if = "constraint::is_default_pool"
+    )]
+    pub node_pool: String,
+    /// Job-level `constraint` blocks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<Constraint>,
     pub task_groups: Vec<TaskGroup>,
 }
 
@@ -130,6 +148,9 @@ pub struct TaskGroup {
     pub restart_policy: RestartPolicy,
     /// `volume "<name>" { ... }` blocks, keyed by the block label.
     pub volumes: BTreeMap<String, VolumeRequest>,
+    /// Group-level `constraint` blocks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<Constraint>,
     pub tasks: Vec<Task>,
 }
 
@@ -197,6 +218,9 @@ pub struct Task {
     )]
     pub csi_plugin: Option<CsiPluginConfig>,
     pub resources: Resources,
+    /// Task-level `constraint` blocks (placed with the group's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<Constraint>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

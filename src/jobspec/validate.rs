@@ -362,6 +362,7 @@ mod tests {
             volume_mounts: Vec::new(),
             csi_plugin: None,
             resources: Resources::default(),
+            constraints: Vec::new(),
         }
     }
 
@@ -380,11 +381,15 @@ mod tests {
             id: "example".to_string(),
             name: "example".to_string(),
             job_type: JobType::Service,
+            datacenters: vec!["*".to_string()],
+            node_pool: "default".to_string(),
+            constraints: Vec::new(),
             task_groups: vec![TaskGroup {
                 name: "group".to_string(),
                 count: 1,
                 restart_policy: JobType::Service.default_restart_policy(),
                 volumes,
+                constraints: Vec::new(),
                 tasks: vec![task("task")],
             }],
         }

@@ -9,7 +9,11 @@
 //!   left behind;
 //! - `gc`: the garbage collector, which destroys terminal allocations (their registry entry,
 //!   state record and directory) when the node holds too many or its disk fills up;
-//! - `limit`: the per-node allocation limit a registration is checked against.
+//! - `limit`: the per-node allocation limit a registration is checked against;
+//! - `placement`: what of a job this node can run (constraints, datacenters, node pool, drivers,
+//!   distinct hosts and properties) and Nomad's words for the rest ([`placement::PlacementFailure`]);
+//! - `evals`: the evaluations kept with each job, and placing what a blocked one holds once the
+//!   node fits it ([`AllocManager::reevaluate`]).
 //!
 //! The module returns domain values (shared [`Allocation`]s, [`JobSummary`], [`AllocError`]);
 //! the API (`api::jobs`, `api::allocations`) encodes them as Nomad's JSON and picks the status
@@ -31,15 +35,18 @@
 //!
 //! [`Worker`]: crate::thread::Worker
 
+mod evals;
 mod gate;
 mod gc;
 mod limit;
 mod manager;
 mod model;
+pub mod placement;
 mod restore;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use evals::{MAX_EVALS, TRIGGER_QUEUED, TRIGGER_REGISTER};
 pub use gc::{gc_reason, Collector, DiskUsage, Over, Reason};
 pub use manager::{AllocManager, Engine, JobSummary, Registered};
 pub use model::{client_status, AllocStatus, Allocation, LockedTasks};
@@ -53,6 +60,8 @@ pub enum AllocError {
     JobNotFound,
     #[error("alloc not found")]
     AllocNotFound,
+    #[error("eval not found")]
+    EvalNotFound,
     /// A restart or signal named a task the allocation does not have.
     #[error("task {0:?} not found in allocation")]
     UnknownTask(String),

@@ -23,7 +23,7 @@ use crate::jobspec::Job;
 impl From<AllocError> for ApiError {
     fn from(e: AllocError) -> ApiError {
         match e {
-            AllocError::JobNotFound | AllocError::AllocNotFound => {
+            AllocError::JobNotFound | AllocError::AllocNotFound | AllocError::EvalNotFound => {
                 ApiError::NotFound(e.to_string())
             }
             AllocError::UnknownTask(_)

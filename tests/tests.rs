@@ -27,6 +27,7 @@ mod gc;
 mod kill_timeouts;
 mod live_restore;
 mod misbehaving;
+mod placement;
 mod security;
 mod task_env;
 mod task_fs;

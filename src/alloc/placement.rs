@@ -16,10 +16,12 @@
 //!    group's allocations fit rather than whether any does;
 //! 4. resources a group exhausts ([`Reason::Dimension`]).
 //!
-//! Adding a check from another module is one line in [`place`]'s group loop: push a
-//! [`Reason`] (for a port collision, `Reason::Dimension("network: reserved port collision
-//! http=8080".into())`) and the failure, its metric lines, its evaluation record and its API
-//! shape follow.
+//! Adding a check from another module is one line: a check of the node alone goes in
+//! [`place`]'s group loop (`group_filter`); one that needs the registry (a static port another
+//! allocation holds) runs where the registration is planned, after [`place`], and refuses the
+//! group it fails: `placement.refuse(&group, Reason::Dimension("network: reserved port collision
+//! http=8080".into()))`. The failure, its metric lines, its evaluation record and its API shape
+//! follow.
 
 use std::collections::BTreeMap;
 
@@ -118,6 +120,25 @@ pub struct Placement {
     pub place: BTreeMap<String, u32>,
     /// In the job's group order.
     pub failures: Vec<PlacementFailure>,
+}
+
+impl Placement {
+    /// Takes back what was placed of `group` and records it as failed for `reason`: a check
+    /// made after [`place`] (one that needs the registry) refuses the group. A group with an
+    /// earlier failure keeps that reason (the first check that fails names it, as in Nomad).
+    pub fn refuse(&mut self, group: &str, reason: Reason) {
+        let Some(placed) = self.place.remove(group) else {
+            return;
+        };
+        match self.failures.iter_mut().find(|f| f.group == group) {
+            Some(f) => f.failed += placed,
+            None => self.failures.push(PlacementFailure {
+                group: group.to_string(),
+                failed: placed,
+                reason,
+            }),
+        }
+    }
 }
 
 /// Places what `job` still needs on `node`. `existing` counts, per group, the job's allocations
@@ -610,6 +631,22 @@ mod tests {
                 1,
                 Reason::Constraint("missing property \"${meta.zone}\"".into())
             )]
+        );
+    }
+
+    /// A check made after `place` refuses a group: what was placed becomes its failure.
+    #[test]
+    fn a_later_check_refuses_a_group() {
+        let j = job(&format!("{}\n{}", group("a", 2, ""), group("b", 1, "")));
+        let mut p = place(&j, &node(), &BTreeMap::new());
+        let port = Reason::Dimension("network: reserved port collision http=8080".into());
+        p.refuse("a", port.clone());
+        p.refuse("nope", port.clone());
+        assert_eq!(p.place, BTreeMap::from([("b".to_string(), 1)]));
+        assert_eq!(p.failures, [failure("a", 2, port)]);
+        assert_eq!(
+            p.failures[0].lines()[1],
+            "* Dimension \"network: reserved port collision http=8080\" exhausted on 1 nodes"
         );
     }
 

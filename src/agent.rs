@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::alloc::placement::{Node, NodeSource};
 use crate::alloc::{AllocManager, Collector, Engine, NetworkSettings};
 use crate::config::AgentConfig;
 use crate::csi::registry::PluginRegistry;
@@ -64,6 +65,84 @@ impl HookFactory for AgentHooks {
     }
 }
 
+/// The node as placement reads it: the configuration's facts, the host's fingerprint (read once:
+/// it does not change while the agent runs), and the drivers' and volumes' attributes as they
+/// are now (`driver.docker` goes while the engine cannot be reached).
+pub struct AgentNode {
+    /// Everything but the drivers' and volumes' attributes.
+    base: Node,
+    drivers: Drivers,
+    volumes: Arc<VolumeManager>,
+}
+
+impl AgentNode {
+    fn new(config: &AgentConfig, id: &str, drivers: Drivers, volumes: Arc<VolumeManager>) -> Self {
+        AgentNode {
+            base: Node {
+                id: id.to_string(),
+                name: config.name.clone(),
+                datacenter: config.datacenter.clone(),
+                node_class: config.node_class.clone(),
+                node_pool: config.node_pool.clone(),
+                attributes: host_attributes(&config.name),
+                meta: config.meta.clone(),
+            },
+            drivers,
+            volumes,
+        }
+    }
+}
+
+impl NodeSource for AgentNode {
+    fn node(&self) -> Node {
+        let mut node = self.base.clone();
+        node.attributes.extend(self.drivers.attributes());
+        node.attributes.extend(self.volumes.attributes());
+        node
+    }
+}
+
+/// The host's attributes, with Nomad's names and values (`cpu.arch` is Go's name of the
+/// architecture, `amd64`, as jobspecs written for Nomad compare it).
+fn host_attributes(name: &str) -> BTreeMap<String, String> {
+    let mut a = BTreeMap::new();
+    a.insert("kernel.name".to_string(), "linux".to_string());
+    if let Ok(r) = std::fs::read_to_string("/proc/sys/kernel/osrelease") {
+        a.insert("kernel.version".to_string(), r.trim().to_string());
+    }
+    let machine = std::env::consts::ARCH;
+    a.insert("kernel.arch".to_string(), machine.to_string());
+    let go_arch = match machine {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    };
+    a.insert("cpu.arch".to_string(), go_arch.to_string());
+    if let Ok(n) = std::thread::available_parallelism() {
+        a.insert("cpu.numcores".to_string(), n.to_string());
+    }
+    // `os.name` and `os.version` as Nomad reads them: the distribution's ID and version.
+    if let Ok(release) = std::fs::read_to_string("/etc/os-release") {
+        for (key, attr) in [("ID", "os.name"), ("VERSION_ID", "os.version")] {
+            let value = release
+                .lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                .map(|v| v.trim().trim_matches('"'));
+            if let Some(v) = value.filter(|v| !v.is_empty()) {
+                a.insert(attr.to_string(), v.to_string());
+            }
+        }
+    }
+    a.insert("unique.hostname".to_string(), name.to_string());
+    a.insert(
+        "nodeward.version".to_string(),
+        env!("CARGO_PKG_VERSION").to_string(),
+    );
+    a
+}
+
 /// How often the docker driver checks its engine (Nomad's fingerprint period).
 const DOCKER_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -83,6 +162,8 @@ pub struct Agent {
     pub drivers: Drivers,
     /// The docker driver, for its health checks.
     pub docker: Arc<Docker>,
+    /// The node as placement sees it (`GET /v1/node/:id` shows the same).
+    pub node: Arc<AgentNode>,
     pub started: std::time::Instant,
     /// Tripped to shut everything down.
     stop: StopSwitch,
@@ -151,6 +232,16 @@ impl Agent {
             store.node_id(),
         ));
         let drivers = Drivers::new(vec![Arc::new(RawExec::new(keeper.clone())), docker.clone()]);
+        // The engine is checked before anything is placed: a docker job registered right after
+        // the start must not fail to place for want of a first check (it is bounded by the
+        // engine call's timeout; an engine that is not there fails at once).
+        let docker_healthy = docker.refresh();
+        let node = Arc::new(AgentNode::new(
+            &config,
+            store.node_id(),
+            drivers.clone(),
+            host_volumes.clone(),
+        ));
         let engine = Engine {
             data_dir: config.data_dir.clone(),
             node_id: store.node_id().to_string(),
@@ -184,6 +275,7 @@ impl Agent {
                 max_dynamic_port: config.max_dynamic_port,
                 reserved: vec![config.http_port],
             },
+            node: node.clone(),
         };
         let allocs = AllocManager::new(engine, store.clone());
         store.register(allocs.clone());
@@ -198,23 +290,28 @@ impl Agent {
             flusher_store.run_flusher(flusher_stop)
         })
         .map_err(|e| AgentError::Start(format!("cannot start the state flusher: {e}")))?;
-        // The docker engine's health, every 30 s (docker.md); at its first check, the containers
-        // of allocations this node no longer has are removed.
+        // The docker engine's health, every 30 s (docker.md); at its first success, the
+        // containers of allocations this node no longer has are removed. After each check the
+        // allocations that wait for the node to fit them are placed if it now does (a docker
+        // job queued while the engine was away starts once it is back).
         let fingerprint = {
             let (docker, allocs, stop) = (docker.clone(), allocs.clone(), shutdown.clone());
             crate::thread::spawn("docker-fingerprint", move || {
                 let mut swept = false;
+                let mut healthy = docker_healthy;
                 loop {
-                    if docker.refresh() && !swept {
+                    if healthy && !swept {
                         let known: std::collections::HashSet<String> =
                             allocs.alloc_ids().into_iter().collect();
                         docker.remove_unknown(&|id| known.contains(id));
                         swept = true;
                     }
+                    allocs.reevaluate();
                     crossbeam_channel::select! {
                         recv(stop) -> _ => return,
                         recv(crossbeam_channel::after(DOCKER_CHECK_INTERVAL)) -> _ => {}
                     }
+                    healthy = docker.refresh();
                 }
             })
             .map_err(|e| AgentError::Start(format!("cannot start the docker health check: {e}")))?
@@ -234,6 +331,7 @@ impl Agent {
             csi,
             drivers,
             docker,
+            node,
             started: std::time::Instant::now(),
             stop,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
@@ -246,23 +344,7 @@ impl Agent {
 
     /// The node's attributes (`GET /v1/node/:id`).
     pub fn node_attributes(&self) -> BTreeMap<String, String> {
-        let mut a = BTreeMap::new();
-        a.insert("kernel.name".to_string(), "linux".to_string());
-        if let Ok(r) = std::fs::read_to_string("/proc/sys/kernel/osrelease") {
-            a.insert("kernel.version".to_string(), r.trim().to_string());
-        }
-        a.insert("cpu.arch".to_string(), std::env::consts::ARCH.to_string());
-        if let Ok(n) = std::thread::available_parallelism() {
-            a.insert("cpu.numcores".to_string(), n.to_string());
-        }
-        a.insert("unique.hostname".to_string(), self.config.name.clone());
-        a.insert(
-            "nodeward.version".to_string(),
-            env!("CARGO_PKG_VERSION").to_string(),
-        );
-        a.extend(self.drivers.attributes());
-        a.extend(self.host_volumes.attributes());
-        a
+        self.node.node().attributes
     }
 
     /// Reloads what can be reloaded (SIGHUP): the log level from the configuration files (unless
@@ -272,6 +354,7 @@ impl Agent {
         // Plugin runs may take a while; the signal loop must stay free for SIGTERM.
         let volumes = self.host_volumes.clone();
         let docker = self.docker.clone();
+        let allocs = self.allocs.clone();
         let spawned = crate::thread::spawn("volume-reload", move || {
             docker.refresh();
             volumes.fingerprint();
@@ -281,6 +364,8 @@ impl Agent {
                 report.ready.len(),
                 report.unavailable.len()
             );
+            // The fingerprints may have changed: place what waits for them.
+            allocs.reevaluate();
         });
         match spawned {
             Ok(worker) => {

@@ -39,6 +39,12 @@ pub struct AgentConfig {
     pub data_dir: PathBuf,
     pub name: String,
     pub node_pool: String,
+    /// The node's datacenter (`datacenter`, default `dc1`), matched against jobs' `datacenters`.
+    pub datacenter: String,
+    /// `client { node_class }`: `${node.class}` in constraints; empty when not set.
+    pub node_class: String,
+    /// `client { meta { } }`: `${meta.<key>}` in constraints, and the node's `Meta`.
+    pub meta: BTreeMap<String, String>,
     pub bind_addr: IpAddr,
     pub http_port: u16,
     pub log_level: String,
@@ -124,6 +130,7 @@ struct RawConfig {
     data_dir: Option<String>,
     name: Option<String>,
     node_pool: Option<String>,
+    datacenter: Option<String>,
     bind_addr: Option<String>,
     ports: Option<RawPorts>,
     log_level: Option<String>,
@@ -165,6 +172,9 @@ struct RawClient {
     max_allocs: Option<u64>,
     min_dynamic_port: Option<u64>,
     max_dynamic_port: Option<u64>,
+    node_class: Option<String>,
+    /// Values may be written as numbers or booleans too; each is kept as its text.
+    meta: Option<BTreeMap<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -185,6 +195,7 @@ impl RawConfig {
             data_dir,
             name,
             node_pool,
+            datacenter,
             bind_addr,
             log_level,
             http_allowed_hosts
@@ -236,8 +247,12 @@ impl RawConfig {
                 gc_parallel_destroys,
                 max_allocs,
                 min_dynamic_port,
-                max_dynamic_port
+                max_dynamic_port,
+                node_class
             );
+            if let Some(m) = c.meta {
+                mine.meta.get_or_insert_with(Default::default).extend(m);
+            }
             if let Some(v) = c.host_volume {
                 mine.host_volume
                     .get_or_insert_with(Default::default)
@@ -390,6 +405,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
     };
     let (gc, max_allocs) = validate_gc(&client)?;
     let (min_dynamic_port, max_dynamic_port) = dynamic_ports(&client)?;
+    let (datacenter, node_class, meta) = validate_node(&raw.datacenter, &client)?;
     let task_env_passthrough = match client.task_env_passthrough {
         Some(list) => list,
         None => crate::task::env::DEFAULT_PASSTHROUGH
@@ -431,6 +447,9 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         data_dir,
         name: raw.name.unwrap_or_else(host_name),
         node_pool: raw.node_pool.unwrap_or_else(|| "default".to_string()),
+        datacenter,
+        node_class,
+        meta,
         bind_addr,
         http_port: raw.ports.and_then(|p| p.http).unwrap_or(4656),
         log_level,
@@ -452,6 +471,49 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         warnings,
         sources: Vec::new(),
     })
+}
+
+/// `datacenter` when the configuration names none, as in Nomad.
+pub const DEFAULT_DATACENTER: &str = "dc1";
+
+/// The node's placement facts: its datacenter, `client { node_class }` and `client { meta }`.
+fn validate_node(
+    datacenter: &Option<String>,
+    client: &RawClient,
+) -> Result<(String, String, BTreeMap<String, String>), ConfigError> {
+    let datacenter = datacenter
+        .clone()
+        .unwrap_or_else(|| DEFAULT_DATACENTER.to_string());
+    // A job's `datacenters` are globs: a `*` in the node's own name would match what it should not.
+    if datacenter.is_empty() || datacenter.contains('*') {
+        return Err(ConfigError::Invalid(format!(
+            "datacenter must be a non-empty name without \"*\", got {datacenter:?}"
+        )));
+    }
+    let mut meta = BTreeMap::new();
+    for (key, value) in client.meta.clone().unwrap_or_default() {
+        let text = match value {
+            serde_json::Value::String(s) => s,
+            serde_json::Value::Number(n) => n.to_string(),
+            serde_json::Value::Bool(b) => b.to_string(),
+            other => {
+                return Err(ConfigError::Invalid(format!(
+                    "client.meta {key:?} must be a string, number or bool, got {other}"
+                )))
+            }
+        };
+        if key.is_empty() {
+            return Err(ConfigError::Invalid(
+                "client.meta has an empty key".to_string(),
+            ));
+        }
+        meta.insert(key, text);
+    }
+    Ok((
+        datacenter,
+        client.node_class.clone().unwrap_or_default(),
+        meta,
+    ))
 }
 
 /// The `client` block's garbage collector settings and allocation limit, defaults applied.
@@ -625,6 +687,58 @@ client {
         );
         let bad = write("bad2.hcl", "log_level = \"loud\"\n");
         assert!(load(&[bad], false).is_err());
+    }
+
+    /// The node's placement facts, as a Nomad client configuration writes them; later files add
+    /// to `meta` key by key.
+    #[test]
+    fn datacenter_node_class_and_meta() {
+        let a = write(
+            "a.hcl",
+            "datacenter = \"eu-west-1\"\nclient {\n  node_class = \"web\"\n  meta {\n    rack = \"r1\"\n    cores = 8\n    ssd = true\n  }\n}\n",
+        );
+        let b = write(
+            "b.json",
+            r#"{"client": {"meta": {"rack": "r2", "zone": "a"}}}"#,
+        );
+        let c = load(&[a, b], false).unwrap();
+        assert_eq!(
+            (c.datacenter.as_str(), c.node_class.as_str()),
+            ("eu-west-1", "web")
+        );
+        let meta: Vec<(&str, &str)> = c
+            .meta
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            meta,
+            [
+                ("cores", "8"),
+                ("rack", "r2"),
+                ("ssd", "true"),
+                ("zone", "a")
+            ]
+        );
+        let plain = load(&[write("c.hcl", "name = \"n\"\n")], false).unwrap();
+        assert_eq!(
+            (plain.datacenter.as_str(), plain.node_class.as_str()),
+            ("dc1", "")
+        );
+        assert!(plain.meta.is_empty());
+        for bad in [
+            "datacenter = \"dc-*\"\n",
+            "datacenter = \"\"\n",
+            "client {\n  meta {\n    a = [1]\n  }\n}\n",
+        ] {
+            let err = load(&[write("bad.hcl", bad)], false)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("datacenter") || err.contains("client.meta"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     /// A Nomad client configuration's plugin blocks work unchanged.

@@ -34,6 +34,85 @@ pub struct JobRecord {
     pub stop: bool,
     pub version: u64,
     pub submit_time: i64,
+    /// The job's latest evaluations, oldest first (at most a few: see `alloc::evals`), so that
+    /// its placement failures are still shown after an agent restart. Absent in files written
+    /// before placement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evaluations: Vec<EvalRecord>,
+}
+
+// ---- evaluations ----
+
+/// An evaluation's status, as Nomad spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvalStatus {
+    /// Done: everything it could place is placed (its failures say what it could not).
+    Complete,
+    /// Waiting for the node to change: it holds the allocations still to place.
+    Blocked,
+    /// Superseded (the job was registered again) or its job stopped.
+    Canceled,
+}
+
+impl EvalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvalStatus::Complete => "complete",
+            EvalStatus::Blocked => "blocked",
+            EvalStatus::Canceled => "canceled",
+        }
+    }
+}
+
+/// One placement of a job on this node (Nomad's `Evaluation`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct EvalRecord {
+    #[serde(rename = "ID")]
+    pub id: String,
+    /// `job-register`, or `queued-allocs` for a blocked evaluation and its re-evaluation.
+    pub triggered_by: String,
+    pub status: EvalStatus,
+    /// The groups it could not place (wholly or in part), in the job's group order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<FailedPlacement>,
+    /// The blocked evaluation that holds what this one could not place.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub blocked_eval: String,
+    /// The evaluation that created this blocked one.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub previous_eval: String,
+    /// Group → allocations still to place.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub queued: BTreeMap<String, u32>,
+    pub create_time: i64,
+    pub modify_time: i64,
+}
+
+/// What a group could not place and why (`alloc::placement::PlacementFailure`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct FailedPlacement {
+    pub task_group: String,
+    /// Allocations not placed.
+    pub failed: u32,
+    pub reason: PlacementReason,
+}
+
+/// Why this node took no more allocations of a group: one entry of Nomad's `AllocMetric`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "Kind", content = "Detail")]
+pub enum PlacementReason {
+    /// The node's pool is not the job's: no node was evaluated.
+    NodePool,
+    /// The node's datacenter is not one of the job's: no node was evaluated.
+    Datacenter,
+    /// A filter excluded the node: a constraint (`${attr.kernel.name} = linux`), `missing
+    /// drivers`, `distinct_hosts`, `distinct_property: ...`.
+    Constraint(String),
+    /// The node has too little of a resource (`memory`, `network: reserved port collision ...`).
+    Dimension(String),
 }
 
 /// An allocation as the state file keeps it.

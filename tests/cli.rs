@@ -509,6 +509,7 @@ fn job_status_lists_jobs_and_shows_one_with_its_allocations() {
             200,
             json!([{"ID": ALLOC_ID, "TaskGroup": "group", "DesiredStatus": "run", "ClientStatus": "running"}]),
         ),
+        ("GET /v1/job/example/evaluations", 200, json!([])),
         (
             "DELETE /v1/job/example?purge=true",
             200,

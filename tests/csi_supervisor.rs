@@ -85,17 +85,22 @@ fn task_context(
         resources: Resources::default(),
         lifecycle: None,
         leader: false,
+        constraints: vec![],
     };
     let job = Job {
         id: "csi".into(),
         name: "csi".into(),
         job_type: JobType::Service,
+        datacenters: vec!["*".into()],
+        node_pool: "default".into(),
+        constraints: vec![],
         task_groups: vec![TaskGroup {
             name: "group".into(),
             count: 1,
             restart_policy: policy,
             volumes: BTreeMap::new(),
             networks: Vec::new(),
+            constraints: vec![],
             tasks: vec![task.clone()],
         }],
     };

@@ -19,7 +19,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::evals;
 use super::model::Allocation;
+use super::placement::{NodeSource, PlacementFailure};
 use super::ports::NetworkSettings;
 use super::AllocError;
 use crate::jobspec::{validate::signal_number, Job};
@@ -47,6 +49,8 @@ pub struct Engine {
     pub max_allocs: usize,
     /// The host network's address and the ports allocations may get (`super::ports`).
     pub network: NetworkSettings,
+    /// The node as placement sees it now (`placement`).
+    pub node: Arc<dyn NodeSource>,
 }
 
 impl Engine {
@@ -67,17 +71,17 @@ pub(super) struct Registry {
 
 /// What an API write changes in the registry, planned before anything is changed.
 #[derive(Default)]
-struct Change {
+pub(super) struct Change {
     /// A job record to insert or replace.
-    put_job: Option<JobRecord>,
+    pub(super) put_job: Option<JobRecord>,
     /// A job to forget with all its allocations (a purge).
-    forget_job: Option<String>,
+    pub(super) forget_job: Option<String>,
     /// Allocations to stop: each should run when the change is planned.
-    stop: Vec<Arc<Allocation>>,
+    pub(super) stop: Vec<Arc<Allocation>>,
     /// New allocations, to be started once the change is made.
-    add: Vec<Arc<Allocation>>,
+    pub(super) add: Vec<Arc<Allocation>>,
     /// When the change was asked for: the stopped allocations' modify time.
-    at: i64,
+    pub(super) at: i64,
 }
 
 impl Change {
@@ -98,6 +102,10 @@ pub struct Registered {
     pub eval_id: String,
     /// False when the same spec was already running: nothing changed.
     pub changed: bool,
+    /// The groups this node could not place (an unchanged job: those still waiting).
+    pub failures: Vec<PlacementFailure>,
+    /// The evaluation that waits for the node to fit what failed.
+    pub blocked_eval: Option<String>,
 }
 
 /// A job as the API shows it: its record, its status by Nomad's rule, and how many of its
@@ -109,6 +117,8 @@ pub struct JobSummary {
     pub status: &'static str,
     /// Group → client status (`pending`, `running`, `failed`, `complete`) → allocations.
     pub groups: BTreeMap<String, BTreeMap<&'static str, u32>>,
+    /// Group → allocations not placed yet, waiting for the node to fit them.
+    pub queued: BTreeMap<String, u32>,
 }
 
 pub struct AllocManager {
@@ -178,7 +188,7 @@ impl AllocManager {
     /// from the registry as it is (`None`: nothing to do); the change is made only once the
     /// state file records it. `action` names the write in the error. Returns the allocations the
     /// change added, for the caller to start, or `None` when nothing changed.
-    fn commit(
+    pub(super) fn commit(
         &self,
         action: impl FnOnce() -> String,
         plan: impl FnOnce(&Registry) -> Result<Option<Change>, AllocError>,
@@ -220,9 +230,14 @@ impl AllocManager {
 
     /// Registers or updates a job. An unchanged spec is a no-op; a changed one stops the old
     /// allocations and starts new ones, once the state file records it.
+    ///
+    /// Only what this node can run is placed (`placement`): the groups it cannot run, wholly or
+    /// in part, get no allocation for what does not fit, and the answer names them in Nomad's
+    /// words; a blocked evaluation waits for the node to fit them ([`AllocManager::reevaluate`]).
     pub fn register_job(self: &Arc<Self>, job: Job) -> Result<Registered, AllocError> {
         let eval_id = uuid::Uuid::new_v4().to_string();
         let id = job.id.clone();
+        let mut failures = Vec::new();
         let added = self.commit(
             || format!("registering job {id:?}"),
             |reg| {
@@ -232,32 +247,32 @@ impl AllocManager {
                 }
                 reg.check_alloc_limit(&job, self.engine.max_allocs)?;
                 let now = now_nanos();
-                let job_arc = Arc::new(job.clone());
                 let stop = running_allocs_of(reg, &id);
+                let mut placement =
+                    super::placement::place(&job, &self.engine.node.node(), &BTreeMap::new());
                 // Ports are given here, under the registry lock, with the allocations being
-                // replaced already free: the placement check of `super::ports`.
-                let mut ports = reg.port_index(&self.engine.network, &stop);
-                let mut add = Vec::new();
-                for group in &job.task_groups {
-                    for index in 0..group.count {
-                        let given = ports
-                            .assign(&group.networks, &mut |n| fastrand::usize(..n))
-                            .map_err(|reason| AllocError::PortsUnavailable {
-                                job: job.id.clone(),
-                                group: group.name.clone(),
-                                reason,
-                            })?;
-                        add.push(Arc::new(Allocation::new(
-                            &job_arc, group, index, given, now,
-                        )));
-                    }
-                }
+                // replaced already free; a group that cannot get them is a placement failure.
+                let mut index = reg.port_index(&self.engine.network, &stop);
+                let ports = evals::assign_ports(&mut index, &job, &mut placement);
+                let job_arc = Arc::new(job.clone());
+                let add = evals::new_allocations(
+                    &job_arc,
+                    &placement.place,
+                    &BTreeMap::new(),
+                    ports,
+                    now,
+                );
+                let previous = existing.map_or(&[][..], |j| j.evaluations.as_slice());
+                let evaluations =
+                    evals::after_register(previous, &eval_id, &placement.failures, now);
+                failures = placement.failures;
                 Ok(Some(Change {
                     put_job: Some(JobRecord {
                         version: existing.map_or(0, |j| j.version + 1),
                         job,
                         stop: false,
                         submit_time: now,
+                        evaluations,
                     }),
                     stop,
                     add,
@@ -270,7 +285,26 @@ impl AllocManager {
         for alloc in added.unwrap_or_default() {
             self.start_alloc(&alloc, false);
         }
-        Ok(Registered { eval_id, changed })
+        let reg = self.registry.lock();
+        let record = reg.jobs.get(&id);
+        let blocked_eval = record.and_then(evals::blocked).map(|e| e.id.clone());
+        if changed {
+            return Ok(Registered {
+                eval_id,
+                changed,
+                failures,
+                blocked_eval,
+            });
+        }
+        // The same job again: what still waits, under the evaluation that said so.
+        Ok(Registered {
+            eval_id: record
+                .and_then(evals::latest)
+                .map_or(eval_id, |e| e.id.clone()),
+            changed,
+            failures: record.map(evals::current_failures).unwrap_or_default(),
+            blocked_eval,
+        })
     }
 
     /// Stops a job's allocations; `purge` also forgets the job and them. Returns the eval ID.
@@ -283,14 +317,16 @@ impl AllocManager {
                 if record.stop && stop.is_empty() && !purge {
                     return Ok(None);
                 }
+                let now = now_nanos();
                 Ok(Some(Change {
                     put_job: (!purge).then(|| JobRecord {
                         stop: true,
+                        evaluations: evals::after_stop(&record.evaluations, now),
                         ..record.clone()
                     }),
                     forget_job: purge.then(|| id.to_string()),
                     stop,
-                    at: now_nanos(),
+                    at: now,
                     ..Change::default()
                 }))
             },
@@ -322,10 +358,16 @@ impl AllocManager {
             let e = groups.entry(a.group.clone()).or_default();
             *e.entry(a.client_status()).or_default() += 1;
         }
+        let queued = if record.stop {
+            BTreeMap::new()
+        } else {
+            evals::queued(&record)
+        };
         JobSummary {
-            status: job_status(&record, &allocs),
+            status: job_status(&record, &allocs, !queued.is_empty()),
             record,
             groups,
+            queued,
         }
     }
 
@@ -345,6 +387,30 @@ impl AllocManager {
             .cloned()
             .ok_or(AllocError::JobNotFound)?;
         Ok(self.summary(record))
+    }
+
+    /// An evaluation by full ID, with the job it belongs to (`GET /v1/evaluation/:id`).
+    pub fn evaluation(
+        &self,
+        id: &str,
+    ) -> Result<(JobRecord, crate::records::EvalRecord), AllocError> {
+        let reg = self.registry.lock();
+        reg.jobs
+            .values()
+            .find_map(|j| {
+                let e = j.evaluations.iter().find(|e| e.id == id)?;
+                Some((j.clone(), e.clone()))
+            })
+            .ok_or(AllocError::EvalNotFound)
+    }
+
+    /// Every evaluation's ID (what an ID prefix is resolved against).
+    pub fn eval_ids(&self) -> Vec<String> {
+        let reg = self.registry.lock();
+        reg.jobs
+            .values()
+            .flat_map(|j| j.evaluations.iter().map(|e| e.id.clone()))
+            .collect()
     }
 
     /// A job's allocations, in ID order (`GET /v1/job/:id/allocations`).
@@ -476,12 +542,13 @@ impl AllocManager {
     }
 }
 
-/// Nomad's job status: `dead` when stopped or nothing of it should still run, else `running`
-/// when an allocation runs, else `pending`.
-fn job_status(record: &JobRecord, allocs: &[Arc<Allocation>]) -> &'static str {
-    let live = allocs.iter().any(|a| {
-        matches!(a.client_status(), "pending" | "running") && a.desired() == DesiredStatus::Run
-    });
+/// Nomad's job status: `dead` when stopped or nothing of it should still run or wait to be
+/// placed (`queued`), else `running` when an allocation runs, else `pending`.
+fn job_status(record: &JobRecord, allocs: &[Arc<Allocation>], queued: bool) -> &'static str {
+    let live = queued
+        || allocs.iter().any(|a| {
+            matches!(a.client_status(), "pending" | "running") && a.desired() == DesiredStatus::Run
+        });
     if record.stop || !live {
         "dead"
     } else if allocs.iter().any(|a| a.client_status() == "running") {

@@ -12,7 +12,11 @@
 //! - `lifecycle`: the order of an allocation's tasks (prestart, main, poststart, poststop,
 //!   sidecars, the leader), planned from their states and carried out by its gate thread;
 //! - `limit`: the per-node allocation limit a registration is checked against;
-//! - `ports`: the host ports allocations hold, and those a new allocation gets.
+//! - `ports`: the host ports allocations hold, and those a new allocation gets;
+//! - `placement`: what of a job this node can run (constraints, datacenters, node pool, drivers,
+//!   distinct hosts and properties) and Nomad's words for the rest ([`placement::PlacementFailure`]);
+//! - `evals`: the evaluations kept with each job, and placing what a blocked one holds once the
+//!   node fits it ([`AllocManager::reevaluate`]).
 //!
 //! The module returns domain values (shared [`Allocation`]s, [`JobSummary`], [`AllocError`]);
 //! the API (`api::jobs`, `api::allocations`) encodes them as Nomad's JSON and picks the status
@@ -34,17 +38,20 @@
 //!
 //! [`Worker`]: crate::thread::Worker
 
+mod evals;
 mod gate;
 mod gc;
 mod lifecycle;
 mod limit;
 mod manager;
 mod model;
+pub mod placement;
 mod ports;
 mod restore;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use evals::{MAX_EVALS, TRIGGER_QUEUED, TRIGGER_REGISTER};
 pub use gc::{gc_reason, Collector, DiskUsage, Over, Reason};
 pub use manager::{AllocManager, Engine, JobSummary, Registered};
 pub use model::{client_status, AllocStatus, Allocation, LockedTasks};
@@ -59,6 +66,8 @@ pub enum AllocError {
     JobNotFound,
     #[error("alloc not found")]
     AllocNotFound,
+    #[error("eval not found")]
+    EvalNotFound,
     /// A restart or signal named a task the allocation does not have.
     #[error("task {0:?} not found in allocation")]
     UnknownTask(String),
@@ -75,14 +84,6 @@ pub enum AllocError {
     /// A registration would put more allocations on this node than `client { max_allocs }`.
     #[error("{0}")]
     TooManyAllocs(String),
-    /// A group cannot get the host ports its `network` block asks for on this node: the
-    /// reason is Nomad's placement-failure line (`Dimension "network: ..." exhausted on 1 nodes`).
-    #[error("cannot place task group {group:?} of job {job:?} on this node: {reason}")]
-    PortsUnavailable {
-        job: String,
-        group: String,
-        reason: PortsUnavailable,
-    },
     /// The state file could not be written.
     #[error(transparent)]
     State(#[from] StateError),

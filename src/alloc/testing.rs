@@ -6,6 +6,7 @@ use crossbeam_channel::{Receiver, Sender};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::placement::{Node, NodeSource};
 use super::{AllocManager, Engine};
 use crate::driver;
 use crate::jobspec::Job;
@@ -27,6 +28,37 @@ impl VolumeLookup for NoVolumes {
     }
 }
 
+/// A `dc1` node in the `default` pool with the `raw_exec` driver.
+pub(crate) struct TestNode;
+
+impl TestNode {
+    pub(crate) fn node() -> Node {
+        Node {
+            id: "node".into(),
+            name: "node".into(),
+            datacenter: "dc1".into(),
+            node_pool: "default".into(),
+            attributes: [("driver.raw_exec".to_string(), "1".to_string())].into(),
+            ..Node::default()
+        }
+    }
+}
+
+impl NodeSource for TestNode {
+    fn node(&self) -> Node {
+        TestNode::node()
+    }
+}
+
+/// A node a test changes (its fingerprints), starting as [`TestNode`]'s.
+pub(crate) struct ChangingNode(pub parking_lot::Mutex<Node>);
+
+impl NodeSource for ChangingNode {
+    fn node(&self) -> Node {
+        self.0.lock().clone()
+    }
+}
+
 struct NoHooks;
 
 impl HookFactory for NoHooks {
@@ -38,6 +70,14 @@ impl HookFactory for NoHooks {
 /// A manager on a fresh data dir whose allocations never find their host volumes; node ID and
 /// name are `node`. Dropping the sender is the agent's shutdown.
 pub(crate) fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) {
+    manager_on(tag, Arc::new(TestNode))
+}
+
+/// [`manager`] on a node of the caller's.
+pub(crate) fn manager_on(
+    tag: &str,
+    node: Arc<dyn NodeSource>,
+) -> (Arc<AllocManager>, PathBuf, Sender<Never>) {
     let dir = std::env::temp_dir().join(format!("nw-alloc-{tag}-{}", uuid::Uuid::new_v4()));
     let (store, _) = StateStore::open(&dir, false).unwrap();
     let (shutdown_tx, shutdown) = crossbeam_channel::bounded::<Never>(0);
@@ -60,6 +100,7 @@ pub(crate) fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) 
         max_kill_timeout: crate::config::DEFAULT_MAX_KILL_TIMEOUT,
         max_allocs: crate::config::DEFAULT_MAX_ALLOCS,
         network: Default::default(),
+        node,
     };
     (AllocManager::new(engine, store), dir, shutdown_tx)
 }

@@ -23,14 +23,13 @@ use crate::jobspec::{network, Job};
 impl From<AllocError> for ApiError {
     fn from(e: AllocError) -> ApiError {
         match e {
-            AllocError::JobNotFound | AllocError::AllocNotFound => {
+            AllocError::JobNotFound | AllocError::AllocNotFound | AllocError::EvalNotFound => {
                 ApiError::NotFound(e.to_string())
             }
             AllocError::UnknownTask(_)
             | AllocError::UnknownSignal(_)
             | AllocError::NotCollectable { .. }
-            | AllocError::TooManyAllocs(_)
-            | AllocError::PortsUnavailable { .. } => ApiError::BadRequest(e.to_string()),
+            | AllocError::TooManyAllocs(_) => ApiError::BadRequest(e.to_string()),
             AllocError::NotSaved { .. } | AllocError::State(_) => ApiError::Internal(e.to_string()),
         }
     }

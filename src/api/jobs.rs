@@ -1,5 +1,6 @@
 //! Job routes (agent.md "HTTP API"): `PUT|POST /v1/jobs` (register), `POST /v1/jobs/parse`,
-//! `GET /v1/jobs`, `GET /v1/job/:id`, `GET /v1/job/:id/allocations`, `DELETE /v1/job/:id`; and
+//! `GET /v1/jobs`, `GET /v1/job/:id`, `GET /v1/job/:id/summary`, `GET /v1/job/:id/allocations`,
+//! `DELETE /v1/job/:id`; and
 //! jobs in Nomad's JSON shape, from the allocation manager's [`JobSummary`].
 
 use serde::{Deserialize, Serialize};
@@ -119,20 +120,33 @@ struct Summary<'a> {
     summary: BTreeMap<&'a str, BTreeMap<&'static str, u32>>,
 }
 
+/// Group → summary key → allocations: the allocations by client status, and `Queued`, those not
+/// placed yet.
+fn summary_counts(s: &JobSummary) -> BTreeMap<&str, BTreeMap<&'static str, u32>> {
+    let mut summary: BTreeMap<&str, BTreeMap<&'static str, u32>> = s
+        .groups
+        .iter()
+        .map(|(group, counts)| {
+            let mut keyed = BTreeMap::<&'static str, u32>::new();
+            for (status, n) in counts {
+                *keyed.entry(summary_key(status)).or_default() += n;
+            }
+            (group.as_str(), keyed)
+        })
+        .collect();
+    for (group, n) in &s.queued {
+        summary
+            .entry(group.as_str())
+            .or_default()
+            .insert("Queued", *n);
+    }
+    summary
+}
+
 impl<'a> JobStub<'a> {
     fn new(s: &'a JobSummary) -> JobStub<'a> {
         let job = &s.record.job;
-        let summary = s
-            .groups
-            .iter()
-            .map(|(group, counts)| {
-                let mut keyed = BTreeMap::<&'static str, u32>::new();
-                for (status, n) in counts {
-                    *keyed.entry(summary_key(status)).or_default() += n;
-                }
-                (group.as_str(), keyed)
-            })
-            .collect();
+        let summary = summary_counts(s);
         JobStub {
             id: &job.id,
             job_summary: Summary {
@@ -155,6 +169,9 @@ fn job_detail(s: &JobSummary) -> Result<Response, ApiError> {
     let mut v =
         serde_json::to_value(&s.record.job).map_err(|e| ApiError::Internal(e.to_string()))?;
     v["Namespace"] = json!("default");
+    // Left out of the job's own JSON at their defaults; the API shows them as Nomad does.
+    v["Datacenters"] = json!(s.record.job.datacenters);
+    v["NodePool"] = json!(s.record.job.node_pool);
     v["Status"] = json!(s.status);
     v["Stop"] = json!(s.record.stop);
     v["Version"] = json!(s.record.version);
@@ -168,10 +185,15 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
         let parsed = jobspec::json::parse_job(req.body())?;
         check_volumes(&a, &parsed.job)?;
         let registered = a.allocs.register_job(parsed.job)?;
+        // Nomad's answer, with what `job run` prints of the evaluation: the groups this node
+        // could not place (in Nomad's `Evaluation.FailedTGAllocs` shape) and the blocked
+        // evaluation that waits for them.
         Response::json(json!({
             "EvalID": registered.eval_id,
             "Warnings": parsed.warnings.join("\n"),
             "Changed": registered.changed,
+            "FailedTGAllocs": super::evaluations::failed_tg_allocs(&registered.failures, &a.config.datacenter),
+            "BlockedEval": registered.blocked_eval.unwrap_or_default(),
         }))
     });
     let post = register.clone();
@@ -188,6 +210,28 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
     let a = agent.clone();
     r.get("/v1/job/:id", move |req| {
         job_detail(&a.allocs.job(&job_id(&a, req)?)?)
+    });
+    let a = agent.clone();
+    r.get("/v1/job/:id/summary", move |req| {
+        let s = a.allocs.job(&job_id(&a, req)?)?;
+        let groups = s.record.job.task_groups.iter().map(|g| g.name.as_str());
+        let mut full: BTreeMap<&str, BTreeMap<&'static str, u32>> = groups
+            .map(|g| {
+                let zero = [
+                    "Queued", "Starting", "Running", "Failed", "Complete", "Lost", "Unknown",
+                ];
+                (g, zero.into_iter().map(|k| (k, 0)).collect())
+            })
+            .collect();
+        for (group, counts) in summary_counts(&s) {
+            full.entry(group).or_default().extend(counts);
+        }
+        Response::json(json!({
+            "JobID": s.record.job.id,
+            "Namespace": "default",
+            "Summary": full,
+            "Children": {"Pending": 0, "Running": 0, "Dead": 0},
+        }))
     });
     let a = agent.clone();
     r.get("/v1/job/:id/allocations", move |req| {

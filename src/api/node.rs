@@ -1,5 +1,6 @@
 //! Node routes (agent.md "HTTP API"): `GET /v1/nodes` (the one node, as a list stub) and
-//! `GET /v1/node/:id` (with its attributes, host volumes and CSI plugins).
+//! `GET /v1/node/:id` (with its attributes, meta, host volumes and CSI plugins). `Datacenter`,
+//! `NodeClass`, `NodePool`, `Attributes` and `Meta` are what constraints are checked against.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -24,12 +25,16 @@ struct Node<'a> {
     csi_controller_plugins: Option<&'a Value>,
     #[serde(rename = "CSINodePlugins", skip_serializing_if = "Option::is_none")]
     csi_node_plugins: Option<&'a Value>,
-    datacenter: &'static str,
+    datacenter: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     host_volumes: Option<Value>,
     #[serde(rename = "ID")]
     id: &'a str,
+    /// The agent's `client { meta }` (the node's only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    meta: Option<&'a BTreeMap<String, String>>,
     name: &'a str,
+    node_class: &'a str,
     node_pool: &'a str,
     scheduling_eligibility: &'static str,
     status: &'static str,
@@ -41,10 +46,12 @@ impl<'a> Node<'a> {
             attributes: None,
             csi_controller_plugins: None,
             csi_node_plugins: None,
-            datacenter: "dc1",
+            datacenter: &agent.config.datacenter,
             host_volumes: None,
             id: &agent.node_id,
+            meta: None,
             name: &agent.config.name,
+            node_class: &agent.config.node_class,
             node_pool: &agent.config.node_pool,
             scheduling_eligibility: "eligible",
             status: "ready",
@@ -65,6 +72,7 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
             csi_controller_plugins: Some(&csi["CSIControllerPlugins"]),
             csi_node_plugins: Some(&csi["CSINodePlugins"]),
             host_volumes: Some(super::volumes::host_volumes_json(&a.host_volumes)),
+            meta: Some(&a.config.meta),
             ..Node::stub(&a)
         })
     });

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::router::Router;
 use super::server::{ApiServer, ServerConfig, ServerError};
-use super::{agent, allocations, gc, jobs, logs, node, plugins, volumes};
+use super::{agent, allocations, evaluations, gc, jobs, logs, node, plugins, volumes};
 use crate::agent::Agent;
 use crate::config::AgentConfig;
 
@@ -50,6 +50,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
     agent::routes(&mut r, &agent);
     node::routes(&mut r, &agent);
     jobs::routes(&mut r, &agent);
+    evaluations::routes(&mut r, &agent);
     allocations::routes(&mut r, &agent);
     gc::routes(&mut r, &agent);
     logs::routes(&mut r, &agent);

@@ -35,6 +35,56 @@ pub fn table(rows: &[Vec<String>]) -> String {
     lines.join("\n")
 }
 
+/// Nomad's lines for one `AllocMetric` (`formatAllocMetrics`), each starting `* `: why no node
+/// (here: this node) took a group's allocations.
+pub fn alloc_metrics(metric: &Value) -> Vec<String> {
+    let count = |key: &str| metric[key].as_u64().unwrap_or(0);
+    let pairs = |key: &str| -> Vec<(String, u64)> {
+        metric[key]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    if count("NodesEvaluated") == 0 {
+        out.push("* No nodes were eligible for evaluation".to_string());
+    }
+    for (dc, n) in pairs("NodesAvailable") {
+        if n == 0 {
+            out.push(format!("* No nodes are available in datacenter {dc:?}"));
+        }
+    }
+    for (class, n) in pairs("ClassFiltered") {
+        out.push(format!("* Class {class:?}: {n} nodes excluded by filter"));
+    }
+    for (c, n) in pairs("ConstraintFiltered") {
+        out.push(format!("* Constraint {c:?}: {n} nodes excluded by filter"));
+    }
+    if count("NodesExhausted") > 0 {
+        out.push(format!(
+            "* Resources exhausted on {} nodes",
+            count("NodesExhausted")
+        ));
+    }
+    for (class, n) in pairs("ClassExhausted") {
+        out.push(format!("* Class {class:?} exhausted on {n} nodes"));
+    }
+    for (dim, n) in pairs("DimensionExhausted") {
+        out.push(format!("* Dimension {dim:?} exhausted on {n} nodes"));
+    }
+    for quota in metric["QuotaExhausted"].as_array().into_iter().flatten() {
+        out.push(format!(
+            "* Quota limit hit {:?}",
+            quota.as_str().unwrap_or("")
+        ));
+    }
+    out
+}
+
 /// `Key = value` lines with the keys padded to the longest. No trailing newline.
 pub fn key_values(rows: &[(&str, String)]) -> String {
     let width = rows

@@ -27,7 +27,9 @@ const RUN: Spec = Spec {
 
   Registers the job in the file: HCL, or, for a .json file, Nomad's API JSON
   (`{\"Job\": {...}}` or the bare job), sent as it is. HCL is evaluated here, as Nomad's CLI
-  does: its variables, locals and functions; file() reads files relative to the jobspec.
+  does: its variables, locals and functions; file() reads files relative to the jobspec. Exits 2
+  when the job was registered but this node could not place all of it (the reasons are printed),
+  as Nomad's.
 
   -detach          Print the evaluation ID and return without listing the allocations.
   -var name=value  Sets a variable of the jobspec (repeatable; the last one wins).
@@ -116,6 +118,7 @@ fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         if !eval.is_empty() {
             ctx.println(&format!("Evaluation ID: {eval}"));
         }
+        // Nomad's -detach does not look at the evaluation: its exit status says nothing of it.
         return Ok(());
     }
     ctx.println(&format!("==> Job {job_id:?} registered"));
@@ -137,7 +140,80 @@ fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
             s(alloc, "ClientStatus")
         ));
     }
-    Ok(())
+    match answer.get("FailedTGAllocs").and_then(Value::as_object) {
+        Some(failed) if !failed.is_empty() => {
+            ctx.println(&placement_failures(
+                &eval,
+                failed,
+                s(&answer, "BlockedEval"),
+            ));
+            Err(CmdError::Exit(2))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Nomad's `job run` lines for an evaluation that could not place everything.
+fn placement_failures(
+    eval: &str,
+    failed: &serde_json::Map<String, Value>,
+    blocked: &str,
+) -> String {
+    let mut out = vec![format!(
+        "==> Evaluation {:?} finished with status \"complete\" but failed to place all allocations:",
+        short_id(eval)
+    )];
+    for (group, metric) in failed {
+        let n = metric["CoalescedFailures"].as_u64().unwrap_or(0) + 1;
+        let noun = if n == 1 { "allocation" } else { "allocations" };
+        out.push(format!(
+            "    Task Group {group:?} (failed to place {n} {noun}):"
+        ));
+        out.extend(
+            format::alloc_metrics(metric)
+                .into_iter()
+                .map(|l| format!("      {l}")),
+        );
+    }
+    if !blocked.is_empty() {
+        out.push(format!(
+            "    Evaluation {:?} waiting for additional capacity to place remainder",
+            short_id(blocked)
+        ));
+    }
+    out.join("\n")
+}
+
+/// `job status`'s `Placement Failure` section: the latest evaluation that could not place
+/// everything, while a blocked one waits (Nomad's rule). Empty when there is none.
+fn placement_section(evals: &[Value]) -> String {
+    if !evals.iter().any(|e| s(e, "Status") == "blocked") {
+        return String::new();
+    }
+    // The API lists the newest first; the first of the latest with failures wins a tie.
+    let latest = evals
+        .iter()
+        .filter_map(|e| {
+            let failed = e["FailedTGAllocs"].as_object().filter(|m| !m.is_empty())?;
+            Some((e["CreateTime"].as_i64().unwrap_or(0), failed))
+        })
+        .reduce(|newest, e| if e.0 > newest.0 { e } else { newest });
+    let Some((_, failed)) = latest else {
+        return String::new();
+    };
+    let groups: Vec<String> = failed
+        .iter()
+        .map(|(group, metric)| {
+            let mut lines = vec![format!("Task Group {group:?}:")];
+            lines.extend(
+                format::alloc_metrics(metric)
+                    .into_iter()
+                    .map(|l| format!("  {l}")),
+            );
+            lines.join("\n")
+        })
+        .collect();
+    format!("Placement Failure\n{}", groups.join("\n\n"))
 }
 
 /// What an HCL jobspec is evaluated with: `-var`, `-var-file` and the `NOMAD_VAR_<name>`
@@ -232,6 +308,10 @@ fn status(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         ctx.print_json(&json!({"Job": job, "Allocations": allocs}));
         return Ok(());
     }
+    let evals = ctx
+        .client
+        .get(&format!("/v1/job/{}/evaluations", enc(&full_id)))
+        .map_err(|e| failed("querying job evaluations", e))?;
     ctx.println(&format::key_values(&[
         ("ID", full_id.clone()),
         ("Name", s(&job, "Name").into()),
@@ -240,6 +320,11 @@ fn status(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         ("Submit Date", submit_date(&job)),
     ]));
     ctx.println("");
+    let placement = placement_section(evals.as_array().map_or(&[][..], Vec::as_slice));
+    if !placement.is_empty() {
+        ctx.println(&placement);
+        ctx.println("");
+    }
     ctx.println("Allocations");
     let allocs = allocs.as_array().cloned().unwrap_or_default();
     if allocs.is_empty() {
@@ -343,6 +428,7 @@ mod tests {
             .collect::<Vec<_>>();
         hcl_inputs(&p, Path::new(&p.args[0]), env.into_iter()).map_err(|e| match e {
             CmdError::Usage(m) | CmdError::Failed(m) => m,
+            CmdError::Exit(code) => format!("exit {code}"),
         })
     }
 

@@ -5,7 +5,8 @@
 //! Each command parses its Go-style flags ([`flags`]), calls the API at `NODEWARD_ADDR` with
 //! `NODEWARD_TOKEN` ([`client`]) and prints with the pure functions of [`format`]. Exit status: 0 on
 //! success, 1 when the command failed (`Error ...: <reason>` on stderr), 2 on bad usage (the reason
-//! and the command's usage on stderr). `-h` prints the usage on stdout and exits 0.
+//! and the command's usage on stderr), and 2 from `job run` when the job was registered but not
+//! all of it could be placed, as Nomad's. `-h` prints the usage on stdout and exits 0.
 
 pub mod agent;
 pub mod client;
@@ -107,6 +108,7 @@ pub fn run_with(args: &[String], env: &Env, out: &mut dyn Write, err: &mut dyn W
             let _ = writeln!(err, "{message}");
             1
         }
+        Err(CmdError::Exit(code)) => code,
     }
 }
 
@@ -159,6 +161,9 @@ pub(crate) enum CmdError {
     Usage(String),
     /// The command failed (exit 1); the message is printed as is.
     Failed(String),
+    /// The command printed what happened and exits with this status: `job run`'s 2 when the
+    /// job could not be placed, as Nomad's.
+    Exit(i32),
 }
 
 /// `Error <doing>: <reason>`, the shape of every failure message.

@@ -11,15 +11,17 @@
 //! Supported, as in tasks.md, csi.md and host-volumes.md:
 //!
 //! ```text
-//! job "<id>" { type  group "<name>" {..} }
-//! group "<name>" { count  restart {..}  volume "<label>" { type source read_only }  task "<name>" {..}
-//!                  network { mode  port "<label>" { static to host_network } } (super::network) }
+//! job "<id>" { type datacenters node_pool  constraint {..}  group "<name>" {..} }
+//! group "<name>" { count  restart {..}  volume "<label>" { type source read_only }  constraint {..}
+//!                  network { mode  port "<label>" { static to host_network } } (super::network)
+//!                  task "<name>" {..} }
 //! task "<name>" { driver user kill_signal kill_timeout  config { command args }  env {..}
 //!                 (a docker task's config: the keys of docker.md, `jobspec::docker::KEYS`)
 //!                 logs { max_files max_file_size }  volume_mount { volume destination read_only }
 //!                 csi_plugin { id type mount_dir stage_publish_base_dir health_timeout }
-//!                 resources { cpu memory }  restart { attempts interval delay mode }
+//!                 resources { cpu memory }  restart { attempts interval delay mode }  constraint {..}
 //!                 leader  lifecycle { hook sidecar } (super::lifecycle) }
+//! constraint { attribute operator value  (shorthands: super::constraint) }
 //! ```
 
 use std::collections::BTreeMap;
@@ -27,6 +29,7 @@ use std::collections::BTreeMap;
 use hcl::edit::structure::{Block, Structure};
 use hcl::edit::Span;
 
+use super::constraint::{Level, RawConstraint};
 use super::lifecycle::RawLifecycle;
 use super::raw::{
     RawConfig, RawCsiPlugin, RawDuration, RawGroup, RawJob, RawLogConfig, RawResources, RawRestart,
@@ -95,7 +98,12 @@ impl Walk<'_> {
     fn job(&self, block: &Block) -> Result<RawJob, JobspecError> {
         let id = self.src.label("the jobspec", block)?;
         let what = format!("job {id:?}");
-        let items = self.src.items(&what, &block.body, &["type"], &["group"])?;
+        let items = self.src.items(
+            &what,
+            &block.body,
+            &["type", "datacenters", "node_pool"],
+            &["group", "constraint"],
+        )?;
         let spelled_type = self.src.opt_string(&items, "type")?;
         if let (Some(spelled), Some(attr)) = (&spelled_type, items.attr("type")) {
             job_type(spelled)
@@ -109,6 +117,12 @@ impl Walk<'_> {
         Ok(RawJob {
             id: Some(id),
             job_type: spelled_type,
+            datacenters: items
+                .attr("datacenters")
+                .map(|a| self.src.strings(&what, a))
+                .transpose()?,
+            node_pool: self.src.opt_string(&items, "node_pool")?,
+            constraints: Some(self.constraints(&what, Level::Job, &items)?),
             task_groups: Some(task_groups),
             ..RawJob::default()
         })
@@ -121,7 +135,7 @@ impl Walk<'_> {
             &what,
             &block.body,
             &["count"],
-            &["restart", "volume", "network", "task"],
+            &["restart", "volume", "network", "task", "constraint"],
         )?;
         let count = self.src.opt_u32(&items, "count")?;
         let restart_policy = self
@@ -152,6 +166,7 @@ impl Walk<'_> {
             restart_policy,
             volumes: Some(volumes),
             networks,
+            constraints: Some(self.constraints(&what, Level::Group, &items)?),
             tasks: Some(tasks),
             ..RawGroup::default()
         })
@@ -208,6 +223,7 @@ impl Walk<'_> {
                 "csi_plugin",
                 "resources",
                 "restart",
+                "constraint",
             ],
         )?;
         let kill_signal = self.src.opt_string(&items, "kill_signal")?;
@@ -272,6 +288,7 @@ impl Walk<'_> {
             volume_mounts: Some(volume_mounts),
             csi_plugin,
             resources,
+            constraints: Some(self.constraints(&what, Level::Task, &items)?),
             ..RawTask::default()
         })
     }
@@ -432,6 +449,16 @@ impl Walk<'_> {
         })
     }
 
+    /// The `constraint` blocks of a job, group or task ([`super::constraint`]).
+    fn constraints(
+        &self,
+        what: &str,
+        level: Level,
+        items: &Items,
+    ) -> Result<Vec<RawConstraint>, JobspecError> {
+        super::constraint::from_hcl(self.src, what, level, items.blocks("constraint"))
+    }
+
     fn duration(&self, items: &Items, key: &str) -> Result<Option<RawDuration>, JobspecError> {
         Ok(self.src.opt_duration(items, key)?.map(RawDuration::Parsed))
     }
@@ -480,6 +507,9 @@ job "example" {
             id: "example".to_string(),
             name: "example".to_string(),
             job_type: JobType::Service,
+            datacenters: vec!["*".to_string()],
+            node_pool: "default".to_string(),
+            constraints: Vec::new(),
             task_groups: vec![TaskGroup {
                 name: "group".to_string(),
                 count: 1,
@@ -494,6 +524,7 @@ job "example" {
                     },
                 )]),
                 networks: Vec::new(),
+                constraints: Vec::new(),
                 tasks: vec![Task {
                     name: "task".to_string(),
                     driver: "raw_exec".to_string(),
@@ -531,6 +562,7 @@ job "example" {
                     },
                     lifecycle: None,
                     leader: false,
+                    constraints: Vec::new(),
                 }],
             }],
         }
@@ -686,8 +718,8 @@ EOT
                 "unknown attribute \"image\" in config block of task \"web\" at line 9",
             ),
             (
-                "job \"j\" {\n  datacenters = [\"dc1\"]\n}".to_string(),
-                "unknown attribute \"datacenters\" in job \"j\" at line 2",
+                "job \"j\" {\n  datacentres = [\"dc1\"]\n}".to_string(),
+                "unknown attribute \"datacentres\" in job \"j\" at line 2",
             ),
             (
                 "jobs \"x\" {}\n".to_string(),

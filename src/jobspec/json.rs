@@ -205,7 +205,7 @@ mod tests {
     #[test]
     fn unsupported_fields_are_listed_as_warnings() {
         let mut job = minimal();
-        job["Datacenters"] = json!(["dc1"]);
+        job["Affinities"] = json!([{"LTarget": "${node.class}", "RTarget": "x"}]);
         job["TaskGroups"][0]["Networks"] = json!([{"Mode": "host", "MBits": 10}]);
         job["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{"Name": "web"}]);
         job["TaskGroups"][0]["Tasks"][0]["Config"]["pid_mode"] = json!("host");
@@ -217,7 +217,7 @@ mod tests {
             parsed.warnings,
             vec![
                 field("EnforceIndex"),
-                field("Datacenters"),
+                field("Affinities"),
                 field("TaskGroups[0].Networks[0].MBits"),
                 field("TaskGroups[0].Tasks[0].Services"),
                 field("TaskGroups[0].Tasks[0].Config.pid_mode"),

@@ -9,6 +9,7 @@
 //! `command`, `args` and `env` stays as written and is replaced when the task starts
 //! ([`interpolate`]).
 
+pub mod constraint;
 pub mod docker;
 pub mod hcl;
 pub mod interpolate;
@@ -21,6 +22,7 @@ pub mod validate;
 #[cfg(test)]
 mod vars_tests;
 
+pub use constraint::{Constraint, Operator};
 pub use signal::Signal;
 
 use serde::{Deserialize, Serialize};
@@ -123,6 +125,22 @@ pub struct Job {
     pub name: String,
     #[serde(rename = "Type")]
     pub job_type: JobType,
+    /// Globs of the datacenters the job may run in; Nomad's default, `["*"]`, is left out of the
+    /// JSON (so is every placement field at its default: job JSON written before them is unchanged).
+    #[serde(
+        default = "constraint::any_datacenter",
+        skip_serializing_if = "constraint::is_any_datacenter"
+    )]
+    pub datacenters: Vec<String>,
+    /// The node pool the job runs in (`default`; `all` is any pool).
+    #[serde(
+        default = "constraint::default_node_pool",
+        skip_serializing_if = "constraint::is_default_pool"
+    )]
+    pub node_pool: String,
+    /// Job-level `constraint` blocks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<Constraint>,
     pub task_groups: Vec<TaskGroup>,
 }
 
@@ -139,6 +157,9 @@ pub struct TaskGroup {
     /// there is none, so a job without one keeps its JSON.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub networks: Vec<network::NetworkResource>,
+    /// Group-level `constraint` blocks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<Constraint>,
     pub tasks: Vec<Task>,
 }
 
@@ -213,6 +234,9 @@ pub struct Task {
     /// `leader = true`: when this task ends, the other tasks of its allocation are killed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub leader: bool,
+    /// Task-level `constraint` blocks (placed with the group's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<Constraint>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

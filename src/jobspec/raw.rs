@@ -18,6 +18,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+use super::constraint::{self, Level, RawConstraint};
 use super::validate::{
     csi_plugin_id, csi_plugin_type, job_type, kill_signal, restart_mode, validate_job,
 };
@@ -39,6 +40,10 @@ pub(crate) struct RawJob {
     pub name: Option<String>,
     #[serde(rename = "Type")]
     pub job_type: Option<String>,
+    pub datacenters: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "empty_is_unset")]
+    pub node_pool: Option<String>,
+    pub constraints: Option<Vec<RawConstraint>>,
     pub task_groups: Option<Vec<RawGroup>>,
     #[serde(flatten)]
     pub extra: Extra,
@@ -53,6 +58,7 @@ pub(crate) struct RawGroup {
     /// Keyed by the label of the group's `volume` block.
     pub volumes: Option<BTreeMap<String, RawVolume>>,
     pub networks: Option<Vec<super::network::RawNetwork>>,
+    pub constraints: Option<Vec<RawConstraint>>,
     pub tasks: Option<Vec<RawTask>>,
     #[serde(flatten)]
     pub extra: Extra,
@@ -105,6 +111,7 @@ pub(crate) struct RawTask {
     pub resources: Option<RawResources>,
     pub lifecycle: Option<super::lifecycle::RawLifecycle>,
     pub leader: Option<bool>,
+    pub constraints: Option<Vec<RawConstraint>>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -206,9 +213,11 @@ impl RawJob {
     pub fn ignored_fields(&self) -> Vec<String> {
         let mut out = Vec::new();
         warn_extra(&mut out, "", &self.extra);
+        constraint::warn_unknown(&mut out, "", &self.constraints);
         for (i, g) in self.task_groups.iter().flatten().enumerate() {
             let path = format!("TaskGroups[{i}]");
             warn_extra(&mut out, &format!("{path}."), &g.extra);
+            constraint::warn_unknown(&mut out, &format!("{path}."), &g.constraints);
             if let Some(r) = &g.restart_policy {
                 warn_extra(&mut out, &format!("{path}.RestartPolicy."), &r.extra);
             }
@@ -219,6 +228,7 @@ impl RawJob {
             for (j, t) in g.tasks.iter().flatten().enumerate() {
                 let path = format!("{path}.Tasks[{j}]");
                 warn_extra(&mut out, &format!("{path}."), &t.extra);
+                constraint::warn_unknown(&mut out, &format!("{path}."), &t.constraints);
                 if let Some(r) = &t.restart_policy {
                     warn_extra(&mut out, &format!("{path}.RestartPolicy."), &r.extra);
                 }
@@ -333,6 +343,9 @@ impl TryFrom<RawJob> for Job {
             .map(|(i, g)| group(&format!("TaskGroups[{i}]"), job_type, g))
             .collect::<Result<_, _>>()?;
         let job = Job {
+            datacenters: constraint::datacenters(&format!("job {id:?}"), raw.datacenters)?,
+            node_pool: constraint::node_pool(raw.node_pool),
+            constraints: constraint::convert(&format!("job {id:?}"), Level::Job, raw.constraints)?,
             id,
             name,
             job_type,
@@ -376,6 +389,11 @@ fn group(path: &str, job_type: JobType, raw: RawGroup) -> Result<TaskGroup, Jobs
         .map(|(i, t)| task(&format!("{path}.Tasks[{i}]"), restart_policy, t))
         .collect::<Result<_, _>>()?;
     let group = TaskGroup {
+        constraints: constraint::convert(
+            &format!("group {name:?}"),
+            Level::Group,
+            raw.constraints,
+        )?,
         name,
         count: whole(&format!("{path}.Count"), raw.count)?.unwrap_or(1),
         restart_policy,
@@ -477,6 +495,7 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
             cpu: resources.cpu.unwrap_or(resource_defaults.cpu),
             memory_mb: resources.memory_mb.unwrap_or(resource_defaults.memory_mb),
         },
+        constraints: constraint::convert(&format!("task {name:?}"), Level::Task, raw.constraints)?,
         name,
     })
 }

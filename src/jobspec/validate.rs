@@ -366,6 +366,7 @@ mod tests {
             resources: Resources::default(),
             lifecycle: None,
             leader: false,
+            constraints: Vec::new(),
         }
     }
 
@@ -384,12 +385,16 @@ mod tests {
             id: "example".to_string(),
             name: "example".to_string(),
             job_type: JobType::Service,
+            datacenters: vec!["*".to_string()],
+            node_pool: "default".to_string(),
+            constraints: Vec::new(),
             task_groups: vec![TaskGroup {
                 name: "group".to_string(),
                 count: 1,
                 restart_policy: JobType::Service.default_restart_policy(),
                 volumes,
                 networks: Vec::new(),
+                constraints: Vec::new(),
                 tasks: vec![task("task")],
             }],
         }

@@ -5,6 +5,7 @@ pub mod duration;
 pub mod logging;
 pub mod netif;
 pub mod systemd;
+pub mod version;
 
 /// The first 8 characters of an ID, as Nomad shows IDs in lists and nodeward names threads
 /// (`task-1e1d4540-web`); the whole ID when it is shorter. Never splits a character.

@@ -23,9 +23,10 @@
 //! what still runs, lets the log thread read to the end, and removes the container: a container
 //! of a task that ended is never left behind.
 //!
-//! Health: [`Docker::refresh`] (every 30 s on the agent's `docker-fingerprint` thread, and on
-//! SIGHUP) connects to the engine; while it cannot, the node has no `driver.docker` attribute and
-//! starts fail with the engine's error, and running containers are left alone.
+//! Health: [`Docker::refresh`] (once as the agent starts, then every 30 s on the agent's
+//! `docker-fingerprint` thread, and on SIGHUP) connects to the engine; while it cannot, the node
+//! has no `driver.docker` attribute, so a new docker job is a placement failure
+//! (`alloc::placement`), and running containers are left alone.
 
 pub mod container;
 pub mod engine;

@@ -4,7 +4,10 @@
 //! - the client's volume calls, each against the plugin process: what the plugin makes on disk,
 //!   the answers, and its errors as the caller reads them;
 //! - bind mounts really made and removed by publish and unpublish (as root; otherwise each such
-//!   test prints a SKIPPED line).
+//!   test prints a SKIPPED line);
+//! - CSI volumes through the real agent, its API and its CLI, with the plugin run as a CSI plugin
+//!   task of a job: create, status, delete, register, deregister, the refusals, and an agent
+//!   killed and started again.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -445,4 +448,303 @@ fn without_staging_publish_mounts_the_volume_directory() {
             staging.display()
         )
     );
+}
+
+// ---- through the agent ------------------------------------------------------------------------
+
+/// An agent running the hostpath plugin as a monolith plugin task (its volumes under
+/// `<dir>/vols`), once the plugin is healthy and registered on both sides.
+struct PluginAgent {
+    agent: TestAgent,
+    root: PathBuf,
+    alloc: String,
+    _dir: TempDir,
+}
+
+impl PluginAgent {
+    /// `restart` is the group's restart block; `extra` more plugin arguments.
+    fn start(tag: &str, restart: &str, extra: &str) -> PluginAgent {
+        let dir = TempDir::new(tag);
+        let root = dir.path().join("vols");
+        let agent = TestAgent::start_in(dir.path(), "");
+        let job = agent.run_hcl(&format!(
+            r#"
+job "hostpath" {{
+  group "plugin" {{
+    {restart}
+    task "plugin" {{
+      driver = "raw_exec"
+      config {{
+        command = "{PLUGIN}"
+        args    = ["--endpoint", "${{CSI_ENDPOINT}}", "--root", "{root}"{extra}]
+      }}
+      csi_plugin {{ id = "hostpath"  type = "monolith"  health_timeout = "30s" }}
+    }}
+  }}
+}}"#,
+            root = root.display()
+        ));
+        let alloc = agent.alloc_id(&job);
+        wait_for(WAIT, "the plugin healthy on both sides", || {
+            // 404 until the plugin registers.
+            let (_, body) = agent.request("GET", "/v1/plugin/csi/hostpath", None);
+            let p: serde_json::Value = serde_json::from_str(&body).ok()?;
+            (p["ControllersHealthy"] == 1 && p["NodesHealthy"] == 1).then_some(())
+        });
+        PluginAgent {
+            agent,
+            root,
+            alloc,
+            _dir: dir,
+        }
+    }
+
+    fn spec(&self, name: &str, body: &str) -> PathBuf {
+        let path = self.agent.dir.join(name);
+        std::fs::write(&path, body).unwrap();
+        path
+    }
+
+    /// Runs the CLI: (exit status, stdout, stderr).
+    fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.agent.cli(args);
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+const CAPABILITY: &str = r#"
+capability {
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}"#;
+
+fn csi_spec(id: &str, extra: &str) -> String {
+    format!("type = \"csi\"\nid = \"{id}\"\nplugin_id = \"hostpath\"\n{extra}\n{CAPABILITY}\n")
+}
+
+/// The whole life of a created volume through the CLI and the API: the plugin makes its
+/// directory, status shows it beside the host volumes, a second create of the ID is refused,
+/// delete has the plugin remove it, and then it is unknown.
+#[test]
+fn create_status_and_delete_through_the_agent() {
+    let p = PluginAgent::start("csi-life", "", "");
+    let file = p.spec(
+        "data.hcl",
+        &csi_spec("data", "capacity_min = \"1MiB\"\ncapacity_max = \"4MiB\""),
+    );
+    let (code, out, err) = p.cli(&["volume", "create", file.to_str().unwrap()]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert_eq!(out, "Created external volume hp-data with ID data\n");
+    let dir = p.root.join("hp-data");
+    assert!(dir.is_dir(), "{}", dir.display());
+
+    let v = p.agent.get("/v1/volume/csi/data");
+    assert_eq!(v["ID"], "data");
+    assert_eq!(v["ExternalID"], "hp-data");
+    assert_eq!(v["PluginID"], "hostpath");
+    assert_eq!(v["Capacity"], 1 << 20, "the capacity the plugin answered");
+    assert_eq!(v["RequestedCapacityMax"], 4 << 20);
+    assert_eq!(v["Schedulable"], true);
+    assert_eq!(v["Provider"], "nodeward.test.csi");
+    assert_eq!(v["ProviderVersion"], "1.2.3");
+    assert_eq!(
+        (v["ControllersHealthy"].clone(), v["NodesHealthy"].clone()),
+        (1.into(), 1.into())
+    );
+    assert_eq!(v["Context"]["path"], dir.display().to_string());
+    assert_eq!(
+        v["Topologies"][0]["Segments"]["topology.nodeward.test/node"],
+        "test-node-1"
+    );
+    let list = p.agent.get("/v1/volumes?type=csi");
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list[0]["ExternalID"], "hp-data");
+    // A prefix is enough.
+    assert_eq!(p.agent.get("/v1/volume/csi/da")["ID"], "data");
+
+    let (code, out, _) = p.cli(&["volume", "status"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("Container Storage Interface\nID    Name  Plugin ID  Schedulable  Access Mode\ndata  data  hostpath   true\n"),
+        "{out}"
+    );
+    let (code, out, _) = p.cli(&["volume", "status", "data"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("External ID          = hp-data\n"), "{out}");
+    assert!(out.contains("Capacity             = 1.0 MiB\n"), "{out}");
+
+    // The ID is taken: nothing changes, and the plugin is not called.
+    let (code, _, err) = p.cli(&["volume", "create", file.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "Error creating volume: Unexpected response code: 400 (CSI volume \"data\" already exists)\n"
+    );
+
+    let (code, out, err) = p.cli(&["volume", "delete", "data"]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert_eq!(out, "Successfully deleted volume \"data\"!\n");
+    assert!(!dir.exists(), "the plugin removed the directory");
+    let (status, body) = p.agent.request("GET", "/v1/volume/csi/data", None);
+    assert_eq!((status, body.as_str()), (404, "volume not found: data"));
+    let state = state_on_disk(&p.agent.data_dir).unwrap();
+    assert!(
+        state["CSIVolumes"].as_array().unwrap().is_empty(),
+        "{state}"
+    );
+}
+
+/// Storage that exists is registered by its plugin's ID (the plugin confirms the capabilities
+/// first) and deregistered without touching it; unknown IDs and unknown storage are refused.
+#[test]
+fn register_deregister_and_unknown_ids() {
+    let p = PluginAgent::start("csi-reg", "", "");
+    // What the plugin holds already, made outside nodeward.
+    std::fs::create_dir_all(p.root.join("hp-old")).unwrap();
+    std::fs::write(p.root.join("hp-old/kept"), "data").unwrap();
+    let file = p.spec(
+        "old.hcl",
+        &csi_spec(
+            "old",
+            "external_id = \"hp-old\"\ncontext { path = \"/somewhere\" }",
+        ),
+    );
+    let (code, out, err) = p.cli(&["volume", "register", file.to_str().unwrap()]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert_eq!(out, "Volume registration successful\n");
+    let v = p.agent.get("/v1/volume/csi/old");
+    assert_eq!(v["ExternalID"], "hp-old");
+    assert_eq!(v["Context"]["path"], "/somewhere");
+    assert_eq!(v["Schedulable"], true);
+
+    // Storage the plugin does not have: its own words, and nothing recorded.
+    let ghost = p.spec(
+        "ghost.hcl",
+        &csi_spec("ghost", "external_id = \"hp-ghost\""),
+    );
+    let (code, _, err) = p.cli(&["volume", "register", ghost.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "Error registering volume: Unexpected response code: 400 (error validating volume \"ghost\" with plugin \"hostpath\": rpc error: code = NotFound desc = volume hp-ghost not found)\n"
+    );
+    let (status, _) = p.agent.request("GET", "/v1/volume/csi/ghost", None);
+    assert_eq!(status, 404);
+    // Create takes no external_id.
+    let (code, _, err) = p.cli(&["volume", "create", file.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("external_id is only for volume register"),
+        "{err}"
+    );
+
+    // Unknown IDs, through the CLI and the API.
+    let (code, _, err) = p.cli(&["volume", "delete", "-type", "csi", "nope"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "Error deleting volume: Unexpected response code: 404 (volume not found: nope)\n"
+    );
+    let (status, body) = p
+        .agent
+        .request("DELETE", "/v1/volume/csi/nope/delete", None);
+    assert_eq!((status, body.as_str()), (404, "volume not found: nope"));
+    let (status, _) = p.agent.request("DELETE", "/v1/volume/csi/nope", None);
+    assert_eq!(status, 404);
+
+    let (code, out, _) = p.cli(&["volume", "deregister", "old"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "Successfully deregistered volume \"old\"!\n")
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.root.join("hp-old/kept")).unwrap(),
+        "data",
+        "deregister leaves the storage"
+    );
+    let (status, _) = p.agent.request("GET", "/v1/volume/csi/old", None);
+    assert_eq!(status, 404);
+}
+
+/// A create needs a healthy controller: an unknown plugin and a plugin whose task stopped are
+/// refused with what is wrong, and nothing is recorded or made.
+#[test]
+fn create_against_a_plugin_that_is_not_healthy() {
+    let restart = r#"restart { attempts = 1  interval = "1h"  delay = "1h"  mode = "fail" }"#;
+    let p = PluginAgent::start("csi-sick", restart, "");
+    let (status, body) = p.agent.put_json(
+        "/v1/volume/csi/data/create",
+        &serde_json::json!({"Volumes": [{"ID": "data", "PluginID": "elsewhere",
+            "RequestedCapabilities": [{"AccessMode": "single-node-writer", "AttachmentMode": "file-system"}]}]}),
+    );
+    assert_eq!(
+        (status, body.as_str()),
+        (400, "no CSI plugin named: elsewhere could be found")
+    );
+
+    // The plugin process dies; its task waits an hour to restart.
+    let pid = p.agent.task_state(&p.alloc, "plugin")["PID"]
+        .as_i64()
+        .unwrap() as i32;
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    wait_for(WAIT, "the plugin unhealthy", || {
+        (p.agent.get("/v1/plugin/csi/hostpath")["ControllersHealthy"] == 0).then_some(())
+    });
+    let file = p.spec("data.hcl", &csi_spec("data", ""));
+    let (code, _, err) = p.cli(&["volume", "create", file.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "Error creating volume: Unexpected response code: 400 (CSI plugin \"hostpath\" has no healthy controller on this node: plugin task is not running)\n"
+    );
+    let (status, _) = p.agent.request("GET", "/v1/volume/csi/data", None);
+    assert_eq!(status, 404);
+    assert!(!p.root.join("hp-data").exists());
+    let list = p.agent.get("/v1/volumes?type=csi");
+    assert!(list.as_array().unwrap().is_empty(), "{list}");
+}
+
+/// A volume is in the state file before its create is answered: an agent killed with SIGKILL and
+/// started again has it, as it was, and can delete it through the plugin, which kept running.
+#[test]
+fn a_volume_survives_an_agent_kill_and_restart() {
+    let mut p = PluginAgent::start("csi-kill", "", "");
+    let file = p.spec("data.hcl", &csi_spec("data", "capacity_min = \"2MiB\""));
+    let (code, _, err) = p.cli(&["volume", "create", file.to_str().unwrap()]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    let before = p.agent.get("/v1/volume/csi/data");
+    p.agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    p.agent.restart();
+    let after = p.agent.get("/v1/volume/csi/data");
+    for key in [
+        "ID",
+        "ExternalID",
+        "Capacity",
+        "Context",
+        "CreateTime",
+        "RequestedCapabilities",
+    ] {
+        assert_eq!(after[key], before[key], "{key}");
+    }
+    assert_eq!(after["Capacity"], 2 << 20);
+    // The plugin task was re-attached and is registered again.
+    wait_for(WAIT, "the plugin healthy again", || {
+        let v = p.agent.get("/v1/volume/csi/data");
+        (v["Schedulable"] == true).then_some(())
+    });
+    let (code, out, _) = p.cli(&["volume", "delete", "data"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "Successfully deleted volume \"data\"!\n")
+    );
+    assert!(!p.root.join("hp-data").exists());
+    // And the deletion is what the next agent finds.
+    p.agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    p.agent.restart();
+    let (status, _) = p.agent.request("GET", "/v1/volume/csi/data", None);
+    assert_eq!(status, 404);
 }

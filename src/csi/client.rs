@@ -39,9 +39,10 @@ use crate::thread::Never;
 /// The longest any single CSI call may take (csi.md: probes and registration calls use 5 s).
 pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long a volume call may take by default (Nomad's `CSIPluginRequestTimeout`): creating,
-/// attaching or mounting storage may take a cloud provider a while.
-pub const VOLUME_CALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a volume call may take: creating, attaching or mounting storage may take a cloud
+/// provider a while. As long as a host volume plugin's create, and inside the CLI's wait for the
+/// agent's answer (90 s), so that a slow plugin's error still reaches the user.
+pub const VOLUME_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long a probe may take when `left` remains before a deadline: `min(5s, left)`.
 pub fn call_timeout(left: Duration) -> Duration {

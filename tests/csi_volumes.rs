@@ -748,3 +748,84 @@ fn a_volume_survives_an_agent_kill_and_restart() {
     let (status, _) = p.agent.request("GET", "/v1/volume/csi/data", None);
     assert_eq!(status, 404);
 }
+
+/// The volume calls against a plugin of another gRPC stack (Python's grpcio, encoding by hand
+/// from the spec's field numbers): what it reads of the request, what the client reads of its
+/// answer, and its refusal in its own words.
+#[test]
+fn volume_calls_interoperate_with_python_grpc() {
+    let has_grpc = Command::new("python3")
+        .args(["-c", "import grpc"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_grpc {
+        println!(
+            "SKIPPED volume_calls_interoperate_with_python_grpc: python3 cannot import grpc (install it with: python3 -m pip install grpcio)"
+        );
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/py_csi_plugin.py");
+    let dir = TempDir::new("csi-py");
+    let socket = dir.path().join("csi.sock");
+    let _child = Stopped(
+        Command::new("python3")
+            .arg(&script)
+            .arg(&socket)
+            .arg("healthy")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start python3"),
+    );
+    let client = CsiClient::new(&socket);
+    // grpcio creates the socket file a moment before it serves.
+    wait_for(WAIT, "the python plugin serves", || {
+        client.probe(Duration::from_secs(5), &[]).ok()
+    });
+    let created = client
+        .create_volume(&create_request("data", 1 << 20, 0), T, &[])
+        .unwrap()
+        .volume
+        .unwrap();
+    assert_eq!(created.volume_id, "py-data", "the plugin read the name");
+    assert_eq!(created.capacity_bytes, 4096);
+    assert_eq!(created.volume_context["made-by"], "python");
+    assert_eq!(created.accessible_topology[0].segments["zone"], "z1");
+    client
+        .delete_volume(
+            &proto::DeleteVolumeRequest {
+                volume_id: created.volume_id.clone(),
+                ..Default::default()
+            },
+            T,
+            &[],
+        )
+        .unwrap();
+    let err = client
+        .node_publish_volume(
+            &proto::NodePublishVolumeRequest {
+                volume_id: created.volume_id,
+                target_path: dir.path().join("t").display().to_string(),
+                volume_capability: Some(writer()),
+                ..Default::default()
+            },
+            T,
+            &[],
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "rpc error: code = FailedPrecondition desc = py plugin refuses to publish"
+    );
+}
+
+/// A child process stopped (SIGTERM) and reaped on drop, also when a test fails.
+struct Stopped(Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}

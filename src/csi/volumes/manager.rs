@@ -318,7 +318,7 @@ impl CsiVolumeManager {
                     if client.is_some() {
                         "created by its plugin"
                     } else {
-                        "confirmed by its plugin"
+                        "registered"
                     }
                 ),
                 source,

@@ -23,6 +23,7 @@ use crate::alloc::{AllocManager, Collector, Engine, NetworkSettings};
 use crate::config::AgentConfig;
 use crate::csi::registry::PluginRegistry;
 use crate::csi::supervisor::{CsiPluginHook, CsiSettings};
+use crate::csi::volumes::CsiVolumeManager;
 use crate::driver::docker::Docker;
 use crate::driver::{Drivers, KeeperClient, RawExec};
 use crate::state::{DataDirLock, StateError, StateStore};
@@ -158,6 +159,8 @@ pub struct Agent {
     /// The same manager, for the volume API.
     pub host_volumes: Arc<VolumeManager>,
     pub csi: Arc<PluginRegistry>,
+    /// The node's CSI volumes, for the volume API.
+    pub csi_volumes: Arc<CsiVolumeManager>,
     /// The node's task drivers (fingerprinted into the node's attributes).
     pub drivers: Drivers,
     /// The docker driver, for its health checks.
@@ -226,6 +229,14 @@ impl Agent {
         let csi = Arc::new(PluginRegistry::new(store.node_id()));
         csi.restore(state.csi_plugins.clone());
         csi.attach_state(&store);
+        // Records only: nothing is called at start. A volume's plugin is looked up when the
+        // volume is used, so a plugin that comes back after the agent is found then.
+        let csi_volumes = CsiVolumeManager::new(
+            csi.clone(),
+            store.clone(),
+            state.csi_volumes.clone(),
+            shutdown.clone(),
+        );
         let docker = Arc::new(Docker::new(
             config.docker.clone(),
             &config.data_dir,
@@ -329,6 +340,7 @@ impl Agent {
             volumes,
             host_volumes,
             csi,
+            csi_volumes,
             drivers,
             docker,
             node,

@@ -487,3 +487,149 @@ pub struct Capability {
     pub access_mode: AccessMode,
     pub attachment_mode: AttachmentMode,
 }
+
+// ---- CSI volumes ----
+
+/// How a CSI volume may be accessed (csi-volumes.md), as Nomad spells CSI's access modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CsiAccessMode {
+    SingleNodeReaderOnly,
+    SingleNodeWriter,
+    MultiNodeReaderOnly,
+    MultiNodeSingleWriter,
+    MultiNodeMultiWriter,
+}
+
+impl CsiAccessMode {
+    pub const ALL: [CsiAccessMode; 5] = [
+        CsiAccessMode::SingleNodeReaderOnly,
+        CsiAccessMode::SingleNodeWriter,
+        CsiAccessMode::MultiNodeReaderOnly,
+        CsiAccessMode::MultiNodeSingleWriter,
+        CsiAccessMode::MultiNodeMultiWriter,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CsiAccessMode::SingleNodeReaderOnly => "single-node-reader-only",
+            CsiAccessMode::SingleNodeWriter => "single-node-writer",
+            CsiAccessMode::MultiNodeReaderOnly => "multi-node-reader-only",
+            CsiAccessMode::MultiNodeSingleWriter => "multi-node-single-writer",
+            CsiAccessMode::MultiNodeMultiWriter => "multi-node-multi-writer",
+        }
+    }
+
+    /// Whether a claim in this mode may write (Nomad's `ValidCSIVolumeWriteAccessMode`).
+    pub fn can_write(self) -> bool {
+        matches!(
+            self,
+            CsiAccessMode::SingleNodeWriter
+                | CsiAccessMode::MultiNodeSingleWriter
+                | CsiAccessMode::MultiNodeMultiWriter
+        )
+    }
+}
+
+/// One `capability` block of a CSI volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CsiCapability {
+    pub access_mode: CsiAccessMode,
+    pub attachment_mode: AttachmentMode,
+}
+
+/// `mount_options { fs_type  mount_flags }` (Nomad's `CSIMountOptions`). The flags may hold
+/// credentials: they go to the plugin and into the state file (mode 0600), never into a log line.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct CsiMountOptions {
+    #[serde(rename = "FSType")]
+    pub fs_type: String,
+    pub mount_flags: Vec<String>,
+}
+
+/// `topology_request { required {...} preferred {...} }` (Nomad's `CSITopologyRequest`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct CsiTopologyRequest {
+    pub required: Vec<Topology>,
+    pub preferred: Vec<Topology>,
+}
+
+/// Whether a claim reads or writes (Nomad's `CSIVolumeClaimMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClaimMode {
+    Read,
+    Write,
+}
+
+/// One allocation's claim on a CSI volume on this node (Nomad's `CSIVolumeClaim`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CsiClaimRecord {
+    #[serde(rename = "AllocID")]
+    pub alloc_id: String,
+    #[serde(rename = "JobID")]
+    pub job_id: String,
+    pub task_group: String,
+    pub mode: ClaimMode,
+    pub access_mode: CsiAccessMode,
+    pub attachment_mode: AttachmentMode,
+}
+
+/// A CSI volume as the state file keeps it (Nomad's `CSIVolume`, without what is derived from the
+/// plugin's health): what was asked for, and what the plugin answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CsiVolumeRecord {
+    /// The user's ID for the volume (not the plugin's): one path segment.
+    #[serde(rename = "ID")]
+    pub id: String,
+    pub name: String,
+    /// The plugin's ID for the volume: what `CreateVolume` answered, or what `volume register`
+    /// gave. Every later call names the volume by it.
+    #[serde(rename = "ExternalID")]
+    pub external_id: String,
+    pub namespace: String,
+    #[serde(rename = "PluginID")]
+    pub plugin_id: String,
+    #[serde(default)]
+    pub provider: String,
+    #[serde(default)]
+    pub provider_version: String,
+    /// Bytes; 0 when not asked for.
+    #[serde(default)]
+    pub requested_capacity_min: u64,
+    #[serde(default)]
+    pub requested_capacity_max: u64,
+    /// Bytes, as the plugin answered; 0 when unknown.
+    #[serde(default)]
+    pub capacity: u64,
+    pub requested_capabilities: Vec<CsiCapability>,
+    #[serde(default)]
+    pub mount_options: Option<CsiMountOptions>,
+    #[serde(default)]
+    pub secrets: BTreeMap<String, String>,
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+    /// The plugin's `volume_context`, handed back to it on every publish.
+    #[serde(default)]
+    pub context: BTreeMap<String, String>,
+    /// Where the plugin says the volume is accessible from.
+    #[serde(default)]
+    pub topologies: Vec<Topology>,
+    #[serde(default)]
+    pub requested_topologies: Option<CsiTopologyRequest>,
+    /// Recorded by `volume register` (the storage existed before), not made by `volume create`.
+    #[serde(default)]
+    pub registered: bool,
+    /// The claims of this node's allocations, ordered by allocation ID.
+    #[serde(default)]
+    pub claims: Vec<CsiClaimRecord>,
+    #[serde(default)]
+    pub create_time: i64,
+    #[serde(default)]
+    pub modify_time: i64,
+}

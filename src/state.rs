@@ -1181,7 +1181,8 @@ mod tests {
     }
 
     /// A version-2 file (an older agent's, which has no journal) loads; a journal lying next to
-    /// it is not its own and is ignored; the first write makes it version 3 with a journal.
+    /// it is not its own and is ignored; the first write makes it the current version with a
+    /// journal.
     #[test]
     fn an_older_state_file_loads_and_a_journal_beside_it_is_ignored() {
         let dir = tempdir();
@@ -1204,8 +1205,78 @@ mod tests {
         assert_eq!(n.in_memory().1, vec!["old".to_string()]);
         n.put_volume("new").unwrap();
         let text = fs::read_to_string(n.store.path()).unwrap();
-        assert!(text.contains("\"Version\":3"), "{text}");
+        assert!(
+            text.contains(&format!("\"Version\":{STATE_VERSION}")),
+            "{text}"
+        );
         assert_eq!(n.on_disk().1, vec!["new".to_string(), "old".to_string()]);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A version-3 file (the agent before CSI volumes) loads with its journal replayed: the
+    /// upgrade to 4 adds an empty CSI volumes section and keeps the journal that continues the
+    /// snapshot. The next write is version 4, and CSI volumes written then come back.
+    #[test]
+    fn a_version_3_file_and_its_journal_load_and_gain_csi_volumes() {
+        let dir = tempdir();
+        let journal_id = uuid::Uuid::new_v4().to_string();
+        let v3 = serde_json::json!({
+            "Version": 3, "NodeID": uuid::Uuid::new_v4().to_string(),
+            "JournalID": journal_id, "HostVolumes": [volume("old")],
+        });
+        fs::write(dir.join(STATE_FILE), v3.to_string()).unwrap();
+        let batch = journal::Batch {
+            host_volumes: vec![volume("journaled")],
+            ..journal::Batch::default()
+        };
+        let header = format!("{{\"Journal\":1,\"JournalID\":\"{journal_id}\"}}");
+        let bytes = [
+            journal::frame(header.as_bytes()),
+            journal::frame(&serde_json::to_vec(&batch).unwrap()),
+        ]
+        .concat();
+        fs::write(dir.join(JOURNAL_FILE), bytes).unwrap();
+        let state = read(&dir).unwrap();
+        assert_eq!(state.version, STATE_VERSION);
+        assert!(state.csi_volumes.is_empty());
+        let ids: Vec<&str> = state.host_volumes.iter().map(|v| v.id.as_str()).collect();
+        assert_eq!(ids, vec!["journaled", "old"]);
+
+        let (store, _) = StateStore::open(&dir, false).unwrap();
+        struct Csi(crate::records::CsiVolumeRecord);
+        impl Snapshot for Csi {
+            fn fill(&self, out: &mut StateFile) {
+                out.csi_volumes = vec![self.0.clone()];
+            }
+        }
+        let record = crate::records::CsiVolumeRecord {
+            id: "data".into(),
+            name: "data".into(),
+            external_id: "hp-data".into(),
+            namespace: "default".into(),
+            plugin_id: "hostpath".into(),
+            provider: String::new(),
+            provider_version: String::new(),
+            requested_capacity_min: 1 << 20,
+            requested_capacity_max: 0,
+            capacity: 1 << 20,
+            requested_capabilities: Vec::new(),
+            mount_options: None,
+            secrets: BTreeMap::new(),
+            parameters: BTreeMap::new(),
+            context: BTreeMap::new(),
+            topologies: Vec::new(),
+            requested_topologies: None,
+            registered: false,
+            claims: Vec::new(),
+            create_time: 1,
+            modify_time: 1,
+        };
+        store.register(Arc::new(Csi(record.clone())));
+        store.save().unwrap();
+        let text = fs::read_to_string(store.path()).unwrap();
+        assert!(text.contains("\"Version\":4"), "{text}");
+        assert_eq!(read(&dir).unwrap().csi_volumes, vec![record]);
         let _ = fs::remove_dir_all(&dir);
     }
 

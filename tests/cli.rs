@@ -328,6 +328,7 @@ fn volume_create_converts_the_hcl_spec_and_prints_nomads_block() {
         ),
         ("DELETE /v1/volume/host/1e1d?force=true", 200, json!({})),
         ("GET /v1/volumes?type=host", 200, json!([volume])),
+        ("GET /v1/volumes?type=csi", 200, json!([])),
     ]));
     let spec = "type = \"host\"\nname = \"test\"\nplugin_id = \"mkdir\"\ncapacity_min = \"10MiB\"\nparameters {\n  mode = \"0755\"\n}\n";
     let file = temp_file("vol.hcl", spec);
@@ -358,9 +359,123 @@ fn volume_create_converts_the_hcl_spec_and_prints_nomads_block() {
 
     let (code, out, _) = fx.cli("volume status");
     assert_eq!(code, 0);
+    let host = "ID        Name  Namespace  Plugin ID  Node ID   Node Pool  State\n1e1d4540  test  default    mkdir      ae118273  default    ready\n";
     assert_eq!(
         out,
-        "ID        Name  Namespace  Plugin ID  Node ID   Node Pool  State\n1e1d4540  test  default    mkdir      ae118273  default    ready\n"
+        format!("{host}\nContainer Storage Interface\nNo CSI volumes\n")
+    );
+    let (code, out, _) = fx.cli("volume status -type host");
+    assert_eq!((code, out.as_str()), (0, host));
+}
+
+/// A `type = "csi"` file goes to the CSI volume API under its ID; without `-type`, an ID the
+/// host volume API does not know is looked up among CSI volumes; `volume deregister` forgets one.
+#[test]
+fn csi_volumes_through_the_cli() {
+    let volume = json!({
+        "ID": "data", "Name": "data", "ExternalID": "hp-data", "PluginID": "hostpath",
+        "Provider": "nodeward.test.csi", "ProviderVersion": "1.2.3", "Capacity": 0,
+        "Schedulable": false, "AccessMode": "", "AttachmentMode": "", "MountOptions": null,
+        "Namespace": "default", "Allocations": [],
+    });
+    let missing = "host volume \"nope\" not found";
+    let fx = Fixture::start(answers(&[
+        (
+            "PUT /v1/volume/csi/data/create",
+            200,
+            json!({"Volumes": [volume], "Warnings": ""}),
+        ),
+        (
+            "PUT /v1/volume/csi/data",
+            200,
+            json!({"Volumes": [volume], "Warnings": ""}),
+        ),
+        ("GET /v1/volumes?type=csi", 200, json!([volume])),
+        (
+            "GET /v1/volume/host/data",
+            404,
+            json!("host volume \"data\" not found"),
+        ),
+        ("GET /v1/volume/csi/data", 200, volume.clone()),
+        (
+            "DELETE /v1/volume/host/data",
+            404,
+            json!("host volume \"data\" not found"),
+        ),
+        (
+            "DELETE /v1/volume/csi/data/delete",
+            200,
+            json!({"VolumeID": "data"}),
+        ),
+        ("DELETE /v1/volume/host/nope", 404, json!(missing)),
+        (
+            "DELETE /v1/volume/csi/nope/delete",
+            404,
+            json!("volume not found: nope"),
+        ),
+        (
+            "DELETE /v1/volume/csi/data?force=true",
+            200,
+            json!({"VolumeID": "data"}),
+        ),
+    ]));
+    let spec = "type = \"csi\"\nid = \"data\"\nplugin_id = \"hostpath\"\ncapacity_min = \"1MiB\"\n\
+                capability {\n  access_mode = \"single-node-writer\"\n  attachment_mode = \"file-system\"\n}\n";
+    let file = temp_file("csi.hcl", spec);
+    let (code, out, err) =
+        fx.cli_args(&["volume".into(), "create".into(), file.display().to_string()]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert_eq!(out, "Created external volume hp-data with ID data\n");
+    let sent: Value = serde_json::from_str(&fx.seen()[0].body).unwrap();
+    assert_eq!(
+        sent,
+        json!({"Volumes": [{"ID": "data", "PluginID": "hostpath", "RequestedCapacityMin": 1048576,
+            "RequestedCapabilities": [{"AccessMode": "single-node-writer", "AttachmentMode": "file-system"}]}]})
+    );
+    let (code, out, _) = fx.cli_args(&[
+        "volume".into(),
+        "register".into(),
+        file.display().to_string(),
+    ]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "Volume registration successful\n")
+    );
+
+    let (code, out, _) = fx.cli("volume status -type csi");
+    assert_eq!(
+        (code, out.as_str()),
+        (
+            0,
+            "ID    Name  Plugin ID  Schedulable  Access Mode\ndata  data  hostpath   false\n"
+        )
+    );
+    let (code, out, _) = fx.cli("volume status data");
+    assert_eq!(code, 0);
+    assert!(out.starts_with("ID                   = data\nName                 = data\nExternal ID          = hp-data\n"), "{out}");
+    assert!(
+        out.ends_with("\nAllocations\nNo allocations placed\n"),
+        "{out}"
+    );
+
+    let (code, out, _) = fx.cli("volume delete data");
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "Successfully deleted volume \"data\"!\n")
+    );
+    let (code, _, err) = fx.cli("volume delete nope");
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        format!("Error deleting volume: Unexpected response code: 404 ({missing})\n")
+    );
+    let (code, _, err) = fx.cli("volume delete -type csi -force data");
+    assert_eq!(code, 2);
+    assert!(err.starts_with("-force is for host volumes"), "{err}");
+    let (code, out, _) = fx.cli("volume deregister -force data");
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "Successfully deregistered volume \"data\"!\n")
     );
 }
 

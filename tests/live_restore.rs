@@ -548,7 +548,7 @@ fn start_ticks(pid: i32) -> u64 {
 /// An agent of this version adopts what a version-1 state file holds: a task that was stopped
 /// cleanly starts under the keeper with its history and restart count; a process that a
 /// version-1 agent left running (a child of that agent: nothing can read its output now) is
-/// stopped and started again under the keeper. The file is written back as version 3, and the
+/// stopped and started again under the keeper. The file is written back as the current version, and the
 /// next agent re-attaches to both.
 #[test]
 fn a_version_1_state_file_is_adopted() {
@@ -581,7 +581,7 @@ fn a_version_1_state_file_is_adopted() {
     // A clean stop leaves the snapshot alone, with no journal.
     assert!(!agent.data_dir.join("state.journal").exists());
     let mut state: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(state["Version"], 3);
+    assert_eq!(state["Version"], nodeward::state::STATE_VERSION);
     state["Version"] = 1.into();
     for a in state["Allocations"].as_array_mut().unwrap() {
         let id = a["ID"].as_str().unwrap().to_string();
@@ -627,13 +627,17 @@ fn a_version_1_state_file_is_adopted() {
         (s["State"] == "running" && s["PID"].is_i64() && s["PID"] != old).then_some(s)
     });
     assert_eq!(pids_with(&m2), vec![l["PID"].as_i64().unwrap() as i32]);
-    wait_for(WAIT, "the state file written as version 3", || {
-        let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).ok()?).ok()?;
-        let kept = state_on_disk(&agent.data_dir)?
-            .to_string()
-            .contains("\"Kind\":\"Kept\"");
-        (v["Version"] == 3 && kept).then_some(())
-    });
+    wait_for(
+        WAIT,
+        "the state file written as the current version",
+        || {
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).ok()?).ok()?;
+            let kept = state_on_disk(&agent.data_dir)?
+                .to_string()
+                .contains("\"Kind\":\"Kept\"");
+            (v["Version"] == nodeward::state::STATE_VERSION && kept).then_some(())
+        },
+    );
 
     // Adopted for good: the next agent re-attaches to both.
     let (p1, p2) = (p["PID"].clone(), l["PID"].clone());

@@ -19,6 +19,7 @@ mod cli;
 mod crash_storm;
 mod csi_agent;
 mod csi_supervisor;
+mod csi_volumes;
 mod docker_driver;
 mod docker_engine;
 mod docker_logs;

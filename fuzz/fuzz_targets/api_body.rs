@@ -8,6 +8,7 @@
 //! - `4`: the body of `PUT /v1/jobs`
 //! - `5`: a request line `METHOD /path?query`, routed through a table with the API's patterns
 //!   (path parameters and query strings are percent-decoded)
+//! - `6`: the body of `PUT /v1/volume/csi/:id/create` and `PUT /v1/volume/csi/:id`
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -52,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
         let Some((&which, body)) = data.split_first() else {
             return;
         };
-        match which % 6 {
+        match which % 7 {
             0 => {
                 let _ = ParseRequest::parse_job(body);
             }
@@ -67,6 +68,9 @@ fuzz_target!(|data: &[u8]| {
             }
             4 => {
                 let _ = nodeward::jobspec::json::parse_job(body);
+            }
+            6 => {
+                let _ = nodeward::csi::volumes::spec::parse_json(body);
             }
             _ => {
                 let Ok(line) = std::str::from_utf8(body) else {

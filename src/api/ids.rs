@@ -37,6 +37,13 @@ pub const HOST_VOLUME: IdKind = IdKind {
     ambiguous: |prefix, matches| format!("prefix {prefix:?} matches several volumes: {matches}"),
 };
 
+/// CSI volumes: Nomad's `volume not found: <id>`.
+pub const CSI_VOLUME: IdKind = IdKind {
+    empty: EmptyPrefix::NotFound,
+    not_found: |id| format!("volume not found: {id}"),
+    ambiguous: |prefix, matches| format!("prefix {prefix:?} matches several volumes: {matches}"),
+};
+
 /// Resolves a unique ID prefix against `ids`: an exact match wins; a prefix of exactly one ID is
 /// that ID; a prefix of several is a 400 listing them; no match is a 404.
 pub fn resolve<I, S>(prefix: &str, ids: I, kind: &IdKind) -> Result<String, ApiError>

@@ -6,7 +6,8 @@
 //! - [`router`]: the pure part (requests, responses, errors, the route table);
 //! - [`ids`]: ID prefix resolution, with each kind of ID's wording;
 //! - one file per resource, each registering its routes: [`agent`] (self, health), [`node`],
-//!   [`jobs`], [`evaluations`], [`allocations`], [`gc`], [`logs`], [`volumes`], [`plugins`];
+//!   [`jobs`], [`evaluations`], [`allocations`], [`gc`], [`logs`], [`volumes`] (host volumes, and
+//!   the volume list of both types), [`csi_volumes`], [`plugins`];
 //! - [`routes`]: the agent's route table, assembled from those files;
 //! - [`admission`]: who may call (`Host`, `Origin`, `Content-Type`, upgrades, the token);
 //! - [`server`]: the threads that serve a [`Router`].
@@ -17,6 +18,7 @@
 pub mod admission;
 pub mod agent;
 pub mod allocations;
+pub mod csi_volumes;
 pub mod evaluations;
 pub mod gc;
 pub mod ids;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::router::Router;
 use super::server::{ApiServer, ServerConfig, ServerError};
-use super::{agent, allocations, evaluations, gc, jobs, logs, node, plugins, volumes};
+use super::{agent, allocations, csi_volumes, evaluations, gc, jobs, logs, node, plugins, volumes};
 use crate::agent::Agent;
 use crate::config::AgentConfig;
 
@@ -55,6 +55,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
     gc::routes(&mut r, &agent);
     logs::routes(&mut r, &agent);
     volumes::routes(&mut r, agent.clone());
+    csi_volumes::routes(&mut r, agent.clone());
     plugins::routes(&mut r, agent);
     r
 }

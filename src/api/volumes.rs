@@ -44,8 +44,9 @@ pub fn routes(r: &mut Router, agent: Arc<Agent>) {
     let a = agent.clone();
     r.get("/v1/volumes", move |req| match req.query("type") {
         None | Some("") | Some("host") => Response::json(list(&a.host_volumes)),
+        Some("csi") => Response::json(super::csi_volumes::list(&a.csi_volumes)),
         Some(other) => Err(ApiError::BadRequest(format!(
-            "unsupported volume type {other:?}: nodeward manages host volumes"
+            "unsupported volume type {other:?}: want host or csi"
         ))),
     });
     let a = agent.clone();

@@ -241,24 +241,25 @@ pub const USAGE: &str = "\
 Usage: nodeward <command> [options] [args]
 
 Commands:
-    agent            Run the node agent
-    job run          Register a job from an HCL or JSON jobspec
-    job status       List jobs, or show one job and its allocations
-    job stop         Stop a job (and with -purge, forget it)
-    job inspect      Show a job as JSON
-    alloc status     Show an allocation, its tasks and their recent events
-    alloc restart    Restart an allocation's tasks
-    alloc signal     Send a signal to an allocation's tasks
-    alloc stop       Stop an allocation
-    alloc logs       Print or follow a task's stdout or stderr
-    node status      List the node, or show it
-    volume create    Create a dynamic host volume through a plugin
-    volume register  Register an existing directory as a host volume
-    volume status    List host volumes, or show one
-    volume delete    Delete a host volume
-    plugin status    List CSI plugins, or show one
-    system gc        Destroy every terminal allocation now
-    version          Print the version
+    agent              Run the node agent
+    job run            Register a job from an HCL or JSON jobspec
+    job status         List jobs, or show one job and its allocations
+    job stop           Stop a job (and with -purge, forget it)
+    job inspect        Show a job as JSON
+    alloc status       Show an allocation, its tasks and their recent events
+    alloc restart      Restart an allocation's tasks
+    alloc signal       Send a signal to an allocation's tasks
+    alloc stop         Stop an allocation
+    alloc logs         Print or follow a task's stdout or stderr
+    node status        List the node, or show it
+    volume create      Create a host or CSI volume through its plugin
+    volume register    Register an existing directory or CSI volume
+    volume status      List host and CSI volumes, or show one
+    volume delete      Delete a host or CSI volume through its plugin
+    volume deregister  Forget a CSI volume, leaving its storage
+    plugin status      List CSI plugins, or show one
+    system gc          Destroy every terminal allocation now
+    version            Print the version
 
 Environment:
     NODEWARD_ADDR    The agent's API address (default http://127.0.0.1:4656)

@@ -1,10 +1,10 @@
-//! The CLI's text for host volumes, as Nomad prints it. Pure functions of the API's JSON answer
-//! and the time to show, so the output is tested exactly.
+//! The CLI's text for host and CSI volumes, as Nomad prints it. Pure functions of the API's JSON
+//! answer and the time to show, so the output is tested exactly.
 
 use chrono::{DateTime, FixedOffset, SecondsFormat};
 use serde_json::Value;
 
-use super::format::{key_values, s, short_id};
+use super::format::{key_values, s, short_id, table};
 use crate::volume::spec::humanize_bytes;
 
 /// `nodeward volume create <file>`: `answer` is the API's `{"Volume": {...}, "Warnings": ""}`.
@@ -66,6 +66,149 @@ pub fn volume_block(volume: &Value) -> String {
         ("State", s(volume, "State").into()),
         ("Host Path", s(volume, "HostPath").into()),
     ])
+}
+
+// ---- CSI volumes ----
+
+/// The banner of the CSI part of `volume status`.
+pub const CSI_BANNER: &str = "Container Storage Interface";
+
+/// `nodeward volume create <file>` of a CSI volume: one line per volume of the answer
+/// `{"Volumes": [...]}`, as Nomad prints it.
+pub fn csi_create_output(answer: &Value) -> String {
+    let mut out = String::new();
+    for v in answer
+        .get("Volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        out.push_str(&format!(
+            "Created external volume {} with ID {}\n",
+            s(v, "ExternalID"),
+            s(v, "ID")
+        ));
+    }
+    let warnings = s(answer, "Warnings");
+    if !warnings.is_empty() {
+        out.push_str(&format!("\nVolume Warnings:\n{warnings}\n"));
+    }
+    out
+}
+
+/// The table of `volume status -type csi`: Nomad's columns, sorted by ID (the API's order). No
+/// trailing newline.
+pub fn csi_table(stubs: &[Value]) -> String {
+    let mut rows = vec![vec![
+        "ID".to_string(),
+        "Name".into(),
+        "Plugin ID".into(),
+        "Schedulable".into(),
+        "Access Mode".into(),
+    ]];
+    for v in stubs {
+        rows.push(vec![
+            s(v, "ID").into(),
+            s(v, "Name").into(),
+            s(v, "PluginID").into(),
+            v.get("Schedulable")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+                .to_string(),
+            s(v, "AccessMode").into(),
+        ]);
+    }
+    table(&rows)
+}
+
+/// `volume status <id>` of a CSI volume: Nomad's key/value block, then its allocations. Ends with
+/// a newline.
+pub fn csi_volume_text(v: &Value) -> String {
+    let num = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0).to_string();
+    let capacity = match v.get("Capacity").and_then(Value::as_u64) {
+        Some(0) | None => "<none>".to_string(),
+        Some(b) => humanize_bytes(b),
+    };
+    let options = v.get("MountOptions").filter(|o| !o.is_null());
+    let mount_options = match options {
+        None => "<none>".to_string(),
+        Some(o) => {
+            let mut text = String::new();
+            if !s(o, "FSType").is_empty() {
+                text = format!("fs_type: {}", s(o, "FSType"));
+            }
+            let flags: Vec<&str> = o
+                .get("MountFlags")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            if !flags.is_empty() {
+                // Mount flags may hold credentials.
+                text = format!("{text} flags: [REDACTED]").trim_start().to_string();
+            }
+            text
+        }
+    };
+    let mut out = key_values(&[
+        ("ID", s(v, "ID").into()),
+        ("Name", s(v, "Name").into()),
+        ("External ID", s(v, "ExternalID").into()),
+        ("Plugin ID", s(v, "PluginID").into()),
+        ("Provider", s(v, "Provider").into()),
+        ("Version", s(v, "ProviderVersion").into()),
+        ("Capacity", capacity),
+        (
+            "Schedulable",
+            v.get("Schedulable")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+                .to_string(),
+        ),
+        ("Controllers Healthy", num("ControllersHealthy")),
+        ("Controllers Expected", num("ControllersExpected")),
+        ("Nodes Healthy", num("NodesHealthy")),
+        ("Nodes Expected", num("NodesExpected")),
+        ("Access Mode", s(v, "AccessMode").into()),
+        ("Attachment Mode", s(v, "AttachmentMode").into()),
+        ("Mount Options", mount_options),
+        ("Namespace", s(v, "Namespace").into()),
+    ]);
+    out.push_str("\n\nAllocations\n");
+    let allocs = v
+        .get("Allocations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if allocs.is_empty() {
+        out.push_str("No allocations placed\n");
+    } else {
+        let mut rows = vec![vec![
+            "ID".to_string(),
+            "Job ID".into(),
+            "Task Group".into(),
+            "Access".into(),
+        ]];
+        let writers = v.get("WriteAllocs");
+        for a in &allocs {
+            let id = s(a, "ID");
+            let access = if writers.and_then(|w| w.get(id)).is_some() {
+                "write"
+            } else {
+                "read"
+            };
+            rows.push(vec![
+                short_id(id).into(),
+                s(a, "JobID").into(),
+                s(a, "TaskGroup").into(),
+                access.into(),
+            ]);
+        }
+        out.push_str(&table(&rows));
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -134,5 +277,64 @@ Volume Warnings:
 field \"Topology\" is not supported by nodeward and was ignored
 ";
         assert_eq!(register_output(&answer, &now), want);
+    }
+
+    #[test]
+    fn csi_outputs_match_nomad() {
+        let answer = serde_json::json!({
+            "Volumes": [{"ID": "data", "ExternalID": "hp-data"}],
+            "Warnings": "",
+        });
+        assert_eq!(
+            csi_create_output(&answer),
+            "Created external volume hp-data with ID data\n"
+        );
+        let stub = serde_json::json!({"ID": "data", "Name": "data", "PluginID": "hostpath",
+                                      "Schedulable": true, "AccessMode": ""});
+        assert_eq!(
+            csi_table(&[stub]),
+            "ID    Name  Plugin ID  Schedulable  Access Mode\ndata  data  hostpath   true"
+        );
+        let volume = serde_json::json!({
+            "ID": "data", "Name": "data", "ExternalID": "hp-data", "PluginID": "hostpath",
+            "Provider": "nodeward.test.csi", "ProviderVersion": "1.2.3", "Capacity": 1048576,
+            "Schedulable": true, "ControllersHealthy": 1, "ControllersExpected": 1,
+            "NodesHealthy": 1, "NodesExpected": 1, "AccessMode": "", "AttachmentMode": "",
+            "MountOptions": {"FSType": "ext4", "MountFlags": ["password=x"]},
+            "Namespace": "default", "Allocations": [],
+        });
+        let want = "\
+ID                   = data
+Name                 = data
+External ID          = hp-data
+Plugin ID            = hostpath
+Provider             = nodeward.test.csi
+Version              = 1.2.3
+Capacity             = 1.0 MiB
+Schedulable          = true
+Controllers Healthy  = 1
+Controllers Expected = 1
+Nodes Healthy        = 1
+Nodes Expected       = 1
+Access Mode          =
+Attachment Mode      =
+Mount Options        = fs_type: ext4 flags: [REDACTED]
+Namespace            = default
+
+Allocations
+No allocations placed
+";
+        assert_eq!(csi_volume_text(&volume), want);
+        let mut claimed = volume.clone();
+        claimed["Allocations"] =
+            serde_json::json!([{"ID": "0b6c8f3e-aaaa", "JobID": "web", "TaskGroup": "g"}]);
+        claimed["WriteAllocs"] = serde_json::json!({"0b6c8f3e-aaaa": {}});
+        let text = csi_volume_text(&claimed);
+        assert!(
+            text.ends_with(
+                "ID        Job ID  Task Group  Access\n0b6c8f3e  web     g           write\n"
+            ),
+            "{text}"
+        );
     }
 }

@@ -10,6 +10,12 @@
 //! All clients share one gRPC [`Environment`] (one completion-queue thread), created on the first
 //! [`CsiClient::new`]. An agent that runs no CSI plugin never starts anything gRPC.
 //!
+//! The calls are one typed method each: the plugin supervisor's Identity and capability calls,
+//! and the volume calls of csi-volumes.md (Controller `CreateVolume` ... `ValidateVolumeCapabilities`,
+//! Node `NodeStageVolume` ... `NodeGetVolumeStats`). A request that lacks a field the CSI spec
+//! requires is refused before anything is sent ([`CsiError::Missing`]), so a bug in the caller
+//! reads as such instead of as a plugin's puzzling `InvalidArgument`.
+//!
 //! Every call first checks that the socket file exists, so a plugin that has not created its socket
 //! yet gets the exact, stable message csi.md requires instead of gRPC's connection error (which
 //! varies between gRPC versions), and the channel never enters gRPC's reconnect backoff because of a
@@ -32,6 +38,11 @@ use crate::thread::Never;
 
 /// The longest any single CSI call may take (csi.md: probes and registration calls use 5 s).
 pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a volume call may take: creating, attaching or mounting storage may take a cloud
+/// provider a while. As long as a host volume plugin's create, and inside the CLI's wait for the
+/// agent's answer (90 s), so that a slow plugin's error still reaches the user.
+pub const VOLUME_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long a probe may take when `left` remains before a deadline: `min(5s, left)`.
 pub fn call_timeout(left: Duration) -> Duration {
@@ -56,6 +67,12 @@ pub enum CsiError {
         method: &'static str,
         code: StatusCode,
         message: String,
+    },
+    /// The request lacks a field the CSI spec requires; nothing was sent.
+    #[error("{method}: missing {field}")]
+    Missing {
+        method: &'static str,
+        field: &'static str,
     },
     /// The call could not be made or its reply not decoded.
     #[error("{method}: {message}")]
@@ -257,6 +274,191 @@ impl CsiClient {
         wait(METHOD, call, timeout, stop)
     }
 
+    // ---- Controller: volumes ------------------------------------------------------------
+
+    /// `Controller.CreateVolume`; the answer must name the volume the plugin made.
+    pub fn create_volume(
+        &self,
+        req: &proto::CreateVolumeRequest,
+        timeout: Duration,
+        stop: &[&Receiver<Never>],
+    ) -> Result<proto::CreateVolumeResponse, CsiError> {
+        const METHOD: &str = "CreateVolume";
+        require(METHOD, "name", !req.name.is_empty())?;
+        require(
+            METHOD,
+            "volume_capabilities",
+            !req.volume_capabilities.is_empty(),
+        )?;
+        let reply = self.call(METHOD, timeout, stop, |o| {
+            self.controller.create_volume_async_opt(req, o)
+        })?;
+        if reply.volume.as_ref().is_none_or(|v| v.volume_id.is_empty()) {
+            return Err(CsiError::Call {
+                method: METHOD,
+                message: "the plugin answered without a volume ID".into(),
+            });
+        }
+        Ok(reply)
+    }
+
+    pub fn delete_volume(
+        &self,
+        req: &proto::DeleteVolumeRequest,
+        timeout: Duration,
+        stop: &[&Receiver<Never>],
+    ) -> Result<proto::DeleteVolumeResponse, CsiError> {
+        const METHOD: &str = "DeleteVolume";
+        require(METHOD, "volume_id", !req.volume_id.is_empty())?;
+        self.call(METHOD, timeout, stop, |o| {
+            self.controller.delete_volume_async_opt(req, o)
+        })
+    }
+
+    pub fn controller_publish_volume(
+        &self,
+        req: &proto::ControllerPublishVolumeRequest,
+        timeout: Duration,
+        stop: &[&Receiver<Never>],
+    ) -> Result<proto::ControllerPublishVolumeResponse, CsiError> {
+        const METHOD: &str = "ControllerPublishVolume";
+        require(METHOD, "volume_id", !req.volume_id.is_empty())?;
+        require(METHOD, "node_id", !req.node_id.is_empty())?;
+        require(METHOD, "volume_capability", req.volume_capability.is_some())?;
+        self.call(METHOD, timeout, stop, |o| {
+            self.controller.controller_publish_volume_async_opt(req, o)
+        })
+    }
+
+    pub fn controller_unpublish_volume(
+        &self,
+        req: &proto::ControllerUnpublishVolumeRequest,
+        timeout: Duration,
+        stop: &[&Receiver<Never>],
+    ) -> Result<proto::ControllerUnpublishVolumeResponse, CsiError> {
+        const METHOD: &str = "ControllerUnpublishVolume";
+        require(METHOD, "volume_id", !req.volume_id.is_empty())?;
+        self.call(METHOD, timeout, stop, |o| {
+            self.controller
+                .controller_unpublish_volume_async_opt(req, o)
+        })
+    }
+
+    /// `Controller.ValidateVolumeCapabilities`: the answer's `confirmed` is absent when the
+    /// plugin does not confirm them (its `message` may say why); that is an answer, not an error.
+    pub fn validate_volume_capabilities(
+        &self,
+        req: &proto::ValidateVolumeCapabilitiesRequest,
+        timeout: Duration,
+        stop: &[&Receiver<Never>],
+    ) -> Result<proto::ValidateVolumeCapabilitiesResponse, CsiError> {
+        const METHOD: &str = "ValidateVolumeCapabilities";
+        require(METHOD, "volume_id", !req.volume_id.is_empty())?;
+        require(
+            METHOD,
+            "volume_capabilities",
+            !req.volume_capabilities.is_empty(),
+        )?;
+        self.call(METHOD, timeout, stop, |o| {
+            self.controller
+                .validate_volume_capabilities_async_opt(req, o)
+        })
+    }
+
+    // ---- Node: volumes ------------------------------------------------------------------
+
+    pub fn node_stage_volume(
+        &self,
+        req: &proto::NodeStageVolumeRequest,
+        timeout: Duration,
+        stop: &[&Receiver<Never>],
+    ) -> Result<proto::NodeStageVolumeResponse, CsiError> {
+        const METHOD: &str = "NodeStageVolume";
+        require(METHOD, "volume_id", !req.volume_id.is_empty())?;
+        require(
+            METHOD,
+            "staging_target_path",
+            !req.staging_target_path.is_empty(),
+        )?;
+        require(METHOD, "volume_capability", req.volume_capability.is_some())?;
+        self.call(METHOD, timeout, stop, |o| {
+            self.node.node_stage_volume_async_opt(req, o)
+        })
+    }
+
+    pub fn node_unstage_volume(
+        &self,
+        req: &proto::NodeUnstageVolumeRequest,
+        timeout: Duration,
+        stop: &[&Receiver<Never>],
+    ) -> Result<proto::NodeUnstageVolumeResponse, CsiError> {
+        const METHOD: &str = "NodeUnstageVolume";
+        require(METHOD, "volume_id", !req.volume_id.is_empty())?;
+        require(
+            METHOD,
+            "staging_target_path",
+            !req.staging_target_path.is_empty(),
+        )?;
+        self.call(METHOD, timeout, stop, |o| {
+            self.node.node_unstage_volume_async_opt(req, o)
+        })
+    }
+
+    pub fn node_publish_volume(
+        &self,
+        req: &proto::NodePublishVolumeRequest,
+        timeout: Duration,
+        stop: &[&Receiver<Never>],
+    ) -> Result<proto::NodePublishVolumeResponse, CsiError> {
+        const METHOD: &str = "NodePublishVolume";
+        require(METHOD, "volume_id", !req.volume_id.is_empty())?;
+        require(METHOD, "target_path", !req.target_path.is_empty())?;
+        require(METHOD, "volume_capability", req.volume_capability.is_some())?;
+        self.call(METHOD, timeout, stop, |o| {
+            self.node.node_publish_volume_async_opt(req, o)
+        })
+    }
+
+    pub fn node_unpublish_volume(
+        &self,
+        req: &proto::NodeUnpublishVolumeRequest,
+        timeout: Duration,
+        stop: &[&Receiver<Never>],
+    ) -> Result<proto::NodeUnpublishVolumeResponse, CsiError> {
+        const METHOD: &str = "NodeUnpublishVolume";
+        require(METHOD, "volume_id", !req.volume_id.is_empty())?;
+        require(METHOD, "target_path", !req.target_path.is_empty())?;
+        self.call(METHOD, timeout, stop, |o| {
+            self.node.node_unpublish_volume_async_opt(req, o)
+        })
+    }
+
+    pub fn node_get_volume_stats(
+        &self,
+        req: &proto::NodeGetVolumeStatsRequest,
+        timeout: Duration,
+        stop: &[&Receiver<Never>],
+    ) -> Result<proto::NodeGetVolumeStatsResponse, CsiError> {
+        const METHOD: &str = "NodeGetVolumeStats";
+        require(METHOD, "volume_id", !req.volume_id.is_empty())?;
+        require(METHOD, "volume_path", !req.volume_path.is_empty())?;
+        self.call(METHOD, timeout, stop, |o| {
+            self.node.node_get_volume_stats_async_opt(req, o)
+        })
+    }
+
+    /// Checks the socket, starts the call with `timeout` as its gRPC deadline and waits for it.
+    fn call<T: Unpin>(
+        &self,
+        method: &'static str,
+        timeout: Duration,
+        stop: &[&Receiver<Never>],
+        start: impl FnOnce(CallOption) -> grpcio::Result<ClientUnaryReceiver<T>>,
+    ) -> Result<T, CsiError> {
+        self.stat()?;
+        wait(method, start(options(timeout)), timeout, stop)
+    }
+
     fn stat(&self) -> Result<(), CsiError> {
         std::fs::metadata(&self.socket)
             .map(|_| ())
@@ -264,6 +466,15 @@ impl CsiClient {
                 path: self.socket.clone(),
                 reason: os_error_text(&e),
             })
+    }
+}
+
+/// [`CsiError::Missing`] unless `present`.
+fn require(method: &'static str, field: &'static str, present: bool) -> Result<(), CsiError> {
+    if present {
+        Ok(())
+    } else {
+        Err(CsiError::Missing { method, field })
     }
 }
 
@@ -406,6 +617,62 @@ mod tests {
             StatusCode::DEADLINE_EXCEEDED.to_string(),
             "DeadlineExceeded"
         );
+    }
+
+    /// A request without a field the spec requires is refused before the socket is even looked
+    /// at: no plugin is needed to see it.
+    #[test]
+    fn incomplete_requests_are_refused_before_sending() {
+        let client = CsiClient::new(Path::new("/nonexistent/nodeward-csi/csi.sock"));
+        let t = Duration::from_secs(1);
+        let err = client
+            .create_volume(&proto::CreateVolumeRequest::default(), t, &[])
+            .unwrap_err();
+        assert_eq!(err.to_string(), "CreateVolume: missing name");
+        let err = client
+            .node_publish_volume(
+                &proto::NodePublishVolumeRequest {
+                    volume_id: "v".into(),
+                    target_path: "/t".into(),
+                    ..Default::default()
+                },
+                t,
+                &[],
+            )
+            .unwrap_err();
+        assert_eq!(
+            err,
+            CsiError::Missing {
+                method: "NodePublishVolume",
+                field: "volume_capability"
+            }
+        );
+        let err = client
+            .node_unstage_volume(
+                &proto::NodeUnstageVolumeRequest {
+                    volume_id: "v".into(),
+                    ..Default::default()
+                },
+                t,
+                &[],
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "NodeUnstageVolume: missing staging_target_path"
+        );
+        // A complete request gets as far as the socket.
+        let err = client
+            .delete_volume(
+                &proto::DeleteVolumeRequest {
+                    volume_id: "v".into(),
+                    ..Default::default()
+                },
+                t,
+                &[],
+            )
+            .unwrap_err();
+        assert!(matches!(err, CsiError::Socket { .. }), "{err}");
     }
 
     /// A stale socket file (nothing listening) fails fast and readably instead of waiting out the

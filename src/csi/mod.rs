@@ -5,6 +5,7 @@
 //! - [`registry`]: the plugins registered on this node, what the API shows and the state file keeps.
 //! - [`supervisor`]: the task hook that waits for a plugin task to become healthy, registers it and
 //!   watches it.
+//! - [`volumes`]: CSI volumes: created or registered through the plugins, claimed by allocations.
 //!
 //! This file holds the pure conversions from the plugin's gRPC answers into the registration of
 //! one plugin allocation ([`PluginRecord`], kept in [`crate::records`]).
@@ -13,6 +14,7 @@ pub mod client;
 pub mod proto;
 pub mod registry;
 pub mod supervisor;
+pub mod volumes;
 
 pub use crate::records::{ControllerInfo, CsiInfo, NodeInfo, PluginKind, PluginRecord, Topology};
 pub use client::{CsiClient, CsiError};

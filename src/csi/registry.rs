@@ -203,6 +203,32 @@ impl PluginRegistry {
         })
     }
 
+    /// The controller registrations of a plugin on this node, healthy ones first, then the
+    /// newest: where a volume call for the plugin goes.
+    pub fn controllers(&self, plugin_id: &str) -> Vec<PluginRecord> {
+        let plugins = self.plugins.lock();
+        let mut out: Vec<PluginRecord> = plugins
+            .get(plugin_id)
+            .into_iter()
+            .flat_map(|allocs| allocs.iter())
+            .filter(|((_, kind), _)| *kind == PluginKind::Controller)
+            .map(|(_, e)| e.record.clone())
+            .collect();
+        drop(plugins);
+        out.sort_by(|a, b| {
+            (b.info.healthy, &b.info.update_time).cmp(&(a.info.healthy, &a.info.update_time))
+        });
+        out
+    }
+
+    /// One plugin's summary (what a CSI volume shows of its plugin), `None` when unknown.
+    pub fn summary(&self, plugin_id: &str) -> Option<PluginSummary> {
+        let plugins = self.plugins.lock();
+        plugins
+            .get(plugin_id)
+            .map(|allocs| PluginSummary::of(plugin_id, allocs))
+    }
+
     pub fn plugin_ids(&self) -> Vec<String> {
         self.plugins.lock().keys().cloned().collect()
     }
@@ -411,6 +437,29 @@ pub(crate) mod tests {
             record(plugin, alloc, PluginKind::Node, healthy, time),
             record(plugin, alloc, PluginKind::Controller, healthy, time),
         ]
+    }
+
+    #[test]
+    fn controllers_are_listed_healthy_first_and_summaries_by_plugin() {
+        let reg = PluginRegistry::new("node-1");
+        reg.register("hp", "a1", monolith("hp", "a1", false, "t9"));
+        reg.register("hp", "a2", monolith("hp", "a2", true, "t1"));
+        reg.register(
+            "node-only",
+            "a3",
+            vec![record("node-only", "a3", PluginKind::Node, true, "t1")],
+        );
+        let allocs: Vec<String> = reg
+            .controllers("hp")
+            .into_iter()
+            .map(|r| r.alloc_id)
+            .collect();
+        assert_eq!(allocs, vec!["a2".to_string(), "a1".to_string()]);
+        assert!(reg.controllers("node-only").is_empty());
+        assert!(reg.controllers("nope").is_empty());
+        let s = reg.summary("hp").unwrap();
+        assert_eq!((s.controllers_healthy, s.controllers_expected), (1, 2));
+        assert!(reg.summary("nope").is_none());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::io;
 
 use super::journal::{Batch, PluginKey};
 use super::StateFile;
-use crate::records::{AllocRecord, JobRecord, PluginRecord, VolumeRecord};
+use crate::records::{AllocRecord, CsiVolumeRecord, JobRecord, PluginRecord, VolumeRecord};
 
 /// A section of the state file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +19,7 @@ pub enum Section {
     Allocations,
     CsiPlugins,
     HostVolumes,
+    CsiVolumes,
 }
 
 /// One entry of the state: its section and its key there.
@@ -28,6 +29,7 @@ pub enum Key {
     Allocation(String),
     CsiPlugin(PluginKey),
     HostVolume(String),
+    CsiVolume(String),
 }
 
 impl Key {
@@ -37,6 +39,7 @@ impl Key {
             Key::Allocation(_) => Section::Allocations,
             Key::CsiPlugin(_) => Section::CsiPlugins,
             Key::HostVolume(_) => Section::HostVolumes,
+            Key::CsiVolume(_) => Section::CsiVolumes,
         }
     }
 }
@@ -79,6 +82,13 @@ impl Entry for VolumeRecord {
     }
 }
 
+impl Entry for CsiVolumeRecord {
+    type Key = String;
+    fn key(&self) -> String {
+        self.id.clone()
+    }
+}
+
 /// A 64-bit fingerprint of an entry's JSON, computed as it is serialised (nothing is kept).
 fn fingerprint<E: Serialize>(entry: &E) -> io::Result<u64> {
     use std::hash::Hasher;
@@ -104,6 +114,7 @@ pub(super) struct Written {
     allocations: HashMap<String, u64>,
     csi_plugins: HashMap<PluginKey, u64>,
     host_volumes: HashMap<String, u64>,
+    csi_volumes: HashMap<String, u64>,
 }
 
 fn fingerprints<E: Entry>(entries: &[E]) -> io::Result<HashMap<E::Key, u64>> {
@@ -121,6 +132,7 @@ impl Written {
             allocations: fingerprints(&state.allocations)?,
             csi_plugins: fingerprints(&state.csi_plugins)?,
             host_volumes: fingerprints(&state.host_volumes)?,
+            csi_volumes: fingerprints(&state.csi_volumes)?,
         })
     }
 }
@@ -155,14 +167,16 @@ pub(super) struct Delta {
     allocations: Vec<Update<String>>,
     csi_plugins: Vec<Update<PluginKey>>,
     host_volumes: Vec<Update<String>>,
+    csi_volumes: Vec<Update<String>>,
 }
 
-/// The scopes of the four sections, in the state file's order.
+/// The scopes of the five sections, in the state file's order.
 pub(super) struct Scopes<'a> {
     pub jobs: Scope<'a, String>,
     pub allocations: Scope<'a, String>,
     pub csi_plugins: Scope<'a, PluginKey>,
     pub host_volumes: Scope<'a, String>,
+    pub csi_volumes: Scope<'a, String>,
 }
 
 /// The keys a write names in keyed sections, per section.
@@ -172,6 +186,7 @@ pub(super) struct Named {
     allocations: Vec<String>,
     csi_plugins: Vec<PluginKey>,
     host_volumes: Vec<String>,
+    csi_volumes: Vec<String>,
 }
 
 impl Named {
@@ -183,6 +198,7 @@ impl Named {
                 Key::Allocation(id) => n.allocations.push(id),
                 Key::CsiPlugin(key) => n.csi_plugins.push(key),
                 Key::HostVolume(id) => n.host_volumes.push(id),
+                Key::CsiVolume(id) => n.csi_volumes.push(id),
             }
         }
         n
@@ -204,6 +220,7 @@ impl Named {
             allocations: scope(k(Section::Allocations), all, &self.allocations),
             csi_plugins: scope(k(Section::CsiPlugins), all, &self.csi_plugins),
             host_volumes: scope(k(Section::HostVolumes), all, &self.host_volumes),
+            csi_volumes: scope(k(Section::CsiVolumes), all, &self.csi_volumes),
         }
     }
 }
@@ -242,6 +259,12 @@ impl Delta {
                 &mut d.host_volumes,
             ),
         )?;
+        compare(
+            now.csi_volumes,
+            &written.csi_volumes,
+            scopes.csi_volumes,
+            (&mut b.csi_volumes, &mut r.csi_volumes, &mut d.csi_volumes),
+        )?;
         Ok(d)
     }
 
@@ -251,6 +274,7 @@ impl Delta {
         keep(&mut written.allocations, self.allocations);
         keep(&mut written.csi_plugins, self.csi_plugins);
         keep(&mut written.host_volumes, self.host_volumes);
+        keep(&mut written.csi_volumes, self.csi_volumes);
     }
 }
 
@@ -313,19 +337,21 @@ pub(super) fn apply(state: &mut StateFile, batches: Vec<Batch>) {
     if batches.is_empty() {
         return;
     }
-    let (mut jobs, mut allocs, mut plugins, mut volumes) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut jobs, mut allocs, mut plugins, mut volumes, mut csi_volumes) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for b in batches {
         let r = b.removed;
         jobs.push((r.jobs, b.jobs));
         allocs.push((r.allocations, b.allocations));
         plugins.push((r.csi_plugins, b.csi_plugins));
         volumes.push((r.host_volumes, b.host_volumes));
+        csi_volumes.push((r.csi_volumes, b.csi_volumes));
     }
     apply_section(&mut state.jobs, jobs);
     apply_section(&mut state.allocations, allocs);
     apply_section(&mut state.csi_plugins, plugins);
     apply_section(&mut state.host_volumes, volumes);
+    apply_section(&mut state.csi_volumes, csi_volumes);
 }
 
 fn apply_section<E: Entry>(section: &mut Vec<E>, writes: Vec<(Vec<E::Key>, Vec<E>)>) {

@@ -8,7 +8,8 @@
 //! crc     = CRC-32 (IEEE) of the four length bytes followed by the payload
 //! header  = {"Journal":1,"JournalID":"<uuid>"}
 //! other   = one write: a Batch, {"Jobs":[...],"Allocations":[...],"CSIPlugins":[...],
-//!           "HostVolumes":[...],"Removed":{"Jobs":["<id>"],...}} (empty parts left out)
+//!           "HostVolumes":[...],"CSIVolumes":[...],"Removed":{"Jobs":["<id>"],...}} (empty
+//!           parts left out)
 //! ```
 //!
 //! A journal continues the snapshot whose `JournalID` its header names, and no other: a journal
@@ -32,7 +33,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::StateError;
-use crate::records::{AllocRecord, JobRecord, PluginKind, PluginRecord, VolumeRecord};
+use crate::records::{
+    AllocRecord, CsiVolumeRecord, JobRecord, PluginKind, PluginRecord, VolumeRecord,
+};
 
 pub const JOURNAL_FILE: &str = "state.journal";
 /// The journal format this build writes; a journal of a newer format is refused.
@@ -60,6 +63,8 @@ pub struct Batch {
     pub csi_plugins: Vec<PluginRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_volumes: Vec<VolumeRecord>,
+    #[serde(default, rename = "CSIVolumes", skip_serializing_if = "Vec::is_empty")]
+    pub csi_volumes: Vec<CsiVolumeRecord>,
     #[serde(default, skip_serializing_if = "Removed::is_empty")]
     pub removed: Removed,
 }
@@ -76,6 +81,8 @@ pub struct Removed {
     pub csi_plugins: Vec<PluginKey>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_volumes: Vec<String>,
+    #[serde(default, rename = "CSIVolumes", skip_serializing_if = "Vec::is_empty")]
+    pub csi_volumes: Vec<String>,
 }
 
 impl Removed {
@@ -84,6 +91,7 @@ impl Removed {
             && self.allocations.is_empty()
             && self.csi_plugins.is_empty()
             && self.host_volumes.is_empty()
+            && self.csi_volumes.is_empty()
     }
 }
 
@@ -93,6 +101,7 @@ impl Batch {
             && self.allocations.is_empty()
             && self.csi_plugins.is_empty()
             && self.host_volumes.is_empty()
+            && self.csi_volumes.is_empty()
             && self.removed.is_empty()
     }
 }

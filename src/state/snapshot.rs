@@ -8,7 +8,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::StateError;
-use crate::records::{AllocRecord, JobRecord, PluginRecord, VolumeRecord};
+use crate::records::{AllocRecord, CsiVolumeRecord, JobRecord, PluginRecord, VolumeRecord};
 
 /// The version this build writes. Older files are upgraded on load; newer ones are refused.
 ///
@@ -21,7 +21,10 @@ use crate::records::{AllocRecord, JobRecord, PluginRecord, VolumeRecord};
 ///   the snapshot's `JournalID`): the state is the snapshot with the journal's records applied.
 ///   An agent that knows only version 2 would read the snapshot alone and miss the changes the
 ///   journal holds, so it must refuse the file. The sections are the same as in version 2.
-pub const STATE_VERSION: u32 = 3;
+/// - 4: CSI volumes (`CSIVolumes`, in the snapshot and in journal records). An agent that knows
+///   only version 3 would read the file without them and drop them at its first compaction,
+///   forgetting storage that exists, so it must refuse the file. A version-3 file has none.
+pub const STATE_VERSION: u32 = 4;
 pub const STATE_FILE: &str = "state.json";
 
 /// Everything in `state.json`. Sections belong to their subsystems; this file only stores them.
@@ -47,6 +50,9 @@ pub struct StateFile {
     pub csi_plugins: Vec<PluginRecord>,
     #[serde(default)]
     pub host_volumes: Vec<VolumeRecord>,
+    /// Version 4.
+    #[serde(default, rename = "CSIVolumes")]
+    pub csi_volumes: Vec<CsiVolumeRecord>,
 }
 
 pub(super) fn new_state() -> StateFile {
@@ -79,14 +85,17 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<StateFile, StateError> {
     }
     // One upgrade step per version. 1 -> 2 only adds fields, which default to "not recorded";
     // 2 -> 3 adds the journal, which a version-2 file does not have (its JournalID is empty, so
-    // no journal is replayed over it, whatever lies next to it).
+    // no journal is replayed over it, whatever lies next to it); 3 -> 4 adds the CSI volumes
+    // section, empty in older files (its serde default), and keeps their journal.
     let mut state: StateFile = serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
-    if state.version < 3 {
+    if state.version < STATE_VERSION {
         log::info!(
             "state file {} has version {}: upgrading it to {STATE_VERSION}",
             path.display(),
             state.version
         );
+    }
+    if state.version < 3 {
         state.journal_id.clear();
     }
     state.version = STATE_VERSION;

@@ -486,7 +486,7 @@ fn walk_hcl(
         None | Some("host") => {}
         Some(other) => {
             return Err(SpecError::Invalid(format!(
-                "volume type {other:?} is not supported: nodeward manages \"host\" volumes"
+                "volume type {other:?} is not supported by the host volume specification"
             )))
         }
     }

@@ -4,9 +4,12 @@
 Usage: py_csi_plugin.py <socket path> <mode>
   mode: healthy (ready=true), ready-absent (no ready field), not-ready (ready=false)
 
-It serves Identity.Probe, Identity.GetPluginInfo, Identity.GetPluginCapabilities and
-Node.NodeGetInfo with the protobuf encoding written out by hand (field numbers from the CSI spec), so
-it needs only the `grpcio` package: no generated code, no protoc. Anything else is Unimplemented.
+It serves Identity.Probe, Identity.GetPluginInfo, Identity.GetPluginCapabilities,
+Node.NodeGetInfo, Controller.CreateVolume (the volume ID is "py-" and the request's name, read from
+its field 1), Controller.DeleteVolume and Node.NodePublishVolume (which fails with
+FailedPrecondition "py plugin refuses to publish") with the protobuf encoding written out by hand
+(field numbers from the CSI spec), so it needs only the `grpcio` package: no generated code, no
+protoc. Anything else is Unimplemented.
 It stops cleanly on SIGINT or SIGTERM.
 """
 
@@ -72,6 +75,23 @@ def main():
     def unary(reply):
         return grpc.unary_unary_rpc_method_handler(lambda request, context: reply)
 
+    def create_volume(request, context):
+        # CreateVolumeRequest.name is field 1: tag 0x0a, then a one-byte length for short names.
+        if len(request) < 2 or request[0] != 0x0A or request[1] > 127:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "py plugin: no name in field 1")
+        name = request[2 : 2 + request[1]].decode()
+        # Volume{capacity_bytes=1, volume_id=2, volume_context=3, accessible_topology=5}
+        volume = (
+            field_varint(1, 4096)
+            + field_bytes(2, ("py-" + name).encode())
+            + string_map_entry(3, "made-by", "python")
+            + field_bytes(5, string_map_entry(1, "zone", "z1"))
+        )
+        return field_bytes(1, volume)
+
+    def refuse_publish(request, context):
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "py plugin refuses to publish")
+
     identity = grpc.method_handlers_generic_handler(
         "csi.v1.Identity",
         {
@@ -81,11 +101,22 @@ def main():
         },
     )
     node = grpc.method_handlers_generic_handler(
-        "csi.v1.Node", {"NodeGetInfo": unary(node_info)}
+        "csi.v1.Node",
+        {
+            "NodeGetInfo": unary(node_info),
+            "NodePublishVolume": grpc.unary_unary_rpc_method_handler(refuse_publish),
+        },
+    )
+    controller = grpc.method_handlers_generic_handler(
+        "csi.v1.Controller",
+        {
+            "CreateVolume": grpc.unary_unary_rpc_method_handler(create_volume),
+            "DeleteVolume": unary(b""),
+        },
     )
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    server.add_generic_rpc_handlers((identity, node))
+    server.add_generic_rpc_handlers((identity, node, controller))
     server.add_insecure_port("unix:" + socket_path)
     server.start()
 

@@ -340,11 +340,18 @@ fn a_full_disk_is_freed_by_collecting_terminal_allocations() {
         "client {\n  gc_interval = \"100ms\"\n  gc_disk_usage_threshold = 50\n}\n",
     );
     let (svc, pid) = service(&agent, "svc");
+    // The task fills the disk and then waits for `go`: until the test knows the allocation's
+    // ID, it must not end (the collector, every 100 ms, would take it first).
     let fill = agent.alloc_id(&agent.run_hcl(&job(
         "fill",
         "batch",
-        "dd if=/dev/zero of=local/blob bs=1M count=5",
+        "dd if=/dev/zero of=local/blob bs=1M count=5 && while [ ! -e local/go ]; do sleep 0.1; done",
     )));
+    let go = alloc_dir(&agent, &fill).join("t/local/go");
+    wait_for(WAIT, "the task directory", || {
+        go.parent().unwrap().is_dir().then_some(())
+    });
+    std::fs::write(&go, "").unwrap();
     wait_for(WAIT, "the filling allocation collected", || {
         gone_everywhere(&agent, &fill).then_some(())
     });
@@ -385,15 +392,15 @@ fn a_mount_inside_an_allocation_directory_is_never_emptied() {
         std::fs::read_to_string(mnt.join("data")).unwrap(),
         "mounted data"
     );
-    let log = agent.log_text();
-    assert!(
-        log.contains(&format!(
-            "left {} in place: {} is mounted inside",
-            alloc_dir(&agent, &b1).display(),
-            mnt.display()
-        )),
-        "{log}"
+    // The warning reaches the test through the agent's stderr pipe and the harness's reader.
+    let warning = format!(
+        "left {} in place: {} is mounted inside",
+        alloc_dir(&agent, &b1).display(),
+        mnt.display()
     );
+    wait_for(WAIT, "the warning in the agent's log", || {
+        agent.log_text().contains(&warning).then_some(())
+    });
     drop(tmpfs);
     wait_for(WAIT, "the mount gone", || {
         (!mnt.join("data").exists()).then_some(())

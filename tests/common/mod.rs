@@ -87,8 +87,9 @@ impl TestAgent {
         std::fs::write(
             &config,
             format!(
-                "data_dir = \"{}\"\nname = \"test-node\"\nlog_level = \"debug\"\nports {{ http = 0 }}\n{extra}\n",
-                data_dir.display()
+                "data_dir = \"{}\"\nname = \"test-node\"\nlog_level = \"debug\"\nports {{ http = 0 }}\n{}\n",
+                data_dir.display(),
+                pin_gc_thresholds(extra)
             ),
         )
         .unwrap();
@@ -486,6 +487,24 @@ pub fn fill_disk(dir: &Path) -> PathBuf {
 /// Whether this process runs as root; tests that need root print a SKIPPED line when not.
 pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
+}
+
+/// `extra` with the garbage collector's disk and inode thresholds at 100 % unless it sets them:
+/// a test agent's data directory is on the machine's own disk, which may well be fuller than the
+/// default 80 %, and then the collector takes every allocation as soon as it ends, under the
+/// test's feet. The tests of those thresholds set their own (on a tmpfs of their own).
+fn pin_gc_thresholds(extra: &str) -> String {
+    const PIN: &str = "  gc_disk_usage_threshold = 100\n  gc_inode_usage_threshold = 100\n";
+    if extra.contains("gc_disk_usage_threshold") || extra.contains("gc_inode_usage_threshold") {
+        return extra.to_string();
+    }
+    match extra.find("client {") {
+        Some(at) => {
+            let body = at + "client {".len();
+            format!("{}\n{PIN}{}", &extra[..body], &extra[body..])
+        }
+        None => format!("{extra}\nclient {{\n{PIN}}}\n"),
+    }
 }
 
 /// Polls `f` until it returns `Some` or `timeout` passes.

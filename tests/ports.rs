@@ -176,6 +176,18 @@ fn a_task_answers_on_its_static_and_dynamic_ports() {
     assert_eq!(net["DynamicPorts"][0]["Label"], "dyn", "{job}");
 }
 
+/// Registers `hcl`, which this node cannot place for want of ports: the job is registered with
+/// no allocation, and the registration's failure for group `g` is the one `dimension` exhausted.
+fn register_unplaced(agent: &TestAgent, hcl: &str, job: &str, dimension: &str) {
+    let (status, body) = register(agent, hcl);
+    assert_eq!(status, 200, "register: {body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let metric = &answer["FailedTGAllocs"]["g"];
+    assert_eq!(metric["DimensionExhausted"][dimension], 1, "{body}");
+    assert_eq!(agent.get(&format!("/v1/job/{job}"))["ID"], job);
+    assert!(agent.allocs(job).is_empty(), "{:?}", agent.allocs(job));
+}
+
 fn register_ok(agent: &TestAgent, hcl: &str) {
     let (status, body) = register(agent, hcl);
     assert_eq!(status, 200, "register: {body}");
@@ -194,20 +206,22 @@ fn dynamic_ports_come_from_the_configured_range_until_it_is_used_up() {
     // `to = -1` maps the port to itself, as in Nomad.
     assert_eq!(ports["c"].1, ports["c"].0);
 
-    // The range is used up: Nomad's placement text, and nothing registered.
-    let (status, body) = register(&agent, &sleeper("more", "      port \"d\" {}"));
-    assert_eq!(status, 400, "{body}");
-    assert!(
-        body.contains(
-            "cannot place task group \"g\" of job \"more\" on this node: \
-             Dimension \"network: dynamic port selection failed\" exhausted on 1 nodes"
-        ),
-        "{body}"
+    // The range is used up: a placement failure in Nomad's words, the job registered without
+    // an allocation.
+    register_unplaced(
+        &agent,
+        &sleeper("more", "      port \"d\" {}"),
+        "more",
+        "network: dynamic port selection failed",
     );
-    assert_eq!(agent.request("GET", "/v1/job/more", None).0, 404);
 
-    // A stopped allocation gives its ports back.
+    // A stopped allocation gives its ports back once its task is dead, and the same job sent
+    // again (a new evaluation, as in Nomad) is placed.
+    let three = agent.alloc_id("three");
     assert_eq!(agent.request("DELETE", "/v1/job/three", None).0, 200);
+    wait_for(Duration::from_secs(30), "the stopped task dead", || {
+        (agent.task_state(&three, "t")["State"] == "dead").then_some(())
+    });
     register_ok(&agent, &sleeper("more", "      port \"d\" {}"));
     let (v, _) = ports_of(&agent, &agent.alloc_id("more"))["d"];
     assert!((u64::from(low)..=u64::from(low) + 2).contains(&v), "{v}");
@@ -219,15 +233,24 @@ fn a_static_port_held_by_another_allocation_is_a_placement_failure() {
     let port = free_port();
     let ask = format!("      port \"web\" {{ static = {port} }}");
     register_ok(&agent, &sleeper("first", &ask));
-    let (status, body) = register(&agent, &sleeper("second", &ask));
-    assert_eq!(status, 400, "{body}");
-    assert!(
-        body.contains(&format!(
-            "Dimension \"network: reserved port collision web={port}\" exhausted on 1 nodes"
-        )),
-        "{body}"
+    register_unplaced(
+        &agent,
+        &sleeper("second", &ask),
+        "second",
+        &format!("network: reserved port collision web={port}"),
     );
-    assert_eq!(agent.request("GET", "/v1/job/second", None).0, 404);
+    // `job run` prints it as Nomad's does, and exits 2.
+    let file = agent.data_dir.parent().unwrap().join("second.hcl");
+    std::fs::write(&file, sleeper("second", &ask)).unwrap();
+    let out = agent.cli(&["job", "run", file.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        stdout.contains(&format!(
+            "* Dimension \"network: reserved port collision web={port}\" exhausted on 1 nodes"
+        )),
+        "{stdout}"
+    );
     // Re-registering the holder with a change replaces its allocation on the same port.
     register_ok(
         &agent,
@@ -244,14 +267,11 @@ fn a_static_port_held_by_another_allocation_is_a_placement_failure() {
 
     // The agent's own HTTP port is never given.
     let api: u16 = agent.addr.rsplit(':').next().unwrap().parse().unwrap();
-    let (status, body) = register(
+    register_unplaced(
         &agent,
         &sleeper("api", &format!("      port \"http\" {{ static = {api} }}")),
-    );
-    assert_eq!(status, 400, "{body}");
-    assert!(
-        body.contains(&format!("reserved port collision http={api}")),
-        "{body}"
+        "api",
+        &format!("network: reserved port collision http={api}"),
     );
 }
 
@@ -309,10 +329,10 @@ fn ports_are_kept_across_an_agent_kill_and_restart() {
     );
 
     // The restored allocation still holds its ports.
-    let (status, body) = register(
+    register_unplaced(
         &agent,
         &sleeper("other", &format!("      port \"web\" {{ static = {web} }}")),
+        "other",
+        &format!("network: reserved port collision web={web}"),
     );
-    assert_eq!(status, 400, "{body}");
-    assert!(body.contains("reserved port collision web="), "{body}");
 }

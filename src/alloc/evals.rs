@@ -209,7 +209,7 @@ impl AllocManager {
 
     /// One job's blocked evaluation, run again: the allocations it added (none when nothing new
     /// fits, and then nothing is written).
-    fn place_queued(&self, id: &str) -> Result<Vec<Arc<Allocation>>, AllocError> {
+    pub(super) fn place_queued(&self, id: &str) -> Result<Vec<Arc<Allocation>>, AllocError> {
         let added = self.commit(
             || format!("placing the queued allocations of job {id:?}"),
             |reg| {

@@ -285,6 +285,14 @@ impl AllocManager {
         for alloc in added.unwrap_or_default() {
             self.start_alloc(&alloc, false);
         }
+        if !changed {
+            // The same job again, as Nomad's re-submission: a new evaluation, which places what
+            // waits if the node now fits it (the ports another job held, say) without waiting
+            // for the next re-evaluation.
+            for alloc in self.place_queued(&id)? {
+                self.start_alloc(&alloc, false);
+            }
+        }
         let reg = self.registry.lock();
         let record = reg.jobs.get(&id);
         let blocked_eval = record.and_then(evals::blocked).map(|e| e.id.clone());

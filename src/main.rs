@@ -38,6 +38,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("agent") => agent(&args[1..]),
+        Some(nodeward::sandbox::CHILD_ARG) => ExitCode::from(nodeward::sandbox::child_main()),
         _ => ExitCode::from(nodeward::cli::run(args) as u8),
     }
 }

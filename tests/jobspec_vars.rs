@@ -312,3 +312,108 @@ fn the_parse_api_takes_variables_and_keeps_runtime_names() {
     assert!(body.contains("filesystem functions are disabled"), "{body}");
     no_jobs(&agent);
 }
+
+/// The endpoint evaluates in a child process of the agent: what it answers is the job that
+/// evaluating in this process gives, byte for byte once parsed.
+#[test]
+fn a_parse_through_the_evaluation_child_gives_the_in_process_job() {
+    let dir = TempDir::new("child");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let hcl = JOBSPEC.replace("trimspace(file(\"motd.txt\"))", "\"no file\"");
+    let body = json!({"JobHCL": hcl, "Variables": "tier = \"prod\"\n"}).to_string();
+    let (status, answer) = agent.request("POST", "/v1/jobs/parse", Some(&body));
+    assert_eq!(status, 200, "{answer}");
+    let in_process =
+        nodeward::api::routes::ParseRequest::parse_job(body.as_bytes()).expect("in-process parse");
+    assert_eq!(
+        serde_json::from_str::<Value>(&answer).unwrap(),
+        serde_json::to_value(&in_process).unwrap()
+    );
+}
+
+/// Doubles a list thirty times: 2^30 strings, far more than the child's address space holds.
+fn memory_bomb() -> String {
+    let mut locals = String::from("  a0 = [\"0123456789abcdef\"]\n");
+    for i in 1..=30 {
+        locals.push_str(&format!(
+            "  a{i} = concat(local.a{}, local.a{})\n",
+            i - 1,
+            i - 1
+        ));
+    }
+    format!("locals {{\n{locals}}}\n{}", bomb_job("length(local.a30)"))
+}
+
+/// 2^30 steps of three nested `for` expressions, each list short: CPU time, little memory.
+const CPU_BOMB: &str = "length([for i in range(1024) : length([for j in range(1024) : length([for k in range(1024) : k])])])";
+
+fn bomb_job(value: &str) -> String {
+    format!(
+        "job \"bomb\" {{\n  meta {{\n    n = {value}\n  }}\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"raw_exec\"\n      config {{\n        command = \"/bin/true\"\n      }}\n    }}\n  }}\n}}\n"
+    )
+}
+
+/// No jobspec sent to the API can take the agent's memory or CPU: the evaluation's child hits its
+/// limit and the caller gets a 400 that names it; the agent answers and runs jobs as before, and
+/// no evaluation child of it is left.
+#[test]
+fn jobspecs_built_to_exhaust_the_agent_are_refused_and_it_carries_on() {
+    let dir = TempDir::new("bombs");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let (status, body) = parse(&agent, &memory_bomb(), "");
+    assert_eq!(
+        (status, body.trim_end()),
+        (
+            400,
+            "the jobspec's evaluation used more than 512 MiB of memory"
+        )
+    );
+    let (status, body) = parse(&agent, &bomb_job(CPU_BOMB), "");
+    // Which limit comes first depends on how busy the machine's CPUs are: 5 s of CPU time, or
+    // 10 s of wall-clock time for a child that gets less than half a CPU.
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        [
+            "the jobspec's evaluation used more than 5 s of CPU time",
+            "the jobspec's evaluation did not end within 10 s"
+        ]
+        .contains(&body.trim_end()),
+        "{body}"
+    );
+    assert_eq!(agent.request("GET", "/v1/agent/health", None).0, 200);
+    let leftovers: Vec<i32> = pids_with(nodeward::sandbox::CHILD_ARG)
+        .into_iter()
+        .filter(|pid| parent_of(*pid) == Some(agent.pid()))
+        .collect();
+    assert_eq!(leftovers, Vec::<i32>::new());
+    let job = agent.run_hcl(
+        r#"job "after" {
+  type = "batch"
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo still here"]
+      }
+    }
+  }
+}
+"#,
+    );
+    let alloc = agent.alloc_id(&job);
+    wait_for(WAIT, "the batch allocation complete", || {
+        (agent.get(&format!("/v1/allocation/{alloc}"))["ClientStatus"] == "complete").then_some(())
+    });
+}
+
+/// The parent PID of `pid`, from `/proc/<pid>/stat` (after the command name's closing paren).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}

@@ -13,9 +13,9 @@ use super::ids::{self, ID};
 use super::router::{json_body, ApiError, Request, Response, Router};
 use crate::agent::Agent;
 use crate::alloc::JobSummary;
-use crate::hcl::eval::{Inputs, VarFile};
-use crate::hcl::funcs::Files;
+use crate::hcl::eval::VarFile;
 use crate::jobspec::{self, Job, JobType};
+use crate::sandbox::{Evaluation, Sandbox, SandboxError};
 
 impl From<jobspec::JobspecError> for ApiError {
     fn from(e: jobspec::JobspecError) -> ApiError {
@@ -39,23 +39,37 @@ pub struct ParseRequest {
 
 /// Why `file()` fails here. Nomad's agent refuses it too: the agent runs as root, and a jobspec
 /// from the API could otherwise read any file of the node into a job.
-const NO_FILES: &str = "filesystem functions are disabled when the agent parses a jobspec                         (POST /v1/jobs/parse); `nodeward job run` reads files beside the jobspec";
+const NO_FILES: &str = "filesystem functions are disabled when the agent parses a jobspec \
+                        (POST /v1/jobs/parse); `nodeward job run` reads files beside the jobspec";
 
 impl ParseRequest {
-    /// Parses the request body and the jobspec in it: the endpoint's parsing entry point.
-    pub fn parse_job(body: &[u8]) -> Result<Job, ApiError> {
+    /// Parses the request body into what the jobspec's evaluation is given.
+    pub fn evaluation(body: &[u8]) -> Result<Evaluation, ApiError> {
         let body: ParseRequest = json_body(body)?;
-        let mut inputs = Inputs {
-            files: Files::Disabled(NO_FILES.to_string()),
-            ..Inputs::default()
-        };
+        let mut var_files = Vec::new();
         if !body.variables.trim().is_empty() {
-            inputs.var_files.push(VarFile {
+            var_files.push(VarFile {
                 name: "Variables".to_string(),
                 text: body.variables,
             });
         }
-        Ok(jobspec::hcl::parse_job_with(&body.job_hcl, &inputs)?.job)
+        Ok(Evaluation::new(body.job_hcl, var_files, NO_FILES))
+    }
+
+    /// Parses the request body and evaluates the jobspec in it in this process, without limits:
+    /// the fuzz target's entry point. The endpoint evaluates in a [`Sandbox`].
+    pub fn parse_job(body: &[u8]) -> Result<Job, ApiError> {
+        Ok(Self::evaluation(body)?.run()?)
+    }
+}
+
+impl From<SandboxError> for ApiError {
+    fn from(e: SandboxError) -> ApiError {
+        match e {
+            SandboxError::Busy { .. } => ApiError::Unavailable(e.to_string()),
+            e if e.is_jobspec() => ApiError::BadRequest(e.to_string()),
+            e => ApiError::Internal(e.to_string()),
+        }
     }
 }
 
@@ -199,8 +213,11 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
     let post = register.clone();
     r.put("/v1/jobs", move |req| register(req));
     r.post("/v1/jobs", move |req| post(req));
-    r.post("/v1/jobs/parse", |req| {
-        Response::json(ParseRequest::parse_job(req.body())?)
+    // A caller's HCL is evaluated in a child with limits: no jobspec can exhaust the agent.
+    let sandbox = Sandbox::for_agent();
+    r.post("/v1/jobs/parse", move |req| {
+        let evaluation = ParseRequest::evaluation(req.body())?;
+        Response::json(sandbox.parse_job(&evaluation)?)
     });
     let a = agent.clone();
     r.get("/v1/jobs", move |_| {

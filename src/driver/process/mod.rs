@@ -4,7 +4,8 @@
 //!
 //! - [`spawn`] starts a program with exactly the environment it is given, in a process group of
 //!   its own (so the whole tree it starts can be signalled at once), optionally as another user,
-//!   and starts one waiter thread for it.
+//!   with optional resource [`Limit`]s and stdin from memory, no descriptor of the agent's but
+//!   stdin, stdout and stderr, and starts one waiter thread for it.
 //! - [`Child`] is the owner's side: the exit channel, signals to the group, a stop with a timeout
 //!   ([`Child::stop`]), a hard kill ([`Child::kill`]) and the end of supervision ([`Child::release`]).
 //! - [`ProcessId`] is a PID together with its start time, the only way a PID is trusted once the
@@ -36,7 +37,7 @@ mod waiter;
 use crossbeam_channel::{after, bounded, select, Receiver};
 use std::ffi::CString;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -49,7 +50,7 @@ use crate::thread::Worker;
 pub use orphan::{find_task_processes, stop_foreign_group, stop_groups, Leftover, SIGKILL_WAIT};
 pub use procfs::{live_groups, process_start_ticks, same_process_alive, start_time_nanos};
 pub use user::{lookup_user, RunAs};
-pub use waiter::{AfterExit, Drain, Sink, Supervision, DRAIN_AFTER_EXIT};
+pub use waiter::{AfterExit, Capped, Drain, Sink, Supervision, DRAIN_AFTER_EXIT};
 
 /// Why a child could not be started or watched.
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +110,58 @@ pub struct ProcessSpec<'a> {
     pub env: &'a std::collections::BTreeMap<String, String>,
     pub cwd: &'a Path,
     pub run_as: Option<&'a RunAs>,
+    /// What the child reads on stdin; `None` is `/dev/null`.
+    pub stdin: Option<&'a [u8]>,
+    /// Resource limits the child starts with, on top of the open-files limit every child gets.
+    pub limits: &'a [Limit],
+}
+
+/// A resource limit a child starts with (`setrlimit(2)`, set between fork and exec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    pub resource: Resource,
+    pub soft: u64,
+    pub hard: u64,
+}
+
+/// The resources a [`Limit`] can bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    /// Bytes of virtual memory (`RLIMIT_AS`): past it, allocations fail.
+    AddressSpace,
+    /// Seconds of CPU time (`RLIMIT_CPU`): SIGXCPU at the soft limit, SIGKILL at the hard one.
+    CpuSeconds,
+    /// Bytes of a core dump (`RLIMIT_CORE`).
+    CoreSize,
+    /// Bytes of a file the child writes (`RLIMIT_FSIZE`).
+    FileSize,
+}
+
+impl Resource {
+    fn raw(self) -> libc::__rlimit_resource_t {
+        match self {
+            Resource::AddressSpace => libc::RLIMIT_AS,
+            Resource::CpuSeconds => libc::RLIMIT_CPU,
+            Resource::CoreSize => libc::RLIMIT_CORE,
+            Resource::FileSize => libc::RLIMIT_FSIZE,
+        }
+    }
+}
+
+/// A sealed-in-memory copy of `bytes` to be a child's stdin: the child reads it at its own pace
+/// and the agent needs no writer thread (a pipe would hold 64 KiB and block the rest).
+fn stdin_file(bytes: &[u8]) -> io::Result<std::fs::File> {
+    use std::io::{Seek, Write};
+    // SAFETY: the name is a NUL-terminated literal; memfd_create returns a new descriptor or -1.
+    let fd = unsafe { libc::memfd_create(c"nodeward-stdin".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned to us and is owned by nothing else.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.write_all(bytes)?;
+    file.rewind()?;
+    Ok(file)
 }
 
 use nodeward_keeper::sys::kill_process;
@@ -217,8 +270,9 @@ pub fn set_child_nofile(limit: libc::rlimit) {
     let _ = CHILD_NOFILE.set(limit);
 }
 
-/// Starts `spec` in a process group of its own, with stdin on `/dev/null` and stdout and stderr
-/// copied into `stdout` and `stderr` by a waiter thread named `thread_name`.
+/// Starts `spec` in a process group of its own, with stdin on `/dev/null` (or `spec.stdin`) and
+/// stdout and stderr copied into `stdout` and `stderr` by a waiter thread named `thread_name`.
+/// The child inherits no descriptor but these three.
 pub fn spawn(
     spec: &ProcessSpec<'_>,
     stdout: Box<dyn Sink>,
@@ -226,11 +280,15 @@ pub fn spawn(
     supervision: Supervision,
     thread_name: String,
 ) -> Result<Child, ProcessError> {
+    let stdin = match spec.stdin {
+        None => Stdio::null(),
+        Some(bytes) => Stdio::from(stdin_file(bytes).map_err(ProcessError::Spawn)?),
+    };
     let mut cmd = Command::new(spec.program);
     cmd.args(spec.args)
         .env_clear()
         .envs(spec.env)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
@@ -270,6 +328,39 @@ pub fn spawn(
                 Ok(())
             });
         }
+    }
+    let limits: Vec<(libc::__rlimit_resource_t, libc::rlimit)> = spec
+        .limits
+        .iter()
+        .map(|l| {
+            let limit = libc::rlimit {
+                rlim_cur: l.soft,
+                rlim_max: l.hard,
+            };
+            (l.resource.raw(), limit)
+        })
+        .collect();
+    // SAFETY: setrlimit(2) and close_range(2) are async-signal-safe, change the child only, and
+    // read memory prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            for (resource, limit) in &limits {
+                if libc::setrlimit(*resource, limit) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            // Descriptors a library opened without O_CLOEXEC would otherwise reach the child
+            // (the standard library sets it on its own). Marked, not closed: the exec-error pipe
+            // of `Command` must stay open until the exec. Kernels before 5.11 refuse the flag;
+            // the standard library's descriptors are closed at exec there all the same.
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+            Ok(())
+        });
     }
     let mut child = cmd.spawn().map_err(ProcessError::Spawn)?;
     let pid = child.id() as i32;
@@ -349,6 +440,8 @@ mod tests {
             env: &env,
             cwd: Path::new("/"),
             run_as: None,
+            stdin: None,
+            limits: &[],
         };
         let child = spawn(
             &spec,
@@ -359,6 +452,60 @@ mod tests {
         )
         .unwrap();
         (child, rx)
+    }
+
+    /// stdin larger than a pipe holds arrives whole, the limits are in force, and a descriptor
+    /// the agent opened without O_CLOEXEC does not reach the child.
+    #[test]
+    fn stdin_limits_and_descriptors_of_a_child() {
+        // SAFETY: dup returns a new descriptor (without O_CLOEXEC) or -1.
+        let leaked = unsafe { libc::dup(2) };
+        assert!(leaked > 2);
+        let (tx, rx) = bounded(1);
+        let env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+        let args = [
+            "-c".to_string(),
+            "wc -c; ulimit -t; ulimit -v; ls /proc/self/fd | tr '\\n' ' '".to_string(),
+        ];
+        let input = vec![b'x'; 300 << 10];
+        let limits = [
+            Limit {
+                resource: Resource::CpuSeconds,
+                soft: 7,
+                hard: 8,
+            },
+            Limit {
+                resource: Resource::AddressSpace,
+                soft: 256 << 20,
+                hard: 256 << 20,
+            },
+        ];
+        let spec = ProcessSpec {
+            program: Path::new("/bin/sh"),
+            args: &args,
+            env: &env,
+            cwd: Path::new("/"),
+            run_as: None,
+            stdin: Some(&input),
+            limits: &limits,
+        };
+        let child = spawn(
+            &spec,
+            Box::new(Collect(Vec::new(), Some(tx))),
+            Box::new(Collect(Vec::new(), None)),
+            Supervision {
+                after_exit: AfterExit::KillGroup,
+                drain: Drain::For(DRAIN_AFTER_EXIT),
+            },
+            "t-process".to_string(),
+        )
+        .unwrap();
+        assert!(child.exited().recv().unwrap().success());
+        let out = String::from_utf8(rx.recv().unwrap()).unwrap();
+        child.release();
+        // SAFETY: closes the descriptor dup returned above.
+        unsafe { libc::close(leaked) };
+        assert_eq!(out, format!("{}\n7\n{}\n0 1 2 3 ", 300 << 10, 256 << 10));
     }
 
     #[test]

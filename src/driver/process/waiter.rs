@@ -33,6 +33,43 @@ pub enum AfterExit {
     KillGroupIfFailed,
 }
 
+/// Keeps the first `cap` bytes of a child's output: a child that prints without end cannot make
+/// the agent buffer without end (the rest is read and discarded). Hands them over, with whether anything was cut, at end of file.
+pub struct Capped {
+    kept: Vec<u8>,
+    cap: usize,
+    truncated: bool,
+    done: Option<Sender<(Vec<u8>, bool)>>,
+}
+
+impl Capped {
+    pub fn new(cap: usize, done: Sender<(Vec<u8>, bool)>) -> Capped {
+        Capped {
+            kept: Vec::new(),
+            cap,
+            truncated: false,
+            done: Some(done),
+        }
+    }
+}
+
+impl Sink for Capped {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let room = self.cap - self.kept.len();
+        if bytes.len() > room {
+            self.truncated = true;
+        }
+        self.kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        Ok(())
+    }
+
+    fn eof(&mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = done.send((std::mem::take(&mut self.kept), self.truncated));
+        }
+    }
+}
+
 /// How long the output pipes may stay open after the child exited before the waiter kills the
 /// processes that hold them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,5 +258,32 @@ fn reap(child: &mut Child) -> ExitStatus {
             log::error!("cannot reap process {}: {e}", child.id());
             ExitStatus::lost()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::bounded;
+
+    const CAP: usize = 1 << 20;
+
+    #[test]
+    fn capped_output_keeps_the_head() {
+        let feed = |data: &[u8]| {
+            let (tx, rx) = bounded(1);
+            let mut sink = Capped::new(CAP, tx);
+            for chunk in data.chunks(8192) {
+                sink.write(chunk).unwrap();
+            }
+            sink.eof();
+            rx.recv().unwrap()
+        };
+        let data = vec![b'y'; CAP * 3 + 17];
+        let (kept, truncated) = feed(&data);
+        assert_eq!(kept.len(), CAP);
+        assert!(truncated);
+        let (kept, truncated) = feed(b"abc");
+        assert_eq!((kept.as_slice(), truncated), (&b"abc"[..], false));
     }
 }

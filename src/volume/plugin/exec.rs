@@ -12,7 +12,7 @@
 //! [`crate::driver::process::Child::release`]: whatever still holds the plugin's pipes then is
 //! killed, and the waiter is joined.
 
-use crossbeam_channel::{at, bounded, select, Receiver, Sender};
+use crossbeam_channel::{at, bounded, select, Receiver};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::answer::plugin_error;
 use super::{Failure, OUTPUT_LIMIT};
 use crate::driver::process::{
-    self, AfterExit, Drain, ProcessError, ProcessSpec, Sink, Supervision,
+    self, AfterExit, Capped, Drain, ProcessError, ProcessSpec, Sink, Supervision,
 };
 use crate::thread::Never;
 
@@ -66,6 +66,8 @@ pub fn run(
         env,
         cwd: path.parent().unwrap_or(Path::new("/")),
         run_as: None,
+        stdin: None,
+        limits: &[],
     };
     let (out_tx, out_rx) = bounded(1);
     let log_name = format!("host volume plugin {id:?} {operation}");
@@ -134,43 +136,6 @@ pub fn run(
     Ok(Output { stdout, truncated })
 }
 
-/// Keeps the first `cap` bytes: a plugin that prints without end cannot make the agent buffer
-/// without end. Hands them over, with whether anything was cut, at end of file.
-struct Capped {
-    kept: Vec<u8>,
-    cap: usize,
-    truncated: bool,
-    done: Option<Sender<(Vec<u8>, bool)>>,
-}
-
-impl Capped {
-    fn new(cap: usize, done: Sender<(Vec<u8>, bool)>) -> Capped {
-        Capped {
-            kept: Vec::new(),
-            cap,
-            truncated: false,
-            done: Some(done),
-        }
-    }
-}
-
-impl Sink for Capped {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let room = self.cap - self.kept.len();
-        if bytes.len() > room {
-            self.truncated = true;
-        }
-        self.kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
-        Ok(())
-    }
-
-    fn eof(&mut self) {
-        if let Some(done) = self.done.take() {
-            let _ = done.send((std::mem::take(&mut self.kept), self.truncated));
-        }
-    }
-}
-
 /// Logs stderr line by line under `name`, [`STDERR_LIMIT`] bytes per run at most; the rest is
 /// discarded.
 struct StderrLog {
@@ -236,25 +201,6 @@ impl Sink for StderrLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn capped_output_keeps_the_head() {
-        let feed = |data: &[u8]| {
-            let (tx, rx) = bounded(1);
-            let mut sink = Capped::new(OUTPUT_LIMIT, tx);
-            for chunk in data.chunks(8192) {
-                sink.write(chunk).unwrap();
-            }
-            sink.eof();
-            rx.recv().unwrap()
-        };
-        let data = vec![b'y'; OUTPUT_LIMIT * 3 + 17];
-        let (kept, truncated) = feed(&data);
-        assert_eq!(kept.len(), OUTPUT_LIMIT);
-        assert!(truncated);
-        let (kept, truncated) = feed(b"abc");
-        assert_eq!((kept.as_slice(), truncated), (&b"abc"[..], false));
-    }
 
     #[test]
     fn stderr_is_logged_by_lines_within_its_budget() {

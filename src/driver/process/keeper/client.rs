@@ -438,6 +438,8 @@ impl KeeperClient {
                 env: &env,
                 cwd: Path::new("/"),
                 run_as: None,
+                stdin: None,
+                limits: &[],
             },
             Box::new(Collect(Vec::new(), tx.clone())),
             Box::new(Collect(Vec::new(), tx)),

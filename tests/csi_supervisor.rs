@@ -626,7 +626,14 @@ fn a_flapping_plugin_gives_one_event_per_transition() {
     for (kind, message) in &events {
         if expected_unhealthy {
             assert_eq!(kind, PLUGIN_UNHEALTHY);
-            assert_eq!(message, "Unknown Reason");
+            // The plugin's not-ready half says nothing ("Unknown Reason"); on a loaded machine
+            // a probe may also outlive its deadline, which is a transition of its own.
+            assert!(
+                message == "Unknown Reason"
+                    || message
+                        == "Error: rpc error: code = DeadlineExceeded desc = Deadline Exceeded",
+                "{message}"
+            );
         } else {
             assert_eq!(kind, PLUGIN_HEALTHY);
         }

@@ -180,8 +180,13 @@ job "csi" {{
             .contains(&("Plugin became healthy".into(), "plugin: hostpath".into()))
             .then_some(())
     });
-    let plugin = agent.get("/v1/plugin/csi/hostpath");
-    assert_eq!(plugin["NodesHealthy"], 1, "{plugin}");
+    // The plugin is registered after its first good probe (and that event): once the agent has
+    // asked it what it is.
+    wait_for(WAIT, "the plugin registered and healthy", || {
+        let (code, body) = agent.request("GET", "/v1/plugin/csi/hostpath", None);
+        let plugin: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        (code == 200 && plugin["NodesHealthy"] == 1).then_some(())
+    });
     let c = env.containers_of_alloc(&alloc);
     assert_eq!(c.len(), 1);
     assert_eq!(c[0].name, format!("plugin-{alloc}"));

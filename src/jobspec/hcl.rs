@@ -50,10 +50,11 @@ pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
 pub fn parse_job_with(src: &str, inputs: &Inputs) -> Result<Parsed, JobspecError> {
     let raw = crate::hcl::read(src, |Document { mut body, source }| {
         crate::hcl::eval::evaluate(&mut body, &source, inputs)?;
+        let warnings = super::schema::prepare_hcl(&mut body, &source)?;
         let top = source.items("the jobspec", &body, &[], &["job"])?;
         let jobs = top.blocks("job");
         match jobs.as_slice() {
-            [one] => Walk { src: &source }.job(one),
+            [one] => Ok((Walk { src: &source }.job(one)?, warnings)),
             [] => Err(invalid("the jobspec has no job block")),
             [_, second, ..] => Err(invalid(format!(
                 "the jobspec has more than one job block (second at line {})",
@@ -61,9 +62,10 @@ pub fn parse_job_with(src: &str, inputs: &Inputs) -> Result<Parsed, JobspecError
             ))),
         }
     })?;
+    let (raw, warnings) = raw;
     Ok(Parsed {
         job: Job::try_from(raw)?,
-        warnings: Vec::new(),
+        warnings,
     })
 }
 

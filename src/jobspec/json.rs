@@ -32,6 +32,7 @@ pub fn parse_job(bytes: &[u8]) -> Result<Parsed, JobspecError> {
             "the job must be a JSON object".to_string(),
         ));
     }
+    super::schema::check_json(&job)?;
     let raw: RawJob = serde_path_to_error::deserialize(job).map_err(|e| {
         JobspecError::Invalid(format!("invalid field \"{}\": {}", e.path(), e.inner()))
     })?;

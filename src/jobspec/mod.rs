@@ -16,6 +16,7 @@ pub mod json;
 pub mod lifecycle;
 pub mod network;
 mod raw;
+pub mod schema;
 pub mod signal;
 pub mod validate;
 #[cfg(test)]

@@ -1,0 +1,232 @@
+//! The jobspec rule (spec jobspec.md) through the real CLI and agent: a jobspec written the way
+//! Nomad's documentation writes a typical job — `update`, `migrate`, `reschedule`, `service`,
+//! `ephemeral_disk` and a task directly in `job` — runs, and `job run` prints one warning per
+//! block that has no effect on one node; a `template` is refused with its line and nothing is
+//! registered; a name Nomad does not know is still an error with its line; the JSON a Nomad
+//! client would send for the same job registers the same job.
+
+use crate::common::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+const TYPICAL: &str = r#"
+job "docs" {
+  type = "batch"
+
+  update {
+    max_parallel     = 1
+    min_healthy_time = "10s"
+    healthy_deadline = "3m"
+  }
+
+  migrate {
+    max_parallel = 1
+  }
+
+  group "cache" {
+    reschedule {
+      delay          = "30s"
+      delay_function = "exponential"
+      max_delay      = "1h"
+      unlimited      = true
+    }
+
+    ephemeral_disk {
+      size = 10
+    }
+
+    service {
+      name = "cache"
+      port = "db"
+    }
+
+    task "redis" {
+      driver = "raw_exec"
+
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo grouped=$NOMAD_GROUP_NAME"]
+      }
+    }
+  }
+
+  task "lone" {
+    driver = "raw_exec"
+
+    config {
+      command = "/bin/sh"
+      args    = ["-c", "echo group=$NOMAD_GROUP_NAME"]
+    }
+  }
+}
+"#;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn stdout_of(agent: &TestAgent, alloc: &str, task: &str) -> String {
+    let (status, log) = agent.request(
+        "GET",
+        &format!("/v1/client/fs/logs/{alloc}?task={task}&type=stdout"),
+        None,
+    );
+    assert_eq!(status, 200, "{log}");
+    log
+}
+
+fn complete(agent: &TestAgent, alloc: &str) {
+    wait_for(WAIT, "the batch allocation complete", || {
+        (agent.get(&format!("/v1/allocation/{alloc}"))["ClientStatus"] == "complete").then_some(())
+    });
+}
+
+#[test]
+fn a_typical_nomad_job_runs_with_its_warnings_printed() {
+    let dir = TempDir::new("rule");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let spec = dir.path().join("docs.nomad.hcl");
+    std::fs::write(&spec, TYPICAL).unwrap();
+    let out = agent.cli(&["job", "run", spec.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let warnings = [
+        "\"update\" has no effect on one node",
+        "\"migrate\" has no effect on one node",
+        "\"reschedule\" has no effect on one node",
+        "\"ephemeral_disk\" has no effect on one node",
+        "\"service\" has no effect on one node: services are not registered on this node",
+    ];
+    assert!(stdout.starts_with("Job Warnings:\n"), "{stdout}");
+    for w in warnings {
+        assert_eq!(stdout.matches(w).count(), 1, "{w} once in:\n{stdout}");
+    }
+
+    // The task written in the job ran in a group of its own name.
+    let job = agent.get("/v1/job/docs");
+    let groups: Vec<&str> = job["TaskGroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["Name"].as_str().unwrap())
+        .collect();
+    assert_eq!(groups, ["cache", "lone"]);
+    let allocs = agent.allocs("docs");
+    assert_eq!(allocs.len(), 2, "{allocs:?}");
+    for alloc in &allocs {
+        let id = alloc["ID"].as_str().unwrap();
+        complete(&agent, id);
+        match alloc["TaskGroup"].as_str().unwrap() {
+            "lone" => assert_eq!(stdout_of(&agent, id, "lone"), "group=lone\n"),
+            "cache" => assert_eq!(stdout_of(&agent, id, "redis"), "grouped=cache\n"),
+            other => panic!("group {other}"),
+        }
+    }
+}
+
+#[test]
+fn hcl_and_nomad_api_json_give_the_same_job() {
+    let dir = TempDir::new("rule-json");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let (status, from_hcl) = agent.request(
+        "POST",
+        "/v1/jobs/parse",
+        Some(&json!({ "JobHCL": TYPICAL }).to_string()),
+    );
+    assert_eq!(status, 200, "{from_hcl}");
+    let from_hcl: Value = serde_json::from_str(&from_hcl).unwrap();
+    // What a Nomad client sends for the same job: the no-effect blocks as Nomad's API fields.
+    let task = |name: &str, script: &str| {
+        json!({"Name": name, "Driver": "raw_exec",
+               "Config": {"command": "/bin/sh", "args": ["-c", script]}})
+    };
+    let nomad = json!({"Job": {
+        "ID": "docs", "Name": "docs", "Type": "batch",
+        "Update": {"MaxParallel": 1, "MinHealthyTime": 10_000_000_000u64},
+        "Migrate": {"MaxParallel": 1},
+        "TaskGroups": [
+            {"Name": "cache", "Count": 1,
+             "ReschedulePolicy": {"Delay": 30_000_000_000u64, "Unlimited": true},
+             "EphemeralDisk": {"SizeMB": 10},
+             "Services": [{"Name": "cache", "PortLabel": "db"}],
+             "Tasks": [task("redis", "echo grouped=$NOMAD_GROUP_NAME")]},
+            {"Name": "lone", "Count": 1, "Tasks": [task("lone", "echo group=$NOMAD_GROUP_NAME")]}
+        ]
+    }});
+    let (status, body) = agent.put_json("/v1/jobs", &nomad);
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let warnings = answer["Warnings"].as_str().unwrap();
+    assert!(warnings.contains("TaskGroups[0].Services"), "{warnings}");
+    let registered = agent.get("/v1/job/docs");
+    assert_eq!(registered["TaskGroups"], from_hcl["TaskGroups"]);
+    assert_eq!(registered["Type"], from_hcl["Type"]);
+}
+
+#[test]
+fn a_template_is_refused_with_its_line_and_nothing_is_registered() {
+    let dir = TempDir::new("rule-tmpl");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let spec = dir.path().join("tmpl.nomad.hcl");
+    std::fs::write(
+        &spec,
+        "job \"tmpl\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n      \
+         config { command = \"true\" }\n\n      template {\n        data        = \"port={{ env \\\"NOMAD_PORT_http\\\" }}\"\n        \
+         destination = \"local/app.conf\"\n      }\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let out = agent.cli(&["job", "run", spec.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "block \"template\" in task \"t\" at line 7 is refused: this node does not support \
+             templates yet"
+        ),
+        "{stderr}"
+    );
+    // The API refuses it the same way, with a 400.
+    let (status, body) = agent.request(
+        "POST",
+        "/v1/jobs/parse",
+        Some(&json!({ "JobHCL": std::fs::read_to_string(&spec).unwrap() }).to_string()),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("at line 7"), "{body}");
+    let (status, body) = agent.put_json(
+        "/v1/jobs",
+        &json!({"Job": {"ID": "tmpl", "TaskGroups": [{"Name": "g", "Tasks": [{
+            "Name": "t", "Driver": "raw_exec", "Config": {"command": "true"},
+            "Templates": [{"EmbeddedTmpl": "x", "DestPath": "local/x"}]}]}]}}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("TaskGroups[0].Tasks[0].Templates"), "{body}");
+    assert_eq!(agent.get("/v1/jobs"), json!([]));
+}
+
+#[test]
+fn a_name_nomad_does_not_know_is_still_an_error_with_its_line() {
+    let dir = TempDir::new("rule-unknown");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let spec = dir.path().join("typo.nomad.hcl");
+    std::fs::write(
+        &spec,
+        TYPICAL
+            .replace(
+                "max_parallel = 1\n  }\n\n  group",
+                "max_paralel = 1\n  }\n\n  group",
+            )
+            .replace("migrate {", "migrat {"),
+    )
+    .unwrap();
+    let out = agent.cli(&["job", "run", spec.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("unknown block \"migrat\" in job \"docs\" at line 11"),
+        "{stderr}"
+    );
+    assert_eq!(agent.get("/v1/jobs"), json!([]));
+}

@@ -61,6 +61,7 @@ fn task_context(
     let alloc_id = "0b6c8f3e-5f2a-4c1e-9a7d-2f1e3c4b5a69".to_string();
     let policy = JobType::Service.default_restart_policy();
     let task = Task {
+        meta: Default::default(),
         name: "plugin".into(),
         driver: "raw_exec".into(),
         config: DriverConfig {
@@ -87,10 +88,12 @@ fn task_context(
         leader: false,
     };
     let job = Job {
+        meta: Default::default(),
         id: "csi".into(),
         name: "csi".into(),
         job_type: JobType::Service,
         task_groups: vec![TaskGroup {
+            meta: Default::default(),
             name: "group".into(),
             count: 1,
             restart_policy: policy,

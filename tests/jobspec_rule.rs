@@ -1,6 +1,7 @@
 //! The jobspec rule (spec jobspec.md) through the real CLI and agent: a jobspec written the way
 //! Nomad's documentation writes a typical job — `update`, `migrate`, `reschedule`, `service`,
-//! `ephemeral_disk` and a task directly in `job` — runs, and `job run` prints one warning per
+//! `ephemeral_disk`, `meta` at three levels and a task directly in `job` — runs with the merged
+//! `NOMAD_META_*` in its environment and `${meta.x}` interpolated, and `job run` prints one warning per
 //! block that has no effect on one node; a `template` is refused with its line and nothing is
 //! registered; a name Nomad does not know is still an error with its line; the JSON a Nomad
 //! client would send for the same job registers the same job.
@@ -15,6 +16,11 @@ const TYPICAL: &str = r#"
 job "docs" {
   type = "batch"
 
+  meta {
+    owner = "ops"
+    tier  = "job"
+  }
+
   update {
     max_parallel     = 1
     min_healthy_time = "10s"
@@ -26,6 +32,11 @@ job "docs" {
   }
 
   group "cache" {
+    meta {
+      tier = "group"
+      zone = "a"
+    }
+
     reschedule {
       delay          = "30s"
       delay_function = "exponential"
@@ -47,7 +58,12 @@ job "docs" {
 
       config {
         command = "/bin/sh"
-        args    = ["-c", "echo grouped=$NOMAD_GROUP_NAME"]
+        args    = ["-c", "echo grouped=$NOMAD_GROUP_NAME ${meta.tier} $NOMAD_META_zone $NOMAD_META_OWNER $NOMAD_META_rack"]
+      }
+
+      meta {
+        tier = "task"
+        rack = 7
       }
     }
   }
@@ -120,7 +136,12 @@ fn a_typical_nomad_job_runs_with_its_warnings_printed() {
         complete(&agent, id);
         match alloc["TaskGroup"].as_str().unwrap() {
             "lone" => assert_eq!(stdout_of(&agent, id, "lone"), "group=lone\n"),
-            "cache" => assert_eq!(stdout_of(&agent, id, "redis"), "grouped=cache\n"),
+            // The task's meta over the group's over the job's, as written and upper-cased,
+            // and `${meta.x}` interpolated by the agent.
+            "cache" => assert_eq!(
+                stdout_of(&agent, id, "redis"),
+                "grouped=cache task a ops 7\n"
+            ),
             other => panic!("group {other}"),
         }
     }
@@ -142,8 +163,14 @@ fn hcl_and_nomad_api_json_give_the_same_job() {
         json!({"Name": name, "Driver": "raw_exec",
                "Config": {"command": "/bin/sh", "args": ["-c", script]}})
     };
+    let mut redis = task(
+        "redis",
+        "echo grouped=$NOMAD_GROUP_NAME ${meta.tier} $NOMAD_META_zone $NOMAD_META_OWNER $NOMAD_META_rack",
+    );
+    redis["Meta"] = json!({"tier": "task", "rack": "7"});
     let nomad = json!({"Job": {
         "ID": "docs", "Name": "docs", "Type": "batch",
+        "Meta": {"owner": "ops", "tier": "job"},
         "Update": {"MaxParallel": 1, "MinHealthyTime": 10_000_000_000u64},
         "Migrate": {"MaxParallel": 1},
         "TaskGroups": [
@@ -151,7 +178,8 @@ fn hcl_and_nomad_api_json_give_the_same_job() {
              "ReschedulePolicy": {"Delay": 30_000_000_000u64, "Unlimited": true},
              "EphemeralDisk": {"SizeMB": 10},
              "Services": [{"Name": "cache", "PortLabel": "db"}],
-             "Tasks": [task("redis", "echo grouped=$NOMAD_GROUP_NAME")]},
+             "Meta": {"tier": "group", "zone": "a"},
+             "Tasks": [redis]},
             {"Name": "lone", "Count": 1, "Tasks": [task("lone", "echo group=$NOMAD_GROUP_NAME")]}
         ]
     }});
@@ -163,6 +191,8 @@ fn hcl_and_nomad_api_json_give_the_same_job() {
     let registered = agent.get("/v1/job/docs");
     assert_eq!(registered["TaskGroups"], from_hcl["TaskGroups"]);
     assert_eq!(registered["Type"], from_hcl["Type"]);
+    assert_eq!(registered["Meta"], from_hcl["Meta"]);
+    assert_eq!(registered["Meta"], json!({"owner": "ops", "tier": "job"}));
 }
 
 #[test]
@@ -211,21 +241,16 @@ fn a_name_nomad_does_not_know_is_still_an_error_with_its_line() {
     let dir = TempDir::new("rule-unknown");
     let agent = TestAgent::start_in(dir.path(), "");
     let spec = dir.path().join("typo.nomad.hcl");
-    std::fs::write(
-        &spec,
-        TYPICAL
-            .replace(
-                "max_parallel = 1\n  }\n\n  group",
-                "max_paralel = 1\n  }\n\n  group",
-            )
-            .replace("migrate {", "migrat {"),
-    )
-    .unwrap();
+    let typo = TYPICAL.replace("migrate {", "migrat {");
+    let line = 1 + typo.lines().position(|l| l.contains("migrat {")).unwrap();
+    std::fs::write(&spec, &typo).unwrap();
     let out = agent.cli(&["job", "run", spec.to_str().unwrap()]);
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("unknown block \"migrat\" in job \"docs\" at line 11"),
+        stderr.contains(&format!(
+            "unknown block \"migrat\" in job \"docs\" at line {line}"
+        )),
         "{stderr}"
     );
     assert_eq!(agent.get("/v1/jobs"), json!([]));

@@ -97,7 +97,9 @@ impl Walk<'_> {
     fn job(&self, block: &Block) -> Result<RawJob, JobspecError> {
         let id = self.src.label("the jobspec", block)?;
         let what = format!("job {id:?}");
-        let items = self.src.items(&what, &block.body, &["type"], &["group"])?;
+        let items = self
+            .src
+            .items(&what, &block.body, &["type"], &["group", "meta"])?;
         let spelled_type = self.src.opt_string(&items, "type")?;
         if let (Some(spelled), Some(attr)) = (&spelled_type, items.attr("type")) {
             job_type(spelled)
@@ -111,6 +113,7 @@ impl Walk<'_> {
         Ok(RawJob {
             id: Some(id),
             job_type: spelled_type,
+            meta: super::meta::read_hcl(self.src, &items)?,
             task_groups: Some(task_groups),
             ..RawJob::default()
         })
@@ -123,7 +126,7 @@ impl Walk<'_> {
             &what,
             &block.body,
             &["count"],
-            &["restart", "volume", "network", "task"],
+            &["restart", "volume", "network", "task", "meta"],
         )?;
         let count = self.src.opt_u32(&items, "count")?;
         let restart_policy = self
@@ -154,6 +157,7 @@ impl Walk<'_> {
             restart_policy,
             volumes: Some(volumes),
             networks,
+            meta: super::meta::read_hcl(self.src, &items)?,
             tasks: Some(tasks),
             ..RawGroup::default()
         })
@@ -210,6 +214,7 @@ impl Walk<'_> {
                 "csi_plugin",
                 "resources",
                 "restart",
+                "meta",
             ],
         )?;
         let kill_signal = self.src.opt_string(&items, "kill_signal")?;
@@ -262,6 +267,7 @@ impl Walk<'_> {
         Ok(RawTask {
             lifecycle,
             leader: self.src.opt_bool(&items, "leader")?,
+            meta: super::meta::read_hcl(self.src, &items)?,
             driver,
             user: self.src.opt_string(&items, "user")?,
             name: Some(name),
@@ -479,10 +485,12 @@ job "example" {
             mode: RestartMode::Fail,
         };
         Job {
+            meta: Default::default(),
             id: "example".to_string(),
             name: "example".to_string(),
             job_type: JobType::Service,
             task_groups: vec![TaskGroup {
+                meta: Default::default(),
                 name: "group".to_string(),
                 count: 1,
                 restart_policy: policy,
@@ -497,6 +505,7 @@ job "example" {
                 )]),
                 networks: Vec::new(),
                 tasks: vec![Task {
+                    meta: Default::default(),
                     name: "task".to_string(),
                     driver: "raw_exec".to_string(),
                     config: DriverConfig {
@@ -680,8 +689,8 @@ EOT
                 "unknown attribute \"foo\" in task \"web\" at line 7",
             ),
             (
-                job_with("", "\n      meta { a = \"b\" }"),
-                "unknown block \"meta\" in task \"web\" at line 8",
+                job_with("", "\n      metadata { a = \"b\" }"),
+                "unknown block \"metadata\" in task \"web\" at line 8",
             ),
             (
                 job_with("", "      config {\n command = \"x\"\n image = \"x\"\n }"),

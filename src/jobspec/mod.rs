@@ -14,6 +14,7 @@ pub mod hcl;
 pub mod interpolate;
 pub mod json;
 pub mod lifecycle;
+pub mod meta;
 pub mod network;
 mod raw;
 pub mod schema;
@@ -124,6 +125,9 @@ pub struct Job {
     pub name: String,
     #[serde(rename = "Type")]
     pub job_type: JobType,
+    /// `meta { }` ([`meta`]); not written when empty, so a job without one keeps its JSON.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub meta: meta::Meta,
     pub task_groups: Vec<TaskGroup>,
 }
 
@@ -140,6 +144,9 @@ pub struct TaskGroup {
     /// there is none, so a job without one keeps its JSON.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub networks: Vec<network::NetworkResource>,
+    /// `meta { }` ([`meta`]); not written when empty, so a job without one keeps its JSON.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub meta: meta::Meta,
     pub tasks: Vec<Task>,
 }
 
@@ -214,6 +221,9 @@ pub struct Task {
     /// `leader = true`: when this task ends, the other tasks of its allocation are killed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub leader: bool,
+    /// `meta { }` ([`meta`]); not written when empty, so a job without one keeps its JSON.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub meta: meta::Meta,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

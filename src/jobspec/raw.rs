@@ -40,6 +40,7 @@ pub(crate) struct RawJob {
     #[serde(rename = "Type")]
     pub job_type: Option<String>,
     pub task_groups: Option<Vec<RawGroup>>,
+    pub meta: Option<BTreeMap<String, String>>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -54,6 +55,7 @@ pub(crate) struct RawGroup {
     pub volumes: Option<BTreeMap<String, RawVolume>>,
     pub networks: Option<Vec<super::network::RawNetwork>>,
     pub tasks: Option<Vec<RawTask>>,
+    pub meta: Option<BTreeMap<String, String>>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -105,6 +107,7 @@ pub(crate) struct RawTask {
     pub resources: Option<RawResources>,
     pub lifecycle: Option<super::lifecycle::RawLifecycle>,
     pub leader: Option<bool>,
+    pub meta: Option<BTreeMap<String, String>>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -336,6 +339,7 @@ impl TryFrom<RawJob> for Job {
             id,
             name,
             job_type,
+            meta: raw.meta.unwrap_or_default(),
             task_groups,
         };
         validate_job(&job)?;
@@ -381,6 +385,7 @@ fn group(path: &str, job_type: JobType, raw: RawGroup) -> Result<TaskGroup, Jobs
         restart_policy,
         volumes,
         networks,
+        meta: raw.meta.unwrap_or_default(),
         tasks,
     };
     super::network::check_docker_ports(&group)?;
@@ -453,6 +458,7 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
     Ok(Task {
         lifecycle,
         leader: raw.leader.unwrap_or(false),
+        meta: raw.meta.unwrap_or_default(),
         driver: raw.driver.unwrap_or_default(),
         config: DriverConfig {
             command: config.command.unwrap_or_default(),

@@ -348,6 +348,7 @@ mod tests {
 
     fn task(name: &str) -> Task {
         Task {
+            meta: Default::default(),
             name: name.to_string(),
             driver: "raw_exec".to_string(),
             config: DriverConfig {
@@ -381,10 +382,12 @@ mod tests {
             },
         );
         Job {
+            meta: Default::default(),
             id: "example".to_string(),
             name: "example".to_string(),
             job_type: JobType::Service,
             task_groups: vec![TaskGroup {
+                meta: Default::default(),
                 name: "group".to_string(),
                 count: 1,
                 restart_policy: JobType::Service.default_restart_policy(),

@@ -88,6 +88,7 @@ fn task_context(
         leader: false,
     };
     let job = Job {
+        fields: Default::default(),
         meta: Default::default(),
         id: "csi".into(),
         name: "csi".into(),

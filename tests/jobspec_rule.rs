@@ -14,7 +14,11 @@ const WAIT: Duration = Duration::from_secs(60);
 
 const TYPICAL: &str = r#"
 job "docs" {
-  type = "batch"
+  type        = "batch"
+  region      = "eu"
+  namespace   = "default"
+  priority    = 60
+  all_at_once = false
 
   meta {
     owner = "ops"
@@ -169,7 +173,8 @@ fn hcl_and_nomad_api_json_give_the_same_job() {
     );
     redis["Meta"] = json!({"tier": "task", "rack": "7"});
     let nomad = json!({"Job": {
-        "ID": "docs", "Name": "docs", "Type": "batch",
+        "ID": "docs", "Name": "docs", "Type": "batch", "Region": "eu", "Namespace": "default",
+        "Priority": 60, "AllAtOnce": false,
         "Meta": {"owner": "ops", "tier": "job"},
         "Update": {"MaxParallel": 1, "MinHealthyTime": 10_000_000_000u64},
         "Migrate": {"MaxParallel": 1},
@@ -192,6 +197,14 @@ fn hcl_and_nomad_api_json_give_the_same_job() {
     assert_eq!(registered["TaskGroups"], from_hcl["TaskGroups"]);
     assert_eq!(registered["Type"], from_hcl["Type"]);
     assert_eq!(registered["Meta"], from_hcl["Meta"]);
+    assert_eq!(
+        (&registered["Region"], &registered["Priority"]),
+        (&json!("eu"), &json!(60))
+    );
+    assert_eq!(
+        (&from_hcl["Region"], &from_hcl["Priority"]),
+        (&json!("eu"), &json!(60))
+    );
     assert_eq!(registered["Meta"], json!({"owner": "ops", "tier": "job"}));
 }
 

@@ -99,7 +99,7 @@ impl Walk<'_> {
         let what = format!("job {id:?}");
         let items = self
             .src
-            .items(&what, &block.body, &["type"], &["group", "meta"])?;
+            .items(&what, &block.body, super::fields::ATTRS, &["group", "meta"])?;
         let spelled_type = self.src.opt_string(&items, "type")?;
         if let (Some(spelled), Some(attr)) = (&spelled_type, items.attr("type")) {
             job_type(spelled)
@@ -114,6 +114,7 @@ impl Walk<'_> {
             id: Some(id),
             job_type: spelled_type,
             meta: super::meta::read_hcl(self.src, &items)?,
+            fields: super::fields::read_hcl(self.src, &items)?,
             task_groups: Some(task_groups),
             ..RawJob::default()
         })
@@ -485,6 +486,7 @@ job "example" {
             mode: RestartMode::Fail,
         };
         Job {
+            fields: Default::default(),
             meta: Default::default(),
             id: "example".to_string(),
             name: "example".to_string(),
@@ -827,7 +829,7 @@ EOT
         assert_eq!(
             err("job \"a\" {\n  type = \"cron\"\n}"),
             invalid(
-                "job type must be \"service\", \"batch\" or \"system\", got: \"cron\" (line 2)"
+                "job type must be \"service\", \"batch\", \"system\" or \"sysbatch\", got: \"cron\" (line 2)"
             )
         );
     }

@@ -385,7 +385,7 @@ mod tests {
         );
         assert_eq!(
             with(&|j| j["Type"] = json!("cron")),
-            invalid("job type must be \"service\", \"batch\" or \"system\", got: \"cron\"")
+            invalid("job type must be \"service\", \"batch\", \"system\" or \"sysbatch\", got: \"cron\"")
         );
         assert_eq!(
             with(&|j| j["TaskGroups"][0]["Tasks"][0]["CSIPluginConfig"] = json!({"Type": "node"})),

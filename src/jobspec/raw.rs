@@ -42,6 +42,8 @@ pub(crate) struct RawJob {
     pub task_groups: Option<Vec<RawGroup>>,
     pub meta: Option<BTreeMap<String, String>>,
     #[serde(flatten)]
+    pub fields: super::fields::RawJobFields,
+    #[serde(flatten)]
     pub extra: Extra,
 }
 
@@ -340,6 +342,7 @@ impl TryFrom<RawJob> for Job {
             name,
             job_type,
             meta: raw.meta.unwrap_or_default(),
+            fields: super::fields::convert(raw.fields)?,
             task_groups,
         };
         validate_job(&job)?;

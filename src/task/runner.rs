@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 
 use crate::driver::{self, Driver, Drivers, RunningTask, TaskExit};
 use crate::jobspec::lifecycle::Hook;
-use crate::jobspec::JobType;
 use crate::state::StateStore;
 use crate::task::events::{
     nanos_rfc3339, now_nanos, now_rfc3339, TaskEvent, TaskState, TaskStatus,
@@ -121,7 +120,7 @@ pub fn spawn(
     // Nomad's rule: a task that exits 0 is restarted only in a service or system job, and a
     // lifecycle task only when it is a prestart or poststart sidecar, whatever its job's type.
     let restart_on_success = match ctx.task.lifecycle {
-        None => ctx.job.job_type != JobType::Batch,
+        None => !ctx.job.job_type.runs_to_completion(),
         Some(l) => l.sidecar && l.hook != Hook::Poststop,
     };
     let mut tracker = RestartTracker::new(ctx.task.restart_policy, !restart_on_success);

@@ -61,6 +61,7 @@ fn task_context(
     let alloc_id = "0b6c8f3e-5f2a-4c1e-9a7d-2f1e3c4b5a69".to_string();
     let policy = JobType::Service.default_restart_policy();
     let task = Task {
+        shutdown_delay: Default::default(),
         meta: Default::default(),
         name: "plugin".into(),
         driver: "raw_exec".into(),
@@ -94,6 +95,7 @@ fn task_context(
         name: "csi".into(),
         job_type: JobType::Service,
         task_groups: vec![TaskGroup {
+            shutdown_delay: Default::default(),
             meta: Default::default(),
             name: "group".into(),
             count: 1,

@@ -268,3 +268,80 @@ fn a_name_nomad_does_not_know_is_still_an_error_with_its_line() {
     );
     assert_eq!(agent.get("/v1/jobs"), json!([]));
 }
+
+/// A stop waits the group's and then the task's `shutdown_delay` before the kill signal, with
+/// the task running meanwhile: the test drops a file into the task's directory once it sees the
+/// "Waiting for shutdown delay" event, and the task's signal trap finds that file already there.
+#[test]
+fn shutdown_delay_comes_between_the_kill_decision_and_the_signal() {
+    let dir = TempDir::new("rule-delay");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let job = agent.run_hcl(
+        r#"
+job "delay" {
+  group "g" {
+    shutdown_delay = "2s"
+
+    task "t" {
+      driver         = "raw_exec"
+      shutdown_delay = "3s"
+
+      config {
+        command = "/bin/sh"
+        args = ["-c", <<-EOF
+          cd "$NOMAD_TASK_DIR"
+          trap 'if [ -e seen ]; then echo signal-after-seen >> out; else echo signal-before-seen >> out; fi; exit 0' INT
+          echo started > out
+          while true; do sleep 0.1; done
+          EOF
+        ]
+      }
+    }
+  }
+}
+"#,
+    );
+    let alloc = agent.alloc_id(&job);
+    let local = agent.data_dir.join(format!("alloc/{alloc}/t/local"));
+    wait_for(WAIT, "the task to start", || {
+        std::fs::read_to_string(local.join("out"))
+            .ok()
+            .filter(|s| s.starts_with("started"))
+    });
+    let (status, body) = agent.request("DELETE", "/v1/job/delay", None);
+    assert_eq!(status, 200, "{body}");
+    wait_for(WAIT, "the shutdown delay event", || {
+        agent
+            .events(&alloc, "t")
+            .iter()
+            .any(|(t, _)| t == "Waiting for shutdown delay")
+            .then_some(())
+    });
+    std::fs::write(local.join("seen"), "").unwrap();
+    wait_for(WAIT, "the task to be killed", || {
+        (agent.task_state(&alloc, "t")["State"] == "dead").then_some(())
+    });
+    assert_eq!(
+        std::fs::read_to_string(local.join("out")).unwrap(),
+        "started\nsignal-after-seen\n"
+    );
+    let events = agent.events(&alloc, "t");
+    let at = |ty: &str| events.iter().position(|(t, _)| t == ty);
+    let waiting = at("Waiting for shutdown delay").unwrap();
+    assert!(at("Killing").unwrap() < waiting, "{events:?}");
+    assert!(waiting < at("Killed").unwrap(), "{events:?}");
+    assert_eq!(
+        events[waiting].1,
+        "Waiting for shutdown_delay of 5s before killing the task."
+    );
+    // Kept in the job in Nomad's shape.
+    let registered = agent.get("/v1/job/delay");
+    assert_eq!(
+        registered["TaskGroups"][0]["ShutdownDelay"],
+        2_000_000_000u64
+    );
+    assert_eq!(
+        registered["TaskGroups"][0]["Tasks"][0]["ShutdownDelay"],
+        3_000_000_000u64
+    );
+}

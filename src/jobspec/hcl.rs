@@ -126,7 +126,7 @@ impl Walk<'_> {
         let items = self.src.items(
             &what,
             &block.body,
-            &["count"],
+            &["count", "shutdown_delay"],
             &["restart", "volume", "network", "task", "meta"],
         )?;
         let count = self.src.opt_u32(&items, "count")?;
@@ -159,6 +159,7 @@ impl Walk<'_> {
             volumes: Some(volumes),
             networks,
             meta: super::meta::read_hcl(self.src, &items)?,
+            shutdown_delay: self.duration(&items, "shutdown_delay")?,
             tasks: Some(tasks),
             ..RawGroup::default()
         })
@@ -205,7 +206,14 @@ impl Walk<'_> {
         let items = self.src.items(
             &what,
             &block.body,
-            &["driver", "user", "kill_signal", "kill_timeout", "leader"],
+            &[
+                "driver",
+                "user",
+                "kill_signal",
+                "kill_timeout",
+                "leader",
+                "shutdown_delay",
+            ],
             &[
                 "lifecycle",
                 "config",
@@ -268,6 +276,7 @@ impl Walk<'_> {
         Ok(RawTask {
             lifecycle,
             leader: self.src.opt_bool(&items, "leader")?,
+            shutdown_delay: self.duration(&items, "shutdown_delay")?,
             meta: super::meta::read_hcl(self.src, &items)?,
             driver,
             user: self.src.opt_string(&items, "user")?,
@@ -492,6 +501,7 @@ job "example" {
             name: "example".to_string(),
             job_type: JobType::Service,
             task_groups: vec![TaskGroup {
+                shutdown_delay: Duration::ZERO,
                 meta: Default::default(),
                 name: "group".to_string(),
                 count: 1,
@@ -507,6 +517,7 @@ job "example" {
                 )]),
                 networks: Vec::new(),
                 tasks: vec![Task {
+                    shutdown_delay: Duration::ZERO,
                     meta: Default::default(),
                     name: "task".to_string(),
                     driver: "raw_exec".to_string(),
@@ -1133,5 +1144,23 @@ job "plugin" {
             .unwrap_err()
             .to_string()
             .starts_with("unknown attribute \"image\" in config block"));
+    }
+
+    #[test]
+    fn shutdown_delay_at_group_and_task_level_from_hcl_and_json() {
+        let job = parse(&job_with(
+            "    shutdown_delay = \"2s\"",
+            "      shutdown_delay = \"500ms\"",
+        ))
+        .unwrap();
+        let group = &job.task_groups[0];
+        assert_eq!(group.shutdown_delay, Duration::from_secs(2));
+        assert_eq!(group.tasks[0].shutdown_delay, Duration::from_millis(500));
+        let bytes = serde_json::to_vec(&job).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["TaskGroups"][0]["ShutdownDelay"], 2_000_000_000u64);
+        assert_eq!(crate::jobspec::json::parse_job(&bytes).unwrap().job, job);
+        let err = parse(&job_with("", "      shutdown_delay = \"soon\"")).unwrap_err();
+        assert!(err.to_string().contains("shutdown_delay"), "{err}");
     }
 }

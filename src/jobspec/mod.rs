@@ -217,6 +217,10 @@ pub struct TaskGroup {
     /// there is none, so a job without one keeps its JSON.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub networks: Vec<network::NetworkResource>,
+    /// `shutdown_delay`: how long a kill waits before the kill signal is sent ([`Task`]'s
+    /// doc). Not written when zero, so a job without one keeps its JSON.
+    #[serde(default, with = "nanos", skip_serializing_if = "Duration::is_zero")]
+    pub shutdown_delay: Duration,
     /// `meta { }` ([`meta`]); not written when empty, so a job without one keeps its JSON.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub meta: meta::Meta,
@@ -294,6 +298,11 @@ pub struct Task {
     /// `leader = true`: when this task ends, the other tasks of its allocation are killed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub leader: bool,
+    /// `shutdown_delay`: when the task is killed (a stop, never its own exit), the kill signal is
+    /// sent after its group's delay and then its own, as Nomad waits one then the other. An
+    /// agent shutdown cuts the wait short.
+    #[serde(default, with = "nanos", skip_serializing_if = "Duration::is_zero")]
+    pub shutdown_delay: Duration,
     /// `meta { }` ([`meta`]); not written when empty, so a job without one keeps its JSON.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub meta: meta::Meta,

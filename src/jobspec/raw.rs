@@ -58,6 +58,8 @@ pub(crate) struct RawGroup {
     pub networks: Option<Vec<super::network::RawNetwork>>,
     pub tasks: Option<Vec<RawTask>>,
     pub meta: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "zero_is_unset")]
+    pub shutdown_delay: Option<RawDuration>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -110,6 +112,8 @@ pub(crate) struct RawTask {
     pub lifecycle: Option<super::lifecycle::RawLifecycle>,
     pub leader: Option<bool>,
     pub meta: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "zero_is_unset")]
+    pub shutdown_delay: Option<RawDuration>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -388,6 +392,8 @@ fn group(path: &str, job_type: JobType, raw: RawGroup) -> Result<TaskGroup, Jobs
         restart_policy,
         volumes,
         networks,
+        shutdown_delay: duration(&format!("{path}.ShutdownDelay"), raw.shutdown_delay)?
+            .unwrap_or_default(),
         meta: raw.meta.unwrap_or_default(),
         tasks,
     };
@@ -461,6 +467,8 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
     Ok(Task {
         lifecycle,
         leader: raw.leader.unwrap_or(false),
+        shutdown_delay: duration(&format!("{path}.ShutdownDelay"), raw.shutdown_delay)?
+            .unwrap_or_default(),
         meta: raw.meta.unwrap_or_default(),
         driver: raw.driver.unwrap_or_default(),
         config: DriverConfig {

@@ -365,6 +365,7 @@ mod tests {
 
     fn task(name: &str) -> Task {
         Task {
+            shutdown_delay: Duration::ZERO,
             meta: Default::default(),
             name: name.to_string(),
             driver: "raw_exec".to_string(),
@@ -405,6 +406,7 @@ mod tests {
             name: "example".to_string(),
             job_type: JobType::Service,
             task_groups: vec![TaskGroup {
+                shutdown_delay: Duration::ZERO,
                 meta: Default::default(),
                 name: "group".to_string(),
                 count: 1,

@@ -61,6 +61,8 @@ fn task_context(
     let alloc_id = "0b6c8f3e-5f2a-4c1e-9a7d-2f1e3c4b5a69".to_string();
     let policy = JobType::Service.default_restart_policy();
     let task = Task {
+        shutdown_delay: Default::default(),
+        meta: Default::default(),
         name: "plugin".into(),
         driver: "raw_exec".into(),
         config: DriverConfig {
@@ -88,6 +90,8 @@ fn task_context(
         constraints: vec![],
     };
     let job = Job {
+        fields: Default::default(),
+        meta: Default::default(),
         id: "csi".into(),
         name: "csi".into(),
         job_type: JobType::Service,
@@ -95,6 +99,8 @@ fn task_context(
         node_pool: "default".into(),
         constraints: vec![],
         task_groups: vec![TaskGroup {
+            shutdown_delay: Default::default(),
+            meta: Default::default(),
             name: "group".into(),
             count: 1,
             restart_policy: policy,

@@ -25,6 +25,7 @@ mod docker_engine;
 mod docker_logs;
 mod durability;
 mod gc;
+mod jobspec_rule;
 mod jobspec_vars;
 mod kill_timeouts;
 mod lifecycle;

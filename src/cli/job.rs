@@ -86,6 +86,9 @@ fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
                 .to_string(),
         ));
     }
+    // An HCL jobspec is parsed here, so what the parser warns about (blocks with no effect on one
+    // node) is known here only: the job sent to the agent no longer carries them.
+    let mut warnings = Vec::new();
     let job = if is_json {
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| failed("parsing job file", format!("{}: {e}", file.display())))?;
@@ -97,6 +100,7 @@ fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         let inputs = hcl_inputs(p, file, std::env::vars_os())?;
         let parsed = jobspec::hcl::parse_job_with(&text, &inputs)
             .map_err(|e| failed("parsing job file", format!("{}: {e}", file.display())))?;
+        warnings.extend(parsed.warnings.iter().cloned());
         serde_json::to_value(&parsed.job)
             .map_err(|e| failed("parsing job file", format!("{}: {e}", file.display())))?
     };
@@ -109,9 +113,14 @@ fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         .put("/v1/jobs", &json!({ "Job": job }))
         .map_err(|e| failed("submitting job", e))?;
     let eval = s(&answer, "EvalID").to_string();
-    let warnings = s(&answer, "Warnings").to_string();
+    warnings.extend(
+        s(&answer, "Warnings")
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string),
+    );
     if !warnings.is_empty() {
-        ctx.println(&format!("Job Warnings:\n{warnings}\n"));
+        ctx.println(&format!("Job Warnings:\n{}\n", warnings.join("\n")));
     }
     if p.flag("detach") {
         ctx.println("Job registration successful");

@@ -53,10 +53,11 @@ pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
 pub fn parse_job_with(src: &str, inputs: &Inputs) -> Result<Parsed, JobspecError> {
     let raw = crate::hcl::read(src, |Document { mut body, source }| {
         crate::hcl::eval::evaluate(&mut body, &source, inputs)?;
+        let warnings = super::schema::prepare_hcl(&mut body, &source)?;
         let top = source.items("the jobspec", &body, &[], &["job"])?;
         let jobs = top.blocks("job");
         match jobs.as_slice() {
-            [one] => Walk { src: &source }.job(one),
+            [one] => Ok((Walk { src: &source }.job(one)?, warnings)),
             [] => Err(invalid("the jobspec has no job block")),
             [_, second, ..] => Err(invalid(format!(
                 "the jobspec has more than one job block (second at line {})",
@@ -64,9 +65,10 @@ pub fn parse_job_with(src: &str, inputs: &Inputs) -> Result<Parsed, JobspecError
             ))),
         }
     })?;
+    let (raw, warnings) = raw;
     Ok(Parsed {
         job: Job::try_from(raw)?,
-        warnings: Vec::new(),
+        warnings,
     })
 }
 
@@ -98,12 +100,11 @@ impl Walk<'_> {
     fn job(&self, block: &Block) -> Result<RawJob, JobspecError> {
         let id = self.src.label("the jobspec", block)?;
         let what = format!("job {id:?}");
-        let items = self.src.items(
-            &what,
-            &block.body,
-            &["type", "datacenters", "node_pool"],
-            &["group", "constraint"],
-        )?;
+        let mut attrs = super::fields::ATTRS.to_vec();
+        attrs.extend(["datacenters", "node_pool"]);
+        let items = self
+            .src
+            .items(&what, &block.body, &attrs, &["group", "constraint", "meta"])?;
         let spelled_type = self.src.opt_string(&items, "type")?;
         if let (Some(spelled), Some(attr)) = (&spelled_type, items.attr("type")) {
             job_type(spelled)
@@ -123,6 +124,8 @@ impl Walk<'_> {
                 .transpose()?,
             node_pool: self.src.opt_string(&items, "node_pool")?,
             constraints: Some(self.constraints(&what, Level::Job, &items)?),
+            meta: super::meta::read_hcl(self.src, &items)?,
+            fields: super::fields::read_hcl(self.src, &items)?,
             task_groups: Some(task_groups),
             ..RawJob::default()
         })
@@ -134,8 +137,8 @@ impl Walk<'_> {
         let items = self.src.items(
             &what,
             &block.body,
-            &["count"],
-            &["restart", "volume", "network", "task", "constraint"],
+            &["count", "shutdown_delay"],
+            &["restart", "volume", "network", "task", "constraint", "meta"],
         )?;
         let count = self.src.opt_u32(&items, "count")?;
         let restart_policy = self
@@ -167,6 +170,8 @@ impl Walk<'_> {
             volumes: Some(volumes),
             networks,
             constraints: Some(self.constraints(&what, Level::Group, &items)?),
+            meta: super::meta::read_hcl(self.src, &items)?,
+            shutdown_delay: self.duration(&items, "shutdown_delay")?,
             tasks: Some(tasks),
             ..RawGroup::default()
         })
@@ -213,7 +218,14 @@ impl Walk<'_> {
         let items = self.src.items(
             &what,
             &block.body,
-            &["driver", "user", "kill_signal", "kill_timeout", "leader"],
+            &[
+                "driver",
+                "user",
+                "kill_signal",
+                "kill_timeout",
+                "leader",
+                "shutdown_delay",
+            ],
             &[
                 "lifecycle",
                 "config",
@@ -224,6 +236,7 @@ impl Walk<'_> {
                 "resources",
                 "restart",
                 "constraint",
+                "meta",
             ],
         )?;
         let kill_signal = self.src.opt_string(&items, "kill_signal")?;
@@ -276,6 +289,8 @@ impl Walk<'_> {
         Ok(RawTask {
             lifecycle,
             leader: self.src.opt_bool(&items, "leader")?,
+            shutdown_delay: self.duration(&items, "shutdown_delay")?,
+            meta: super::meta::read_hcl(self.src, &items)?,
             driver,
             user: self.src.opt_string(&items, "user")?,
             name: Some(name),
@@ -504,6 +519,8 @@ job "example" {
             mode: RestartMode::Fail,
         };
         Job {
+            fields: Default::default(),
+            meta: Default::default(),
             id: "example".to_string(),
             name: "example".to_string(),
             job_type: JobType::Service,
@@ -511,6 +528,8 @@ job "example" {
             node_pool: "default".to_string(),
             constraints: Vec::new(),
             task_groups: vec![TaskGroup {
+                shutdown_delay: Duration::ZERO,
+                meta: Default::default(),
                 name: "group".to_string(),
                 count: 1,
                 restart_policy: policy,
@@ -526,6 +545,8 @@ job "example" {
                 networks: Vec::new(),
                 constraints: Vec::new(),
                 tasks: vec![Task {
+                    shutdown_delay: Duration::ZERO,
+                    meta: Default::default(),
                     name: "task".to_string(),
                     driver: "raw_exec".to_string(),
                     config: DriverConfig {
@@ -710,8 +731,8 @@ EOT
                 "unknown attribute \"foo\" in task \"web\" at line 7",
             ),
             (
-                job_with("", "\n      meta { a = \"b\" }"),
-                "unknown block \"meta\" in task \"web\" at line 8",
+                job_with("", "\n      metadata { a = \"b\" }"),
+                "unknown block \"metadata\" in task \"web\" at line 8",
             ),
             (
                 job_with("", "      config {\n command = \"x\"\n image = \"x\"\n }"),
@@ -848,7 +869,7 @@ EOT
         assert_eq!(
             err("job \"a\" {\n  type = \"cron\"\n}"),
             invalid(
-                "job type must be \"service\", \"batch\" or \"system\", got: \"cron\" (line 2)"
+                "job type must be \"service\", \"batch\", \"system\" or \"sysbatch\", got: \"cron\" (line 2)"
             )
         );
     }
@@ -1152,5 +1173,23 @@ job "plugin" {
             .unwrap_err()
             .to_string()
             .starts_with("unknown attribute \"image\" in config block"));
+    }
+
+    #[test]
+    fn shutdown_delay_at_group_and_task_level_from_hcl_and_json() {
+        let job = parse(&job_with(
+            "    shutdown_delay = \"2s\"",
+            "      shutdown_delay = \"500ms\"",
+        ))
+        .unwrap();
+        let group = &job.task_groups[0];
+        assert_eq!(group.shutdown_delay, Duration::from_secs(2));
+        assert_eq!(group.tasks[0].shutdown_delay, Duration::from_millis(500));
+        let bytes = serde_json::to_vec(&job).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["TaskGroups"][0]["ShutdownDelay"], 2_000_000_000u64);
+        assert_eq!(crate::jobspec::json::parse_job(&bytes).unwrap().job, job);
+        let err = parse(&job_with("", "      shutdown_delay = \"soon\"")).unwrap_err();
+        assert!(err.to_string().contains("shutdown_delay"), "{err}");
     }
 }

@@ -32,6 +32,7 @@ pub fn parse_job(bytes: &[u8]) -> Result<Parsed, JobspecError> {
             "the job must be a JSON object".to_string(),
         ));
     }
+    super::schema::check_json(&job)?;
     let raw: RawJob = serde_path_to_error::deserialize(job).map_err(|e| {
         JobspecError::Invalid(format!("invalid field \"{}\": {}", e.path(), e.inner()))
     })?;
@@ -384,7 +385,7 @@ mod tests {
         );
         assert_eq!(
             with(&|j| j["Type"] = json!("cron")),
-            invalid("job type must be \"service\", \"batch\" or \"system\", got: \"cron\"")
+            invalid("job type must be \"service\", \"batch\", \"system\" or \"sysbatch\", got: \"cron\"")
         );
         assert_eq!(
             with(&|j| j["TaskGroups"][0]["Tasks"][0]["CSIPluginConfig"] = json!({"Type": "node"})),

@@ -11,12 +11,15 @@
 
 pub mod constraint;
 pub mod docker;
+pub mod fields;
 pub mod hcl;
 pub mod interpolate;
 pub mod json;
 pub mod lifecycle;
+pub mod meta;
 pub mod network;
 mod raw;
+pub mod schema;
 pub mod signal;
 pub mod validate;
 #[cfg(test)]
@@ -79,7 +82,9 @@ impl From<crate::hcl::Error> for JobspecError {
     }
 }
 
-/// `type = "service" | "batch" | "system"`.
+/// `type = "service" | "batch" | "system" | "sysbatch"`. On one node a system job is a service
+/// job whose groups run once each (Nomad runs one allocation per node), and a sysbatch job the
+/// same for a batch job: a `count` above 1 is refused, as Nomad refuses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum JobType {
@@ -87,6 +92,8 @@ pub enum JobType {
     Service,
     Batch,
     System,
+    #[serde(rename = "sysbatch")]
+    SysBatch,
 }
 
 impl JobType {
@@ -95,7 +102,13 @@ impl JobType {
             JobType::Service => "service",
             JobType::Batch => "batch",
             JobType::System => "system",
+            JobType::SysBatch => "sysbatch",
         }
+    }
+
+    /// Whether a task that exits 0 is done (batch and sysbatch) rather than restarted.
+    pub fn runs_to_completion(self) -> bool {
+        matches!(self, JobType::Batch | JobType::SysBatch)
     }
 
     /// The restart policy a group gets when it sets none (tasks.md).
@@ -107,7 +120,7 @@ impl JobType {
                 delay: Duration::from_secs(15),
                 mode: RestartMode::Fail,
             },
-            JobType::Batch => RestartPolicy {
+            JobType::Batch | JobType::SysBatch => RestartPolicy {
                 attempts: 3,
                 interval: Duration::from_secs(24 * 3600),
                 delay: Duration::from_secs(15),
@@ -141,7 +154,72 @@ pub struct Job {
     /// Job-level `constraint` blocks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub constraints: Vec<Constraint>,
+    /// `region`, `namespace`, `priority` and `all_at_once`: kept as written with Nomad's defaults
+    /// and read back in Nomad's shape; nothing on one node depends on them ([`JobFields`]).
+    #[serde(flatten)]
+    pub fields: JobFields,
+    /// `meta { }` ([`meta`]); not written when empty, so a job without one keeps its JSON.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub meta: meta::Meta,
     pub task_groups: Vec<TaskGroup>,
+}
+
+/// The job fields that only a cluster acts on. Defaults are Nomad's; a field at its default is not
+/// written, so that a job that sets none keeps its JSON (the state file's and the API's) byte for
+/// byte, and a job stored before these fields existed reads with the defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct JobFields {
+    #[serde(
+        default = "JobFields::default_region",
+        skip_serializing_if = "JobFields::is_default_region"
+    )]
+    pub region: String,
+    #[serde(
+        default = "JobFields::default_namespace",
+        skip_serializing_if = "JobFields::is_default_namespace"
+    )]
+    pub namespace: String,
+    /// 1..=100 ([`validate::PRIORITY_RANGE`]).
+    #[serde(
+        default = "JobFields::default_priority",
+        skip_serializing_if = "JobFields::is_default_priority"
+    )]
+    pub priority: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all_at_once: bool,
+}
+
+impl JobFields {
+    fn default_region() -> String {
+        "global".to_string()
+    }
+    fn default_namespace() -> String {
+        "default".to_string()
+    }
+    fn default_priority() -> u32 {
+        50
+    }
+    fn is_default_region(r: &str) -> bool {
+        r == "global"
+    }
+    fn is_default_namespace(n: &str) -> bool {
+        n == "default"
+    }
+    fn is_default_priority(p: &u32) -> bool {
+        *p == 50
+    }
+}
+
+impl Default for JobFields {
+    fn default() -> Self {
+        JobFields {
+            region: JobFields::default_region(),
+            namespace: JobFields::default_namespace(),
+            priority: JobFields::default_priority(),
+            all_at_once: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,6 +238,13 @@ pub struct TaskGroup {
     /// Group-level `constraint` blocks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub constraints: Vec<Constraint>,
+    /// `shutdown_delay`: how long a kill waits before the kill signal is sent ([`Task`]'s
+    /// doc). Not written when zero, so a job without one keeps its JSON.
+    #[serde(default, with = "nanos", skip_serializing_if = "Duration::is_zero")]
+    pub shutdown_delay: Duration,
+    /// `meta { }` ([`meta`]); not written when empty, so a job without one keeps its JSON.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub meta: meta::Meta,
     pub tasks: Vec<Task>,
 }
 
@@ -237,6 +322,14 @@ pub struct Task {
     /// Task-level `constraint` blocks (placed with the group's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub constraints: Vec<Constraint>,
+    /// `shutdown_delay`: when the task is killed (a stop, never its own exit), the kill signal is
+    /// sent after its group's delay and then its own, as Nomad waits one then the other. An
+    /// agent shutdown cuts the wait short.
+    #[serde(default, with = "nanos", skip_serializing_if = "Duration::is_zero")]
+    pub shutdown_delay: Duration,
+    /// `meta { }` ([`meta`]); not written when empty, so a job without one keeps its JSON.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub meta: meta::Meta,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

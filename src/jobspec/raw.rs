@@ -45,6 +45,9 @@ pub(crate) struct RawJob {
     pub node_pool: Option<String>,
     pub constraints: Option<Vec<RawConstraint>>,
     pub task_groups: Option<Vec<RawGroup>>,
+    pub meta: Option<BTreeMap<String, String>>,
+    #[serde(flatten)]
+    pub fields: super::fields::RawJobFields,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -60,6 +63,9 @@ pub(crate) struct RawGroup {
     pub networks: Option<Vec<super::network::RawNetwork>>,
     pub constraints: Option<Vec<RawConstraint>>,
     pub tasks: Option<Vec<RawTask>>,
+    pub meta: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "zero_is_unset")]
+    pub shutdown_delay: Option<RawDuration>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -112,6 +118,9 @@ pub(crate) struct RawTask {
     pub lifecycle: Option<super::lifecycle::RawLifecycle>,
     pub leader: Option<bool>,
     pub constraints: Option<Vec<RawConstraint>>,
+    pub meta: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "zero_is_unset")]
+    pub shutdown_delay: Option<RawDuration>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -349,6 +358,8 @@ impl TryFrom<RawJob> for Job {
             id,
             name,
             job_type,
+            meta: raw.meta.unwrap_or_default(),
+            fields: super::fields::convert(raw.fields)?,
             task_groups,
         };
         validate_job(&job)?;
@@ -399,6 +410,9 @@ fn group(path: &str, job_type: JobType, raw: RawGroup) -> Result<TaskGroup, Jobs
         restart_policy,
         volumes,
         networks,
+        shutdown_delay: duration(&format!("{path}.ShutdownDelay"), raw.shutdown_delay)?
+            .unwrap_or_default(),
+        meta: raw.meta.unwrap_or_default(),
         tasks,
     };
     super::network::check_docker_ports(&group)?;
@@ -471,6 +485,9 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
     Ok(Task {
         lifecycle,
         leader: raw.leader.unwrap_or(false),
+        shutdown_delay: duration(&format!("{path}.ShutdownDelay"), raw.shutdown_delay)?
+            .unwrap_or_default(),
+        meta: raw.meta.unwrap_or_default(),
         driver: raw.driver.unwrap_or_default(),
         config: DriverConfig {
             command: config.command.unwrap_or_default(),

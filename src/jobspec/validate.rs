@@ -30,9 +30,25 @@ fn invalid(msg: impl Into<String>) -> JobspecError {
 
 /// Checks every rule of tasks.md, csi.md and host-volumes.md on a job; the first broken one is
 /// the error.
+/// The priorities Nomad accepts.
+pub const PRIORITY_RANGE: std::ops::RangeInclusive<u32> = 1..=100;
+
 pub fn validate_job(job: &Job) -> Result<(), JobspecError> {
     validate_name("job", &job.name)?;
     validate_name("job ID", &job.id)?;
+    if !PRIORITY_RANGE.contains(&job.fields.priority) {
+        return Err(super::fields::priority_error(job.fields.priority));
+    }
+    let system = matches!(job.job_type, JobType::System | JobType::SysBatch);
+    if let Some(g) = job.task_groups.iter().find(|g| system && g.count > 1) {
+        // Nomad's text: a system job runs one allocation of each group per node.
+        return Err(invalid(format!(
+            "Job task group {} has count {}. Count cannot exceed 1 with {} scheduler",
+            g.name,
+            g.count,
+            job.job_type.as_str()
+        )));
+    }
     if job.task_groups.is_empty() {
         return Err(invalid(format!(
             "job {:?} must have at least one group",
@@ -284,8 +300,9 @@ pub fn job_type(raw: &str) -> Result<JobType, JobspecError> {
         "service" => Ok(JobType::Service),
         "batch" => Ok(JobType::Batch),
         "system" => Ok(JobType::System),
+        "sysbatch" => Ok(JobType::SysBatch),
         _ => Err(invalid(format!(
-            "job type must be \"service\", \"batch\" or \"system\", got: {raw:?}"
+            "job type must be \"service\", \"batch\", \"system\" or \"sysbatch\", got: {raw:?}"
         ))),
     }
 }
@@ -348,6 +365,8 @@ mod tests {
 
     fn task(name: &str) -> Task {
         Task {
+            shutdown_delay: Duration::ZERO,
+            meta: Default::default(),
             name: name.to_string(),
             driver: "raw_exec".to_string(),
             config: DriverConfig {
@@ -382,6 +401,8 @@ mod tests {
             },
         );
         Job {
+            fields: Default::default(),
+            meta: Default::default(),
             id: "example".to_string(),
             name: "example".to_string(),
             job_type: JobType::Service,
@@ -389,6 +410,8 @@ mod tests {
             node_pool: "default".to_string(),
             constraints: Vec::new(),
             task_groups: vec![TaskGroup {
+                shutdown_delay: Duration::ZERO,
+                meta: Default::default(),
                 name: "group".to_string(),
                 count: 1,
                 restart_policy: JobType::Service.default_restart_policy(),

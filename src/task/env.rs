@@ -125,6 +125,8 @@ pub fn base_env(ctx: &TaskContext, passed: &BTreeMap<String, String>) -> BTreeMa
     }
     // `NOMAD_PORT_<label>` and the rest of the family (jobspec::network::port_env).
     env.extend(crate::jobspec::network::port_env(&ctx.ports));
+    let meta = crate::jobspec::meta::merged(&ctx.job, &ctx.group, &ctx.task);
+    env.extend(crate::jobspec::meta::env(&meta));
     for (k, v) in &ctx.task.env {
         env.insert(k.clone(), v.clone());
     }
@@ -142,6 +144,10 @@ pub fn start_spec(
         match name {
             "node.unique.id" => Some(ctx.node_id.clone()),
             "node.unique.name" => Some(ctx.node_name.clone()),
+            // `${meta.k}` is the merged meta value, which the environment holds as NOMAD_META_k.
+            _ if name.starts_with("meta.") => {
+                env.get(&format!("NOMAD_META_{}", &name[5..])).cloned()
+            }
             _ => name
                 .strip_prefix("env.")
                 .and_then(|v| passed.get(v).cloned())

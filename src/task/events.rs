@@ -17,6 +17,7 @@ pub const RESTARTING: &str = "Restarting";
 pub const NOT_RESTARTING: &str = "Not Restarting";
 pub const KILLING: &str = "Killing";
 pub const KILLED: &str = "Killed";
+pub const WAITING_SHUTDOWN_DELAY: &str = "Waiting for shutdown delay";
 pub const RESTART_SIGNALED: &str = "Restart Signaled";
 pub const SIGNALING: &str = "Signaling";
 pub const DRIVER_FAILURE: &str = "Driver Failure";
@@ -174,6 +175,15 @@ impl TaskEvent {
             format!("Task's sibling {sibling:?} failed"),
         )
         .detail("failed_sibling", sibling)
+    }
+
+    /// Between the kill decision and the kill signal (`shutdown_delay`), Nomad's text.
+    pub fn waiting_shutdown_delay(time: i64, delay: Duration) -> TaskEvent {
+        let display = format!(
+            "Waiting for shutdown_delay of {} before killing the task.",
+            duration::format(delay)
+        );
+        TaskEvent::new(WAITING_SHUTDOWN_DELAY, time, display)
     }
 
     pub fn killed(time: i64) -> TaskEvent {

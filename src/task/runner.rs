@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 
 use crate::driver::{self, Driver, Drivers, RunningTask, TaskExit};
 use crate::jobspec::lifecycle::Hook;
-use crate::jobspec::JobType;
 use crate::state::StateStore;
 use crate::task::events::{
     nanos_rfc3339, now_nanos, now_rfc3339, TaskEvent, TaskState, TaskStatus,
@@ -121,7 +120,7 @@ pub fn spawn(
     // Nomad's rule: a task that exits 0 is restarted only in a service or system job, and a
     // lifecycle task only when it is a prestart or poststart sidecar, whatever its job's type.
     let restart_on_success = match ctx.task.lifecycle {
-        None => ctx.job.job_type != JobType::Batch,
+        None => !ctx.job.job_type.runs_to_completion(),
         Some(l) => l.sidecar && l.hook != Hook::Poststop,
     };
     let mut tracker = RestartTracker::new(ctx.task.restart_policy, !restart_on_success);
@@ -529,6 +528,9 @@ impl TaskRunner {
                     Ok(TaskCommand::Kill) | Err(_) => {
                         done_tx = None;
                         self.emit(TaskEvent::killing(now_nanos(), task.kill_timeout));
+                        if let Some(exit) = self.shutdown_delay(process) {
+                            break Waited::Ended(RunEnd::Killed, exit);
+                        }
                         let exit = self.stop_process(process, kill_signal);
                         break Waited::Ended(RunEnd::Killed, exit);
                     }
@@ -571,6 +573,30 @@ impl TaskRunner {
             hook.exited(&self.ctx);
         }
         waited
+    }
+
+    /// A kill's `shutdown_delay` (the group's, then the task's, as Nomad waits one then the
+    /// other) before the kill signal: the task keeps running meanwhile. An agent shutdown cuts it
+    /// short (the agent is going; the task is stopped at once). `Some` when the task exited by
+    /// itself during the wait.
+    fn shutdown_delay(&self, process: &RunningTask) -> Option<TaskExit> {
+        let group = self
+            .ctx
+            .job
+            .task_groups
+            .iter()
+            .find(|g| g.name == self.ctx.group)
+            .map_or(Duration::ZERO, |g| g.shutdown_delay);
+        let delay = group + self.ctx.task.shutdown_delay;
+        if delay.is_zero() {
+            return None;
+        }
+        self.emit(TaskEvent::waiting_shutdown_delay(now_nanos(), delay));
+        select! {
+            recv(process.exited()) -> exit => Some(exit.unwrap_or(TaskExit::Unknown)),
+            recv(self.deps.shutdown) -> _ => None,
+            recv(after(delay)) -> _ => None,
+        }
     }
 
     /// Sends the kill signal to the task, waits `kill_timeout`, then kills it for good.

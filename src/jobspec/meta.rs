@@ -1,0 +1,145 @@
+//! `meta` at job, group and task level (spec jobspec.md): string keys and values that the task
+//! gets in its environment and in `${...}` interpolation, merged with the task's winning over its
+//! group's, and the group's over the job's, as Nomad merges them.
+//!
+//! From HCL a `meta { key = "value" }` block (numbers and booleans taken as their text, as Nomad
+//! does); from JSON Nomad's `Meta` object. The task's environment gets each key as
+//! `NOMAD_META_<key>` and, when that differs, `NOMAD_META_<KEY upper-cased>` (Nomad's
+//! `client/taskenv`); interpolation reads `${NOMAD_META_<key>}` and `${meta.<key>}`.
+
+use std::collections::BTreeMap;
+
+use hcl::edit::structure::Structure;
+use hcl::edit::Span;
+
+use super::{Job, JobspecError, Task};
+use crate::hcl::{Items, Source};
+
+/// Keys and values of one `meta` block, or the merge of the three levels.
+pub type Meta = BTreeMap<String, String>;
+
+/// The `meta` block of `items` (at most one), or `None`.
+pub(crate) fn read_hcl(src: &Source, items: &Items) -> Result<Option<Meta>, JobspecError> {
+    let Some(block) = src.single(items, "meta")? else {
+        return Ok(None);
+    };
+    let what = format!("meta block of {}", items.what);
+    let mut meta = Meta::new();
+    for structure in block.body.iter() {
+        match structure {
+            Structure::Attribute(attr) => {
+                let value = src
+                    .scalar_text(&attr.value)
+                    .ok_or_else(|| src.wrong_type(&what, attr, "a string, number or bool"))??;
+                meta.insert(attr.key.to_string(), value);
+            }
+            Structure::Block(b) => {
+                return Err(JobspecError::Unknown(format!(
+                    "unknown block {:?} in {what} at line {}",
+                    b.ident.as_str(),
+                    src.line(b.span())
+                )))
+            }
+        }
+    }
+    Ok(Some(meta))
+}
+
+/// The task's meta: the job's, then the group's, then the task's, the later winning.
+pub fn merged(job: &Job, group: &str, task: &Task) -> Meta {
+    let mut meta = job.meta.clone();
+    if let Some(g) = job.task_groups.iter().find(|g| g.name == group) {
+        meta.extend(g.meta.clone());
+    }
+    meta.extend(task.meta.clone());
+    meta
+}
+
+/// `NOMAD_META_<key>` and `NOMAD_META_<KEY>` for each key (Nomad sets both).
+pub fn env(meta: &Meta) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (k, v) in meta {
+        out.push((format!("NOMAD_META_{k}"), v.clone()));
+        let upper = k.to_uppercase();
+        if upper != *k {
+            out.push((format!("NOMAD_META_{upper}"), v.clone()));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobspec::hcl::parse_job;
+
+    #[test]
+    fn three_levels_merge_with_the_task_winning() {
+        let job = parse_job(
+            r#"
+job "j" {
+  meta { owner = "ops"  tier = "job"  build = 7 }
+  group "g" {
+    meta { tier = "group"  zone = "a" }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "true" }
+      meta { tier = "task" }
+    }
+  }
+}
+"#,
+        )
+        .unwrap()
+        .job;
+        let m = merged(&job, "g", &job.task_groups[0].tasks[0]);
+        let want: Meta = [
+            ("build", "7"),
+            ("owner", "ops"),
+            ("tier", "task"),
+            ("zone", "a"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(m, want);
+        // Kept per level in the job, in Nomad's shape.
+        let v = serde_json::to_value(&job).unwrap();
+        assert_eq!(v["Meta"]["owner"], "ops");
+        assert_eq!(v["TaskGroups"][0]["Meta"]["zone"], "a");
+        assert_eq!(v["TaskGroups"][0]["Tasks"][0]["Meta"]["tier"], "task");
+        let back = crate::jobspec::json::parse_job(&serde_json::to_vec(&job).unwrap()).unwrap();
+        assert_eq!(back.job, job);
+        assert!(back.warnings.is_empty(), "{:?}", back.warnings);
+    }
+
+    #[test]
+    fn env_has_the_key_as_written_and_upper_cased() {
+        let meta: Meta = [("rack", "r1"), ("ZONE", "z")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(
+            env(&meta),
+            [
+                ("NOMAD_META_ZONE".to_string(), "z".to_string()),
+                ("NOMAD_META_rack".to_string(), "r1".to_string()),
+                ("NOMAD_META_RACK".to_string(), "r1".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_block_inside_meta_is_refused_with_its_line() {
+        let err = parse_job(
+            "job \"j\" {\n  meta {\n    x { }\n  }\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n      config { command = \"true\" }\n    }\n  }\n}\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            JobspecError::Unknown(
+                "unknown block \"x\" in meta block of job \"j\" at line 3".into()
+            )
+        );
+    }
+}

@@ -1,0 +1,384 @@
+//! The jobspec rule (spec `jobspec.md`, "The rule"): every block and attribute of Nomad's jobspec
+//! is implemented, has no effect on one node (accepted and warned once), or is refused.
+//!
+//! This module holds the two tables that are not "implemented" — [`NO_EFFECT`] and [`REFUSED`] —
+//! and applies them before the front-ends read a job:
+//!
+//! - HCL: [`prepare_hcl`] runs on the evaluated syntax tree, before the walker
+//!   ([`super::hcl`]). It takes the no-effect blocks and attributes out of the tree (the walker
+//!   then refuses only what Nomad does not know), refuses `template`, `artifact` and `vault` with
+//!   their line, and gives a task written directly in `job` a group of its own name, as Nomad does.
+//! - JSON: [`check_json`] refuses a non-empty `Templates`, `Artifacts` or `Vault`; every other
+//!   field nodeward does not read is warned by the raw job, as before.
+//!
+//! Each no-effect name is warned once per job, whatever the number of blocks that carry it. The
+//! implemented names are the walker's own lists, so nothing here needs to change when one of
+//! these moves to "implemented": it leaves [`NO_EFFECT`] and the walker reads it.
+
+use std::collections::BTreeSet;
+
+use hcl::edit::structure::{Block, Body, Structure};
+use hcl::edit::{Decorated, Ident, Span};
+use serde_json::Value;
+
+use super::JobspecError;
+use crate::hcl::Source;
+
+/// Where in a job a name is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Job,
+    Group,
+    Task,
+}
+
+/// Blocks and attributes accepted with no effect on one node: the levels they may appear at,
+/// their name, and the one-line reason given in the job's warnings.
+pub const NO_EFFECT: &[(&[Level], &str, &str)] = {
+    use Level::{Group as G, Job as J, Task as T};
+    &[
+        (&[J, G], "update", "deployments and canaries need a scheduler; a new version replaces the old in place"),
+        (&[J, G], "migrate", "there is no other node to migrate allocations to"),
+        (&[J, G], "reschedule", "there is no other node to reschedule allocations on"),
+        (&[J, G, T], "affinity", "there is only one node to choose from"),
+        (&[J, G], "spread", "there is only one node to spread over"),
+        (&[G, T], "scaling", "no autoscaler drives this node"),
+        (&[J], "multiregion", "this node is one region"),
+        (&[J, G, T], "consul", "this node has no Consul integration"),
+        (&[J], "consul_token", "this node has no Consul integration"),
+        (&[J], "vault_token", "this node has no Vault integration"),
+        (&[J], "ui", "this node has no web UI"),
+        (&[T], "identity", "workload identities are not issued on this node"),
+        (&[G], "disconnect", "a node without servers is never disconnected from them"),
+        (&[G], "max_client_disconnect", "a node without servers is never disconnected from them"),
+        (&[G], "stop_after_client_disconnect", "a node without servers is never disconnected from them"),
+        (&[G], "prevent_reschedule_on_lost", "there is no other node to reschedule allocations on"),
+        (&[G], "ephemeral_disk", "the allocation directory is always on this node's disk; sticky and migrate need another node"),
+        (&[G, T], "service", "services are not registered on this node"),
+        (&[T], "kind", "Consul Connect is not available on this node"),
+        (&[T], "action", "actions are not run on this node"),
+    ]
+};
+
+/// Blocks refused for now: running the task without them would not run the task its author
+/// wrote (a task without its rendered files, fetched artifacts or secrets).
+pub const REFUSED: &[(&[Level], &str, &str)] = {
+    use Level::{Group as G, Job as J, Task as T};
+    &[
+        (&[T], "template", "templates"),
+        (&[T], "artifact", "artifacts"),
+        (&[J, G, T], "vault", "Vault secrets"),
+    ]
+};
+
+/// The one line of a no-effect name's warning.
+pub fn warning(name: &str, reason: &str) -> String {
+    format!("{name:?} has no effect on one node: {reason}")
+}
+
+fn lookup(
+    table: &'static [(&[Level], &str, &str)],
+    level: Level,
+    name: &str,
+) -> Option<&'static str> {
+    table
+        .iter()
+        .find(|(levels, n, _)| *n == name && levels.contains(&level))
+        .map(|(_, _, reason)| *reason)
+}
+
+/// The HCL half of the rule, applied to the evaluated top-level body of a jobspec. Returns the
+/// warnings, in the order their names are first written.
+pub fn prepare_hcl(body: &mut Body, src: &Source) -> Result<Vec<String>, JobspecError> {
+    let mut out = Warnings::default();
+    for job in body.get_blocks_mut("job") {
+        tasks_in_job(&mut job.body);
+        let job_what = what("job", job);
+        strip(&mut job.body, src, Level::Job, &job_what, &mut out)?;
+        for group in job.body.get_blocks_mut("group") {
+            let group_what = what("group", group);
+            strip(&mut group.body, src, Level::Group, &group_what, &mut out)?;
+            for task in group.body.get_blocks_mut("task") {
+                let task_what = what("task", task);
+                strip(&mut task.body, src, Level::Task, &task_what, &mut out)?;
+            }
+        }
+    }
+    Ok(out.list)
+}
+
+/// Warnings named once each.
+#[derive(Default)]
+struct Warnings {
+    seen: BTreeSet<&'static str>,
+    list: Vec<String>,
+}
+
+impl Warnings {
+    fn add(&mut self, name: &'static str, reason: &str) {
+        if self.seen.insert(name) {
+            self.list.push(warning(name, reason));
+        }
+    }
+}
+
+/// A task written directly in `job` becomes `group "<task>" { task "<task>" {..} }`, in its
+/// place (Nomad's jobspec does the same). The group keeps the task's span, so an error about
+/// the group names the task's line.
+fn tasks_in_job(body: &mut Body) {
+    for i in 0..body.len() {
+        let is_task =
+            matches!(body.get(i), Some(Structure::Block(b)) if b.ident.as_str() == "task");
+        if !is_task {
+            continue;
+        }
+        let Structure::Block(task) = body.remove(i) else {
+            unreachable!("checked above")
+        };
+        let mut group = task.clone();
+        group.ident = Decorated::new(Ident::new("group"));
+        group.body = Body::new();
+        group.body.push(task);
+        body.insert(i, group);
+    }
+}
+
+/// Takes the no-effect names out of one body and refuses the refused ones; everything else is
+/// left for the walker, which refuses what Nomad does not know.
+fn strip(
+    body: &mut Body,
+    src: &Source,
+    level: Level,
+    what: &str,
+    out: &mut Warnings,
+) -> Result<(), JobspecError> {
+    let mut i = 0;
+    while i < body.len() {
+        let (name, kind, line) = match body.get(i) {
+            Some(Structure::Block(b)) => (b.ident.as_str(), "block", src.line(b.span())),
+            Some(Structure::Attribute(a)) => (a.key.as_str(), "attribute", src.line(a.span())),
+            None => break,
+        };
+        if let Some(things) = lookup(REFUSED, level, name).filter(|_| kind == "block") {
+            return Err(refused(name, what, line, things));
+        }
+        if let Some((_, n, reason)) = NO_EFFECT
+            .iter()
+            .find(|(levels, n, _)| *n == name && levels.contains(&level))
+        {
+            out.add(n, reason);
+            body.remove(i);
+            continue;
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+fn refused(name: &str, what: &str, line: usize, things: &str) -> JobspecError {
+    JobspecError::Invalid(format!(
+        "block {name:?} in {what} at line {line} is refused: this node does not support {things} yet"
+    ))
+}
+
+fn what(ident: &str, block: &Block) -> String {
+    match block.labels.first() {
+        Some(label) => format!("{ident} {:?}", label.as_str()),
+        None => ident.to_string(),
+    }
+}
+
+/// The JSON half of the rule: a non-empty `Vault` (job, group or task), `Templates` or
+/// `Artifacts` (task) is refused with its path.
+pub fn check_json(job: &Value) -> Result<(), JobspecError> {
+    let refuse = |path: String, things: &str| {
+        Err(JobspecError::Invalid(format!(
+            "field {path:?} is refused: this node does not support {things} yet"
+        )))
+    };
+    let set = |v: &Value, key: &str| v.get(key).is_some_and(|v| !is_unset(v));
+    if set(job, "Vault") {
+        return refuse("Vault".into(), "Vault secrets");
+    }
+    for (i, group) in array(job, "TaskGroups").iter().enumerate() {
+        if set(group, "Vault") {
+            return refuse(format!("TaskGroups[{i}].Vault"), "Vault secrets");
+        }
+        for (j, task) in array(group, "Tasks").iter().enumerate() {
+            for (key, things) in [
+                ("Templates", "templates"),
+                ("Artifacts", "artifacts"),
+                ("Vault", "Vault secrets"),
+            ] {
+                if set(task, key) {
+                    return refuse(format!("TaskGroups[{i}].Tasks[{j}].{key}"), things);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn array<'v>(v: &'v Value, key: &str) -> &'v [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// Go writes an unset list or struct as `null` or empty.
+fn is_unset(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobspec::{hcl, json};
+
+    const TYPICAL: &str = r#"
+job "docs" {
+  update { max_parallel = 1 }
+  migrate { max_parallel = 1 }
+  group "web" {
+    reschedule { delay = "30s" }
+    ephemeral_disk { size = 10 }
+    service { name = "web" }
+    task "server" {
+      driver = "raw_exec"
+      config { command = "true" }
+      service { name = "again" }
+      identity { env = true }
+    }
+  }
+}
+"#;
+
+    #[test]
+    fn no_effect_names_are_taken_out_and_warned_once_each() {
+        let parsed = hcl::parse_job(TYPICAL).unwrap();
+        assert_eq!(
+            parsed.warnings,
+            [
+                warning("update", lookup(NO_EFFECT, Level::Job, "update").unwrap()),
+                warning("migrate", lookup(NO_EFFECT, Level::Job, "migrate").unwrap()),
+                warning(
+                    "reschedule",
+                    lookup(NO_EFFECT, Level::Group, "reschedule").unwrap()
+                ),
+                warning(
+                    "ephemeral_disk",
+                    lookup(NO_EFFECT, Level::Group, "ephemeral_disk").unwrap()
+                ),
+                "\"service\" has no effect on one node: services are not registered on this node"
+                    .to_string(),
+                warning(
+                    "identity",
+                    lookup(NO_EFFECT, Level::Task, "identity").unwrap()
+                ),
+            ]
+        );
+        let without = r#"
+job "docs" {
+  group "web" {
+    task "server" {
+      driver = "raw_exec"
+      config { command = "true" }
+    }
+  }
+}
+"#;
+        assert_eq!(parsed.job, hcl::parse_job(without).unwrap().job);
+    }
+
+    #[test]
+    fn refused_blocks_name_their_line() {
+        let src = "job \"j\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n      config { command = \"true\" }\n      template {\n        data = \"x\"\n        destination = \"local/x\"\n      }\n    }\n  }\n}\n";
+        assert_eq!(
+            hcl::parse_job(src).unwrap_err(),
+            JobspecError::Invalid(
+                "block \"template\" in task \"t\" at line 6 is refused: this node does not \
+                 support templates yet"
+                    .into()
+            )
+        );
+        let vault = src.replace("template {", "vault {");
+        assert!(hcl::parse_job(&vault)
+            .unwrap_err()
+            .to_string()
+            .contains("block \"vault\" in task \"t\" at line 6 is refused"));
+        let artifact = src.replace("template {", "artifact {");
+        assert!(hcl::parse_job(&artifact)
+            .unwrap_err()
+            .to_string()
+            .contains("does not support artifacts yet"));
+    }
+
+    #[test]
+    fn a_name_in_the_wrong_level_or_unknown_is_still_an_error() {
+        // `update` is a job or group block, not a task's.
+        let src = "job \"j\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n      config { command = \"true\" }\n      update { max_parallel = 1 }\n    }\n  }\n}\n";
+        assert_eq!(
+            hcl::parse_job(src).unwrap_err(),
+            JobspecError::Unknown("unknown block \"update\" in task \"t\" at line 6".into())
+        );
+        let typo = src.replace("update { max_parallel = 1 }", "drivr = 1");
+        assert_eq!(
+            hcl::parse_job(&typo).unwrap_err(),
+            JobspecError::Unknown("unknown attribute \"drivr\" in task \"t\" at line 6".into())
+        );
+    }
+
+    #[test]
+    fn a_task_in_the_job_gets_a_group_of_its_name() {
+        let direct = r#"
+job "j" {
+  task "t" {
+    driver = "raw_exec"
+    config { command = "true" }
+  }
+}
+"#;
+        let grouped = r#"
+job "j" {
+  group "t" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "true" }
+    }
+  }
+}
+"#;
+        let job = hcl::parse_job(direct).unwrap().job;
+        assert_eq!(job, hcl::parse_job(grouped).unwrap().job);
+        assert_eq!(job.task_groups[0].name, "t");
+        assert_eq!(job.task_groups[0].count, 1);
+    }
+
+    #[test]
+    fn json_refuses_templates_artifacts_and_vault_when_set() {
+        let job = |task: Value| serde_json::json!({"ID": "j", "TaskGroups": [{"Name": "g", "Tasks": [task]}]});
+        let base =
+            serde_json::json!({"Name": "t", "Driver": "raw_exec", "Config": {"command": "true"}});
+        let mut with = base.clone();
+        with["Templates"] = serde_json::json!([{"EmbeddedTmpl": "x", "DestPath": "local/x"}]);
+        assert_eq!(
+            json::parse_job(job(with).to_string().as_bytes()).unwrap_err(),
+            JobspecError::Invalid(
+                "field \"TaskGroups[0].Tasks[0].Templates\" is refused: this node does not \
+                 support templates yet"
+                    .into()
+            )
+        );
+        // Go writes them unset as null or empty: that is no template.
+        let mut empty = base.clone();
+        empty["Templates"] = Value::Null;
+        empty["Artifacts"] = serde_json::json!([]);
+        empty["Vault"] = Value::Null;
+        assert!(json::parse_job(job(empty).to_string().as_bytes()).is_ok());
+    }
+}

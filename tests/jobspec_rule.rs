@@ -1,0 +1,347 @@
+//! The jobspec rule (spec jobspec.md) through the real CLI and agent: a jobspec written the way
+//! Nomad's documentation writes a typical job — `update`, `migrate`, `reschedule`, `service`,
+//! `ephemeral_disk`, `meta` at three levels and a task directly in `job` — runs with the merged
+//! `NOMAD_META_*` in its environment and `${meta.x}` interpolated, and `job run` prints one warning per
+//! block that has no effect on one node; a `template` is refused with its line and nothing is
+//! registered; a name Nomad does not know is still an error with its line; the JSON a Nomad
+//! client would send for the same job registers the same job.
+
+use crate::common::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+const TYPICAL: &str = r#"
+job "docs" {
+  type        = "batch"
+  region      = "eu"
+  namespace   = "default"
+  priority    = 60
+  all_at_once = false
+
+  meta {
+    owner = "ops"
+    tier  = "job"
+  }
+
+  update {
+    max_parallel     = 1
+    min_healthy_time = "10s"
+    healthy_deadline = "3m"
+  }
+
+  migrate {
+    max_parallel = 1
+  }
+
+  group "cache" {
+    meta {
+      tier = "group"
+      zone = "a"
+    }
+
+    reschedule {
+      delay          = "30s"
+      delay_function = "exponential"
+      max_delay      = "1h"
+      unlimited      = true
+    }
+
+    ephemeral_disk {
+      size = 10
+    }
+
+    service {
+      name = "cache"
+      port = "db"
+    }
+
+    task "redis" {
+      driver = "raw_exec"
+
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo grouped=$NOMAD_GROUP_NAME ${meta.tier} $NOMAD_META_zone $NOMAD_META_OWNER $NOMAD_META_rack"]
+      }
+
+      meta {
+        tier = "task"
+        rack = 7
+      }
+    }
+  }
+
+  task "lone" {
+    driver = "raw_exec"
+
+    config {
+      command = "/bin/sh"
+      args    = ["-c", "echo group=$NOMAD_GROUP_NAME"]
+    }
+  }
+}
+"#;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn stdout_of(agent: &TestAgent, alloc: &str, task: &str) -> String {
+    let (status, log) = agent.request(
+        "GET",
+        &format!("/v1/client/fs/logs/{alloc}?task={task}&type=stdout"),
+        None,
+    );
+    assert_eq!(status, 200, "{log}");
+    log
+}
+
+fn complete(agent: &TestAgent, alloc: &str) {
+    wait_for(WAIT, "the batch allocation complete", || {
+        (agent.get(&format!("/v1/allocation/{alloc}"))["ClientStatus"] == "complete").then_some(())
+    });
+}
+
+#[test]
+fn a_typical_nomad_job_runs_with_its_warnings_printed() {
+    let dir = TempDir::new("rule");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let spec = dir.path().join("docs.nomad.hcl");
+    std::fs::write(&spec, TYPICAL).unwrap();
+    let out = agent.cli(&["job", "run", spec.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let warnings = [
+        "\"update\" has no effect on one node",
+        "\"migrate\" has no effect on one node",
+        "\"reschedule\" has no effect on one node",
+        "\"ephemeral_disk\" has no effect on one node",
+        "\"service\" has no effect on one node: services are not registered on this node",
+    ];
+    assert!(stdout.starts_with("Job Warnings:\n"), "{stdout}");
+    for w in warnings {
+        assert_eq!(stdout.matches(w).count(), 1, "{w} once in:\n{stdout}");
+    }
+
+    // The task written in the job ran in a group of its own name.
+    let job = agent.get("/v1/job/docs");
+    let groups: Vec<&str> = job["TaskGroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["Name"].as_str().unwrap())
+        .collect();
+    assert_eq!(groups, ["cache", "lone"]);
+    let allocs = agent.allocs("docs");
+    assert_eq!(allocs.len(), 2, "{allocs:?}");
+    for alloc in &allocs {
+        let id = alloc["ID"].as_str().unwrap();
+        complete(&agent, id);
+        match alloc["TaskGroup"].as_str().unwrap() {
+            "lone" => assert_eq!(stdout_of(&agent, id, "lone"), "group=lone\n"),
+            // The task's meta over the group's over the job's, as written and upper-cased,
+            // and `${meta.x}` interpolated by the agent.
+            "cache" => assert_eq!(
+                stdout_of(&agent, id, "redis"),
+                "grouped=cache task a ops 7\n"
+            ),
+            other => panic!("group {other}"),
+        }
+    }
+}
+
+#[test]
+fn hcl_and_nomad_api_json_give_the_same_job() {
+    let dir = TempDir::new("rule-json");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let (status, from_hcl) = agent.request(
+        "POST",
+        "/v1/jobs/parse",
+        Some(&json!({ "JobHCL": TYPICAL }).to_string()),
+    );
+    assert_eq!(status, 200, "{from_hcl}");
+    let from_hcl: Value = serde_json::from_str(&from_hcl).unwrap();
+    // What a Nomad client sends for the same job: the no-effect blocks as Nomad's API fields.
+    let task = |name: &str, script: &str| {
+        json!({"Name": name, "Driver": "raw_exec",
+               "Config": {"command": "/bin/sh", "args": ["-c", script]}})
+    };
+    let mut redis = task(
+        "redis",
+        "echo grouped=$NOMAD_GROUP_NAME ${meta.tier} $NOMAD_META_zone $NOMAD_META_OWNER $NOMAD_META_rack",
+    );
+    redis["Meta"] = json!({"tier": "task", "rack": "7"});
+    let nomad = json!({"Job": {
+        "ID": "docs", "Name": "docs", "Type": "batch", "Region": "eu", "Namespace": "default",
+        "Priority": 60, "AllAtOnce": false,
+        "Meta": {"owner": "ops", "tier": "job"},
+        "Update": {"MaxParallel": 1, "MinHealthyTime": 10_000_000_000u64},
+        "Migrate": {"MaxParallel": 1},
+        "TaskGroups": [
+            {"Name": "cache", "Count": 1,
+             "ReschedulePolicy": {"Delay": 30_000_000_000u64, "Unlimited": true},
+             "EphemeralDisk": {"SizeMB": 10},
+             "Services": [{"Name": "cache", "PortLabel": "db"}],
+             "Meta": {"tier": "group", "zone": "a"},
+             "Tasks": [redis]},
+            {"Name": "lone", "Count": 1, "Tasks": [task("lone", "echo group=$NOMAD_GROUP_NAME")]}
+        ]
+    }});
+    let (status, body) = agent.put_json("/v1/jobs", &nomad);
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let warnings = answer["Warnings"].as_str().unwrap();
+    assert!(warnings.contains("TaskGroups[0].Services"), "{warnings}");
+    let registered = agent.get("/v1/job/docs");
+    assert_eq!(registered["TaskGroups"], from_hcl["TaskGroups"]);
+    assert_eq!(registered["Type"], from_hcl["Type"]);
+    assert_eq!(registered["Meta"], from_hcl["Meta"]);
+    assert_eq!(
+        (&registered["Region"], &registered["Priority"]),
+        (&json!("eu"), &json!(60))
+    );
+    assert_eq!(
+        (&from_hcl["Region"], &from_hcl["Priority"]),
+        (&json!("eu"), &json!(60))
+    );
+    assert_eq!(registered["Meta"], json!({"owner": "ops", "tier": "job"}));
+}
+
+#[test]
+fn a_template_is_refused_with_its_line_and_nothing_is_registered() {
+    let dir = TempDir::new("rule-tmpl");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let spec = dir.path().join("tmpl.nomad.hcl");
+    std::fs::write(
+        &spec,
+        "job \"tmpl\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n      \
+         config { command = \"true\" }\n\n      template {\n        data        = \"port={{ env \\\"NOMAD_PORT_http\\\" }}\"\n        \
+         destination = \"local/app.conf\"\n      }\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let out = agent.cli(&["job", "run", spec.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "block \"template\" in task \"t\" at line 7 is refused: this node does not support \
+             templates yet"
+        ),
+        "{stderr}"
+    );
+    // The API refuses it the same way, with a 400.
+    let (status, body) = agent.request(
+        "POST",
+        "/v1/jobs/parse",
+        Some(&json!({ "JobHCL": std::fs::read_to_string(&spec).unwrap() }).to_string()),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("at line 7"), "{body}");
+    let (status, body) = agent.put_json(
+        "/v1/jobs",
+        &json!({"Job": {"ID": "tmpl", "TaskGroups": [{"Name": "g", "Tasks": [{
+            "Name": "t", "Driver": "raw_exec", "Config": {"command": "true"},
+            "Templates": [{"EmbeddedTmpl": "x", "DestPath": "local/x"}]}]}]}}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("TaskGroups[0].Tasks[0].Templates"), "{body}");
+    assert_eq!(agent.get("/v1/jobs"), json!([]));
+}
+
+#[test]
+fn a_name_nomad_does_not_know_is_still_an_error_with_its_line() {
+    let dir = TempDir::new("rule-unknown");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let spec = dir.path().join("typo.nomad.hcl");
+    let typo = TYPICAL.replace("migrate {", "migrat {");
+    let line = 1 + typo.lines().position(|l| l.contains("migrat {")).unwrap();
+    std::fs::write(&spec, &typo).unwrap();
+    let out = agent.cli(&["job", "run", spec.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "unknown block \"migrat\" in job \"docs\" at line {line}"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(agent.get("/v1/jobs"), json!([]));
+}
+
+/// A stop waits the group's and then the task's `shutdown_delay` before the kill signal, with
+/// the task running meanwhile: the test drops a file into the task's directory once it sees the
+/// "Waiting for shutdown delay" event, and the task's signal trap finds that file already there.
+#[test]
+fn shutdown_delay_comes_between_the_kill_decision_and_the_signal() {
+    let dir = TempDir::new("rule-delay");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let job = agent.run_hcl(
+        r#"
+job "delay" {
+  group "g" {
+    shutdown_delay = "2s"
+
+    task "t" {
+      driver         = "raw_exec"
+      shutdown_delay = "3s"
+
+      config {
+        command = "/bin/sh"
+        args = ["-c", <<-EOF
+          cd "$NOMAD_TASK_DIR"
+          trap 'if [ -e seen ]; then echo signal-after-seen >> out; else echo signal-before-seen >> out; fi; exit 0' INT
+          echo started > out
+          while true; do sleep 0.1; done
+          EOF
+        ]
+      }
+    }
+  }
+}
+"#,
+    );
+    let alloc = agent.alloc_id(&job);
+    let local = agent.data_dir.join(format!("alloc/{alloc}/t/local"));
+    wait_for(WAIT, "the task to start", || {
+        std::fs::read_to_string(local.join("out"))
+            .ok()
+            .filter(|s| s.starts_with("started"))
+    });
+    let (status, body) = agent.request("DELETE", "/v1/job/delay", None);
+    assert_eq!(status, 200, "{body}");
+    wait_for(WAIT, "the shutdown delay event", || {
+        agent
+            .events(&alloc, "t")
+            .iter()
+            .any(|(t, _)| t == "Waiting for shutdown delay")
+            .then_some(())
+    });
+    std::fs::write(local.join("seen"), "").unwrap();
+    wait_for(WAIT, "the task to be killed", || {
+        (agent.task_state(&alloc, "t")["State"] == "dead").then_some(())
+    });
+    assert_eq!(
+        std::fs::read_to_string(local.join("out")).unwrap(),
+        "started\nsignal-after-seen\n"
+    );
+    let events = agent.events(&alloc, "t");
+    let at = |ty: &str| events.iter().position(|(t, _)| t == ty);
+    let waiting = at("Waiting for shutdown delay").unwrap();
+    assert!(at("Killing").unwrap() < waiting, "{events:?}");
+    assert!(waiting < at("Killed").unwrap(), "{events:?}");
+    assert_eq!(
+        events[waiting].1,
+        "Waiting for shutdown_delay of 5s before killing the task."
+    );
+    // Kept in the job in Nomad's shape.
+    let registered = agent.get("/v1/job/delay");
+    assert_eq!(
+        registered["TaskGroups"][0]["ShutdownDelay"],
+        2_000_000_000u64
+    );
+    assert_eq!(
+        registered["TaskGroups"][0]["Tasks"][0]["ShutdownDelay"],
+        3_000_000_000u64
+    );
+}

@@ -85,11 +85,16 @@ fn task_context(
         resources: Resources::default(),
         lifecycle: None,
         leader: false,
+        dispatch_payload: None,
     };
     let job = Job {
         id: "csi".into(),
         name: "csi".into(),
         job_type: JobType::Service,
+        periodic: None,
+        parameterized_job: None,
+        parent_id: String::new(),
+        payload: String::new(),
         task_groups: vec![TaskGroup {
             name: "group".into(),
             count: 1,

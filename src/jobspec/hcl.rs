@@ -95,7 +95,12 @@ impl Walk<'_> {
     fn job(&self, block: &Block) -> Result<RawJob, JobspecError> {
         let id = self.src.label("the jobspec", block)?;
         let what = format!("job {id:?}");
-        let items = self.src.items(&what, &block.body, &["type"], &["group"])?;
+        let items = self.src.items(
+            &what,
+            &block.body,
+            &["type"],
+            &["group", "periodic", "parameterized"],
+        )?;
         let spelled_type = self.src.opt_string(&items, "type")?;
         if let (Some(spelled), Some(attr)) = (&spelled_type, items.attr("type")) {
             job_type(spelled)
@@ -106,7 +111,19 @@ impl Walk<'_> {
             .into_iter()
             .map(|g| self.group(&what, g))
             .collect::<Result<_, _>>()?;
+        let periodic = self
+            .src
+            .single(&items, "periodic")?
+            .map(|b| super::periodic::read_periodic(self.src, &what, b))
+            .transpose()?;
+        let parameterized_job = self
+            .src
+            .single(&items, "parameterized")?
+            .map(|b| super::periodic::read_parameterized(self.src, &what, b))
+            .transpose()?;
         Ok(RawJob {
+            periodic,
+            parameterized_job,
             id: Some(id),
             job_type: spelled_type,
             task_groups: Some(task_groups),
@@ -201,6 +218,7 @@ impl Walk<'_> {
             &["driver", "user", "kill_signal", "kill_timeout", "leader"],
             &[
                 "lifecycle",
+                "dispatch_payload",
                 "config",
                 "env",
                 "logs",
@@ -257,8 +275,14 @@ impl Walk<'_> {
             .single(&items, "lifecycle")?
             .map(|b| self.lifecycle(&what, b))
             .transpose()?;
+        let dispatch_payload = self
+            .src
+            .single(&items, "dispatch_payload")?
+            .map(|b| super::periodic::read_dispatch_payload(self.src, &what, b))
+            .transpose()?;
         Ok(RawTask {
             lifecycle,
+            dispatch_payload,
             leader: self.src.opt_bool(&items, "leader")?,
             driver,
             user: self.src.opt_string(&items, "user")?,
@@ -480,6 +504,10 @@ job "example" {
             id: "example".to_string(),
             name: "example".to_string(),
             job_type: JobType::Service,
+            periodic: None,
+            parameterized_job: None,
+            parent_id: String::new(),
+            payload: String::new(),
             task_groups: vec![TaskGroup {
                 name: "group".to_string(),
                 count: 1,
@@ -531,6 +559,7 @@ job "example" {
                     },
                     lifecycle: None,
                     leader: false,
+                    dispatch_payload: None,
                 }],
             }],
         }

@@ -9,12 +9,14 @@
 //! `command`, `args` and `env` stays as written and is replaced when the task starts
 //! ([`interpolate`]).
 
+pub mod cron;
 pub mod docker;
 pub mod hcl;
 pub mod interpolate;
 pub mod json;
 pub mod lifecycle;
 pub mod network;
+pub mod periodic;
 mod raw;
 pub mod signal;
 pub mod validate;
@@ -124,6 +126,24 @@ pub struct Job {
     #[serde(rename = "Type")]
     pub job_type: JobType,
     pub task_groups: Vec<TaskGroup>,
+    /// `periodic`: the job is a template its children are launched from on a schedule
+    /// ([`periodic`]); it runs no allocation of its own. Not written when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub periodic: Option<periodic::PeriodicConfig>,
+    /// `parameterized`: the job is a template dispatched with a payload and meta; it runs no
+    /// allocation of its own. Not written when absent.
+    #[serde(
+        rename = "ParameterizedJob",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub parameterized_job: Option<periodic::ParameterizedConfig>,
+    /// The periodic or parameterized job this one was launched from; empty for others.
+    #[serde(rename = "ParentID", default, skip_serializing_if = "String::is_empty")]
+    pub parent_id: String,
+    /// A dispatched child's payload, base64 as in Nomad's JSON; empty for others.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub payload: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,6 +233,9 @@ pub struct Task {
     /// `leader = true`: when this task ends, the other tasks of its allocation are killed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub leader: bool,
+    /// `dispatch_payload { file }`: a dispatched payload is written to `local/<file>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch_payload: Option<periodic::DispatchPayload>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -40,6 +40,9 @@ pub(crate) struct RawJob {
     #[serde(rename = "Type")]
     pub job_type: Option<String>,
     pub task_groups: Option<Vec<RawGroup>>,
+    pub periodic: Option<super::periodic::RawPeriodic>,
+    #[serde(rename = "ParameterizedJob")]
+    pub parameterized_job: Option<super::periodic::RawParameterized>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -105,6 +108,7 @@ pub(crate) struct RawTask {
     pub resources: Option<RawResources>,
     pub lifecycle: Option<super::lifecycle::RawLifecycle>,
     pub leader: Option<bool>,
+    pub dispatch_payload: Option<super::periodic::RawDispatchPayload>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -206,6 +210,12 @@ impl RawJob {
     pub fn ignored_fields(&self) -> Vec<String> {
         let mut out = Vec::new();
         warn_extra(&mut out, "", &self.extra);
+        if let Some(p) = &self.periodic {
+            warn_extra(&mut out, "Periodic.", &p.extra);
+        }
+        if let Some(p) = &self.parameterized_job {
+            warn_extra(&mut out, "ParameterizedJob.", &p.extra);
+        }
         for (i, g) in self.task_groups.iter().flatten().enumerate() {
             let path = format!("TaskGroups[{i}]");
             warn_extra(&mut out, &format!("{path}."), &g.extra);
@@ -240,6 +250,9 @@ impl RawJob {
                 }
                 if let Some(l) = &t.lifecycle {
                     warn_extra(&mut out, &format!("{path}.Lifecycle."), &l.extra);
+                }
+                if let Some(d) = &t.dispatch_payload {
+                    warn_extra(&mut out, &format!("{path}.DispatchPayload."), &d.extra);
                 }
             }
         }
@@ -332,11 +345,23 @@ impl TryFrom<RawJob> for Job {
             .enumerate()
             .map(|(i, g)| group(&format!("TaskGroups[{i}]"), job_type, g))
             .collect::<Result<_, _>>()?;
+        let periodic = raw
+            .periodic
+            .map(|p| super::periodic::periodic(&id, p))
+            .transpose()?;
+        let parameterized_job = raw
+            .parameterized_job
+            .map(|p| super::periodic::parameterized(&id, p))
+            .transpose()?;
         let job = Job {
             id,
             name,
             job_type,
             task_groups,
+            periodic,
+            parameterized_job,
+            parent_id: String::new(),
+            payload: String::new(),
         };
         validate_job(&job)?;
         Ok(job)
@@ -450,8 +475,13 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
         .lifecycle
         .map(|l| super::lifecycle::lifecycle(&name, l))
         .transpose()?;
+    let dispatch_payload = raw
+        .dispatch_payload
+        .map(|d| super::periodic::dispatch_payload(&name, d))
+        .transpose()?;
     Ok(Task {
         lifecycle,
+        dispatch_payload,
         leader: raw.leader.unwrap_or(false),
         driver: raw.driver.unwrap_or_default(),
         config: DriverConfig {

@@ -39,6 +39,19 @@ pub fn validate_job(job: &Job) -> Result<(), JobspecError> {
             job.id
         )));
     }
+    // Nomad's `Job.Validate`: only batch jobs are templates of children.
+    if job.periodic.as_ref().is_some_and(|p| p.enabled) && job.job_type != JobType::Batch {
+        return Err(invalid(format!(
+            "job {:?}: Periodic can only be used with \"batch\" scheduler",
+            job.id
+        )));
+    }
+    if job.parameterized_job.is_some() && job.job_type != JobType::Batch {
+        return Err(invalid(format!(
+            "job {:?}: Parameterized job can only be used with \"batch\" scheduler",
+            job.id
+        )));
+    }
     for (i, group) in job.task_groups.iter().enumerate() {
         if job.task_groups[..i].iter().any(|g| g.name == group.name) {
             return Err(invalid(format!(
@@ -366,6 +379,7 @@ mod tests {
             resources: Resources::default(),
             lifecycle: None,
             leader: false,
+            dispatch_payload: None,
         }
     }
 
@@ -384,6 +398,10 @@ mod tests {
             id: "example".to_string(),
             name: "example".to_string(),
             job_type: JobType::Service,
+            periodic: None,
+            parameterized_job: None,
+            parent_id: String::new(),
+            payload: String::new(),
             task_groups: vec![TaskGroup {
                 name: "group".to_string(),
                 count: 1,

@@ -2,7 +2,8 @@
 //! their task hooks), restores what the state file holds, reloads on SIGHUP and shuts down in
 //! order. The process around it (signals, logging, the API server) is [`crate::daemon`].
 //!
-//! Threads it owns: the state flusher, the allocation garbage collector (`alloc-gc`) and the
+//! Threads it owns: the state flusher, the allocation garbage collector (`alloc-gc`), the
+//! periodic launcher (`periodic`) and the
 //! SIGHUP reload workers (joined at shutdown); the task
 //! runners (and their waiters and hooks' threads), the API workers, the volume retry thread all
 //! watch the shutdown channel, a `Receiver<Never>` that disconnects when the [`StopSwitch`] trips.
@@ -223,6 +224,16 @@ impl Agent {
         let gc_thread = gc.clone();
         let collector = crate::thread::spawn("alloc-gc", move || gc_thread.run())
             .map_err(|e| AgentError::Start(format!("cannot start the garbage collector: {e}")))?;
+        // Periodic jobs' launches (alloc::periodic); schedules start from now, missed ones are
+        // not replayed.
+        let periodic = {
+            let (allocs, stop) = (allocs.clone(), shutdown.clone());
+            let clock = Arc::new(crate::alloc::periodic::SystemClock);
+            crate::thread::spawn("periodic", move || {
+                crate::alloc::periodic::run(allocs, clock, stop)
+            })
+            .map_err(|e| AgentError::Start(format!("cannot start the periodic launcher: {e}")))?
+        };
         Ok(Arc::new(Agent {
             node_id: store.node_id().to_string(),
             config,
@@ -238,7 +249,7 @@ impl Agent {
             stop,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown,
-            workers: Mutex::new(vec![flusher, collector, fingerprint]),
+            workers: Mutex::new(vec![flusher, collector, fingerprint, periodic]),
             keeper,
             _lock: lock,
         }))

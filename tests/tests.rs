@@ -29,6 +29,7 @@ mod kill_timeouts;
 mod lifecycle;
 mod live_restore;
 mod misbehaving;
+mod periodic;
 mod ports;
 mod security;
 mod task_env;

@@ -67,7 +67,7 @@ pub(super) struct Registry {
 
 /// What an API write changes in the registry, planned before anything is changed.
 #[derive(Default)]
-struct Change {
+pub(super) struct Change {
     /// A job record to insert or replace.
     put_job: Option<JobRecord>,
     /// A job to forget with all its allocations (a purge).
@@ -118,6 +118,8 @@ pub struct AllocManager {
     /// first lock of the order (registry → allocation → task states); never held while the state
     /// file is written or a gate is joined.
     pub(super) registry: Mutex<Registry>,
+    /// Guards: the senders of [`AllocManager::watch_jobs`] (a leaf: only `try_send` under it).
+    job_watchers: Mutex<Vec<crossbeam_channel::Sender<()>>>,
 }
 
 impl Snapshot for AllocManager {
@@ -171,6 +173,7 @@ impl AllocManager {
             engine,
             store,
             registry: Mutex::new(Registry::default()),
+            job_watchers: Mutex::new(Vec::new()),
         })
     }
 
@@ -219,58 +222,101 @@ impl AllocManager {
     }
 
     /// Registers or updates a job. An unchanged spec is a no-op; a changed one stops the old
-    /// allocations and starts new ones, once the state file records it.
+    /// allocations and starts new ones, once the state file records it. A periodic or
+    /// parameterized job is a template: it is recorded without allocations (`super::children`).
     pub fn register_job(self: &Arc<Self>, job: Job) -> Result<Registered, AllocError> {
-        let eval_id = uuid::Uuid::new_v4().to_string();
         let id = job.id.clone();
-        let added = self.commit(
+        self.register_planned(
             || format!("registering job {id:?}"),
-            |reg| {
-                let existing = reg.jobs.get(&job.id);
-                if existing.is_some_and(|e| e.job == job && !e.stop) {
-                    return Ok(None);
-                }
-                reg.check_alloc_limit(&job, self.engine.max_allocs)?;
-                let now = now_nanos();
-                let job_arc = Arc::new(job.clone());
-                let stop = running_allocs_of(reg, &id);
-                // Ports are given here, under the registry lock, with the allocations being
-                // replaced already free: the placement check of `super::ports`.
-                let mut ports = reg.port_index(&self.engine.network, &stop);
-                let mut add = Vec::new();
-                for group in &job.task_groups {
-                    for index in 0..group.count {
-                        let given = ports
-                            .assign(&group.networks, &mut |n| fastrand::usize(..n))
-                            .map_err(|reason| AllocError::PortsUnavailable {
-                                job: job.id.clone(),
-                                group: group.name.clone(),
-                                reason,
-                            })?;
-                        add.push(Arc::new(Allocation::new(
-                            &job_arc, group, index, given, now,
-                        )));
-                    }
-                }
-                Ok(Some(Change {
-                    put_job: Some(JobRecord {
-                        version: existing.map_or(0, |j| j.version + 1),
-                        job,
-                        stop: false,
-                        submit_time: now,
-                    }),
-                    stop,
-                    add,
-                    at: now,
-                    ..Change::default()
-                }))
-            },
-        )?;
+            |reg| self.plan_register(reg, job),
+        )
+    }
+
+    /// Commits a registration planned by `plan` and starts what it added; then wakes the job
+    /// watchers ([`AllocManager::watch_jobs`]).
+    pub(super) fn register_planned(
+        self: &Arc<Self>,
+        action: impl FnOnce() -> String,
+        plan: impl FnOnce(&Registry) -> Result<Option<Change>, AllocError>,
+    ) -> Result<Registered, AllocError> {
+        let eval_id = uuid::Uuid::new_v4().to_string();
+        let added = self.commit(action, plan)?;
         let changed = added.is_some();
         for alloc in added.unwrap_or_default() {
             self.start_alloc(&alloc, false);
         }
+        if changed {
+            self.jobs_changed();
+        }
         Ok(Registered { eval_id, changed })
+    }
+
+    /// The change that registers `job` (see [`AllocManager::register_job`]).
+    pub(super) fn plan_register(
+        &self,
+        reg: &Registry,
+        job: Job,
+    ) -> Result<Option<Change>, AllocError> {
+        let id = job.id.clone();
+        let existing = reg.jobs.get(&job.id);
+        if existing.is_some_and(|e| e.job == job && !e.stop) {
+            return Ok(None);
+        }
+        let template = job.periodic.is_some() || job.parameterized_job.is_some();
+        if !template {
+            reg.check_alloc_limit(&job, self.engine.max_allocs)?;
+        }
+        let now = now_nanos();
+        let job_arc = Arc::new(job.clone());
+        let stop = running_allocs_of(reg, &id);
+        // Ports are given here, under the registry lock, with the allocations being
+        // replaced already free: the placement check of `super::ports`.
+        let mut ports = reg.port_index(&self.engine.network, &stop);
+        let mut add = Vec::new();
+        for group in job.task_groups.iter().filter(|_| !template) {
+            for index in 0..group.count {
+                let given = ports
+                    .assign(&group.networks, &mut |n| fastrand::usize(..n))
+                    .map_err(|reason| AllocError::PortsUnavailable {
+                        job: job.id.clone(),
+                        group: group.name.clone(),
+                        reason,
+                    })?;
+                add.push(Arc::new(Allocation::new(
+                    &job_arc, group, index, given, now,
+                )));
+            }
+        }
+        Ok(Some(Change {
+            put_job: Some(JobRecord {
+                version: existing.map_or(0, |j| j.version + 1),
+                job,
+                stop: false,
+                submit_time: now,
+            }),
+            stop,
+            add,
+            at: now,
+            ..Change::default()
+        }))
+    }
+
+    /// A channel that gets a message (at most one waiting) whenever a job is registered,
+    /// stopped or purged: the periodic launcher's wake-up.
+    pub fn watch_jobs(&self) -> crossbeam_channel::Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.job_watchers.lock().push(tx);
+        rx
+    }
+
+    fn jobs_changed(&self) {
+        // A full channel already holds a wake-up; a closed one is a watcher gone.
+        self.job_watchers.lock().retain(|w| {
+            !matches!(
+                w.try_send(()),
+                Err(crossbeam_channel::TrySendError::Disconnected(_))
+            )
+        });
     }
 
     /// Stops a job's allocations; `purge` also forgets the job and them. Returns the eval ID.
@@ -295,6 +341,7 @@ impl AllocManager {
                 }))
             },
         )?;
+        self.jobs_changed();
         Ok(uuid::Uuid::new_v4().to_string())
     }
 
@@ -482,6 +529,10 @@ fn job_status(record: &JobRecord, allocs: &[Arc<Allocation>]) -> &'static str {
     let live = allocs.iter().any(|a| {
         matches!(a.client_status(), "pending" | "running") && a.desired() == DesiredStatus::Run
     });
+    // Nomad's rule for a template: running until stopped, whatever its children do.
+    if record.job.periodic.is_some() || record.job.parameterized_job.is_some() {
+        return if record.stop { "dead" } else { "running" };
+    }
     if record.stop || !live {
         "dead"
     } else if allocs.iter().any(|a| a.client_status() == "running") {

@@ -12,7 +12,9 @@
 //! - `lifecycle`: the order of an allocation's tasks (prestart, main, poststart, poststop,
 //!   sidecars, the leader), planned from their states and carried out by its gate thread;
 //! - `limit`: the per-node allocation limit a registration is checked against;
-//! - `ports`: the host ports allocations hold, and those a new allocation gets.
+//! - `ports`: the host ports allocations hold, and those a new allocation gets;
+//! - `children`: child jobs of periodic and parameterized jobs (launches, dispatches);
+//! - `periodic`: the `periodic` thread, which launches periodic jobs' children on schedule.
 //!
 //! The module returns domain values (shared [`Allocation`]s, [`JobSummary`], [`AllocError`]);
 //! the API (`api::jobs`, `api::allocations`) encodes them as Nomad's JSON and picks the status
@@ -34,17 +36,20 @@
 //!
 //! [`Worker`]: crate::thread::Worker
 
+mod children;
 mod gate;
 mod gc;
 mod lifecycle;
 mod limit;
 mod manager;
 mod model;
+pub mod periodic;
 mod ports;
 mod restore;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use children::{DispatchRequest, Launched};
 pub use gc::{gc_reason, Collector, DiskUsage, Over, Reason};
 pub use manager::{AllocManager, Engine, JobSummary, Registered};
 pub use model::{client_status, AllocStatus, Allocation, LockedTasks};
@@ -83,6 +88,10 @@ pub enum AllocError {
         group: String,
         reason: PortsUnavailable,
     },
+    /// A child job could not be made of its parent (a launch or dispatch refused): Nomad's
+    /// message.
+    #[error("{0}")]
+    ChildRefused(String),
     /// The state file could not be written.
     #[error(transparent)]
     State(#[from] StateError),

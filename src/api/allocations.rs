@@ -30,6 +30,7 @@ impl From<AllocError> for ApiError {
             | AllocError::UnknownSignal(_)
             | AllocError::NotCollectable { .. }
             | AllocError::TooManyAllocs(_)
+            | AllocError::ChildRefused(_)
             | AllocError::PortsUnavailable { .. } => ApiError::BadRequest(e.to_string()),
             AllocError::NotSaved { .. } | AllocError::State(_) => ApiError::Internal(e.to_string()),
         }

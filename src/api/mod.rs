@@ -17,6 +17,7 @@
 pub mod admission;
 pub mod agent;
 pub mod allocations;
+pub mod dispatch;
 pub mod gc;
 pub mod ids;
 pub mod jobs;

@@ -232,14 +232,24 @@ fn status(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         ctx.print_json(&json!({"Job": job, "Allocations": allocs}));
         return Ok(());
     }
-    ctx.println(&format::key_values(&[
+    let mut head = vec![
         ("ID", full_id.clone()),
         ("Name", s(&job, "Name").into()),
         ("Type", s(&job, "Type").into()),
         ("Status", s(&job, "Status").into()),
         ("Submit Date", submit_date(&job)),
-    ]));
+    ];
+    if !s(&job, "ParentID").is_empty() {
+        head.push(("Parent ID", s(&job, "ParentID").into()));
+    }
+    let (rows, children) = super::job_children::template_status(ctx, &job)?;
+    head.extend(rows);
+    ctx.println(&format::key_values(&head));
     ctx.println("");
+    if let Some(children) = children {
+        ctx.println(&children);
+        return Ok(());
+    }
     ctx.println("Allocations");
     let allocs = allocs.as_array().cloned().unwrap_or_default();
     if allocs.is_empty() {

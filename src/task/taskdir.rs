@@ -112,6 +112,9 @@ impl TaskHook for TaskDirHook {
                 chown_to(user, &made)?;
             }
         }
+        if let Some(dispatch) = &task.task.dispatch_payload {
+            write_payload(&local, &dispatch.file, &task.job.payload, &mut replaced)?;
+        }
         Ok(replaced
             .into_iter()
             .map(|r| {
@@ -121,6 +124,43 @@ impl TaskHook for TaskDirHook {
             })
             .collect())
     }
+}
+
+/// Writes a dispatched job's payload (base64 in the job) to `local/<file>`, as Nomad's dispatch
+/// hook does, through the open `local/` so a link the task left cannot redirect it. Written at
+/// every start: the task may have changed it. A job without a payload writes an empty file.
+fn write_payload(
+    local: &Dir,
+    file: &str,
+    payload: &str,
+    notes: &mut Vec<Replaced>,
+) -> Result<(), HookError> {
+    use base64::Engine as _;
+    use std::io::Write as _;
+    let target = local.path().join(file);
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(payload)
+        .map_err(|e| failed(&target, format!("the job's payload is not base64: {e}")))?;
+    let rel = Path::new(file);
+    let parent = match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(p) => {
+            let (dir, made) = local.make_dirs(p, 0o755).map_err(|e| failed(&target, e))?;
+            notes.extend(made);
+            dir
+        }
+        None => local.try_clone().map_err(|e| failed(&target, e))?,
+    };
+    let name = rel
+        .file_name()
+        .ok_or_else(|| failed(&target, "no file name"))?;
+    parent
+        .truncate_file(name, 0)
+        .map_err(|e| failed(&target, e))?;
+    let (mut f, replaced) = parent
+        .open_append(name, 0o644)
+        .map_err(|e| failed(&target, e))?;
+    notes.extend(replaced);
+    f.write_all(&bytes).map_err(|e| failed(&target, e))
 }
 
 /// Gives a task run as `user` its own directories, as Nomad does: on the open directories, so a

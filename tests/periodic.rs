@@ -1,0 +1,328 @@
+//! Periodic and parameterized jobs (jobspec.md `periodic`, `parameterized`, `dispatch_payload`)
+//! through the real agent, its CLI and real task processes: children launched on a per-second
+//! schedule and by `job periodic force`, `prohibit_overlap` proven by counting children, and
+//! dispatches whose task prints its payload and meta. No assert on how long anything took; the
+//! waits are generous.
+
+use crate::common::*;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn periodic_job(name: &str, overlap: bool, script: &str) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  type = "batch"
+  periodic {{
+    crons            = ["*/1 * * * * * *"]
+    prohibit_overlap = {overlap}
+  }}
+  group "g" {{
+    restart {{ attempts = 0  mode = "fail" }}
+    task "t" {{
+      driver = "raw_exec"
+      kill_timeout = "1s"
+      config {{
+        command = "/bin/sh"
+        args    = ["-c", {script:?}]
+      }}
+    }}
+  }}
+}}"#
+    )
+}
+
+/// The IDs of the jobs launched or dispatched from `parent`, in ID order.
+fn children(agent: &TestAgent, parent: &str) -> Vec<String> {
+    agent
+        .get("/v1/jobs")
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|j| j["ParentID"] == parent)
+        .map(|j| j["ID"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn enc(id: &str) -> String {
+    id.replace('/', "%2F")
+}
+
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_per_second_schedule_launches_children_that_run_until_the_parent_stops() {
+    let dir = TempDir::new("periodic-run");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let runs = dir.path().join("runs");
+    let id = agent.run_hcl(&periodic_job(
+        "tick",
+        false,
+        &format!("echo ran >> {}", runs.display()),
+    ));
+    // The parent is a template: running, without allocations of its own.
+    assert!(agent.allocs(&id).is_empty());
+    assert_eq!(agent.get("/v1/job/tick")["Status"], "running");
+    let launched = wait_for(WAIT, "two children that ran", || {
+        let c = children(&agent, "tick");
+        (c.len() >= 2 && lines(&runs) >= 2).then_some(c)
+    });
+    for child in &launched {
+        let (parent, at) = child.split_once("/periodic-").expect(child);
+        assert_eq!(parent, "tick");
+        assert!(at.parse::<i64>().unwrap() > 1_700_000_000, "{child}");
+        let job = agent.get(&format!("/v1/job/{}", enc(child)));
+        assert_eq!(job["ParentID"], "tick");
+        assert!(
+            job.get("Periodic").is_none(),
+            "a child is no template: {job}"
+        );
+    }
+    let first = &launched[0];
+    wait_for(WAIT, "a child complete", || {
+        let allocs = agent.allocs(&enc(first));
+        (allocs.len() == 1 && allocs[0]["ClientStatus"] == "complete").then_some(())
+    });
+    let status = stdout(&agent.cli(&["job", "status", "tick"]));
+    assert!(status.contains("Periodic             = true"), "{status}");
+    assert!(status.contains("Next Periodic Launch = "), "{status}");
+    assert!(status.contains("Previously Launched Jobs"), "{status}");
+    assert!(status.contains(first.as_str()), "{status}");
+
+    // Stopped, the parent launches nothing more: the stop and a launch are decided under the
+    // same lock, so the count after the stop's answer is final.
+    let (code, body) = agent.request("DELETE", "/v1/job/tick", None);
+    assert_eq!(code, 200, "{body}");
+    let after_stop = children(&agent, "tick").len();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(children(&agent, "tick").len(), after_stop);
+    let status = stdout(&agent.cli(&["job", "status", "tick"]));
+    assert!(status.contains("Next Periodic Launch = none"), "{status}");
+}
+
+#[test]
+fn prohibit_overlap_launches_no_second_child_while_one_runs_and_force_launches_now() {
+    let dir = TempDir::new("periodic-overlap");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let marker = unique_marker(41_000);
+    agent.run_hcl(&periodic_job("slow", true, &format!("exec sleep {marker}")));
+    let first = wait_for(WAIT, "the first child running", || {
+        let c = children(&agent, "slow");
+        let first = c.first()?.clone();
+        let allocs = agent.allocs(&enc(&first));
+        (allocs.first()?["ClientStatus"] == "running").then_some(first)
+    });
+    // Several scheduled instants pass while the child runs; none launches a second child.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(children(&agent, "slow"), vec![first.clone()]);
+    assert_eq!(pids_with(&marker).len(), 1);
+
+    // `job periodic force` launches one now, as Nomad's does, whatever runs.
+    let out = stdout(&agent.cli(&["job", "periodic", "force", "slow"]));
+    assert!(out.contains("Force periodic successful"), "{out}");
+    let both = wait_for(WAIT, "a forced second child", || {
+        let c = children(&agent, "slow");
+        (c.len() == 2).then_some(c)
+    });
+    assert!(both.contains(&first));
+
+    // Forcing a job that is not periodic is refused with Nomad's words.
+    agent.run_hcl(
+        r#"job "plain" {
+  type = "batch"
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}"#,
+    );
+    let (code, body) = agent.request("POST", "/v1/job/plain/periodic/force", Some("{}"));
+    assert_eq!(
+        (code, body.trim()),
+        (400, "can't force launch non-periodic job")
+    );
+
+    agent.request("DELETE", "/v1/job/slow", None);
+    for child in both {
+        agent.request("DELETE", &format!("/v1/job/{}", enc(&child)), None);
+    }
+    wait_for(WAIT, "the children's tasks gone", || {
+        pids_with(&marker).is_empty().then_some(())
+    });
+}
+
+const PARAMETERIZED: &str = r#"
+job "render" {
+  type = "batch"
+  parameterized {
+    payload       = "required"
+    meta_required = ["name"]
+    meta_optional = ["title"]
+  }
+  group "g" {
+    restart { attempts = 0  mode = "fail" }
+    task "t" {
+      driver = "raw_exec"
+      dispatch_payload { file = "input/payload.txt" }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "cat ${NOMAD_TASK_DIR}/input/payload.txt; echo; echo name=$NOMAD_META_name title=$NOMAD_META_title"]
+      }
+    }
+  }
+}"#;
+
+#[test]
+fn a_dispatch_gives_the_task_its_payload_and_meta() {
+    let dir = TempDir::new("dispatch-run");
+    let agent = TestAgent::start_in(dir.path(), "");
+    agent.run_hcl(PARAMETERIZED);
+    assert!(agent.allocs("render").is_empty());
+    let payload = dir.path().join("payload.txt");
+    std::fs::write(&payload, "hello from the payload").unwrap();
+    let out = stdout(&agent.cli(&[
+        "job",
+        "dispatch",
+        "-meta",
+        "name=World",
+        "-meta",
+        "title=Dr",
+        "render",
+        payload.to_str().unwrap(),
+    ]));
+    let child = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Dispatched Job ID = "))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_string();
+    let (parent, rest) = child.split_once("/dispatch-").expect(&child);
+    assert_eq!(parent, "render");
+    let (secs, hex) = rest.split_once('-').expect(rest);
+    assert!(secs.parse::<i64>().is_ok(), "{child}");
+    assert!(
+        hex.len() == 8 && hex.chars().all(|c| c.is_ascii_hexdigit()),
+        "{child}"
+    );
+
+    let alloc = wait_for(WAIT, "the dispatched task complete", || {
+        let allocs = agent.allocs(&enc(&child));
+        let a = allocs.first()?;
+        (a["ClientStatus"] == "complete").then(|| a["ID"].as_str().unwrap().to_string())
+    });
+    let logs = stdout(&agent.cli(&["alloc", "logs", &alloc, "t"]));
+    assert_eq!(logs, "hello from the payload\nname=World title=Dr\n");
+    let status = stdout(&agent.cli(&["job", "status", "render"]));
+    assert!(status.contains("Dispatched Jobs"), "{status}");
+    assert!(status.contains(child.as_str()), "{status}");
+}
+
+#[test]
+fn a_dispatch_that_breaks_the_rules_is_refused_and_creates_nothing() {
+    let dir = TempDir::new("dispatch-bad");
+    let agent = TestAgent::start_in(dir.path(), "");
+    agent.run_hcl(PARAMETERIZED);
+    let jobs_before = agent.get("/v1/jobs");
+    let b64 = |s: &str| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(s)
+    };
+    for (body, want) in [
+        (
+            json!({"Payload": b64("x"), "Meta": {"title": "Dr"}}),
+            "Dispatch did not provide required meta keys: [name]",
+        ),
+        (
+            json!({"Payload": b64("x"), "Meta": {"name": "a", "colour": "red"}}),
+            "Dispatch request included unpermitted metadata keys: [colour]",
+        ),
+        (
+            json!({"Meta": {"name": "a"}}),
+            "Payload is not provided but required by parameterized job",
+        ),
+        (
+            json!({"Payload": b64(&"x".repeat(16 * 1024 + 1)), "Meta": {"name": "a"}}),
+            "Payload exceeds maximum size; 16385 > 16384",
+        ),
+    ] {
+        let (code, text) =
+            agent.request("POST", "/v1/job/render/dispatch", Some(&body.to_string()));
+        assert_eq!((code, text.trim()), (400, want), "{body}");
+    }
+    // The CLI says the same (the payload is checked first, as in Nomad: give one).
+    let payload = dir.path().join("payload");
+    std::fs::write(&payload, "x").unwrap();
+    let out = agent.cli(&[
+        "job",
+        "dispatch",
+        "-meta",
+        "title=Dr",
+        "render",
+        payload.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Dispatch did not provide required meta keys: [name]"),
+        "{err}"
+    );
+    // Not a parameterized job.
+    agent.run_hcl(&periodic_job("cron", false, "true"));
+    agent.request("DELETE", "/v1/job/cron", None);
+    let (code, text) = agent.request("POST", "/v1/job/cron/dispatch", Some("{}"));
+    assert_eq!(code, 400, "{text}");
+    let jobs_after: Vec<Value> = agent
+        .get("/v1/jobs")
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["ID"] != "cron" && j["ParentID"] != "cron")
+        .cloned()
+        .collect();
+    assert_eq!(Value::Array(jobs_after), jobs_before);
+}
+
+#[test]
+fn the_schedule_survives_a_restart_of_the_agent() {
+    let dir = TempDir::new("periodic-restart");
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    agent.run_hcl(&periodic_job("again", false, "true"));
+    wait_for(WAIT, "a child before the restart", || {
+        (!children(&agent, "again").is_empty()).then_some(())
+    });
+    agent.stop_with(libc::SIGTERM, Duration::from_secs(30));
+    agent.restart();
+    // The parent came back from the state file, and launches go on.
+    assert_eq!(
+        agent.get("/v1/job/again")["Periodic"]["Specs"],
+        json!(["*/1 * * * * * *"])
+    );
+    let before = children(&agent, "again");
+    wait_for(WAIT, "a child launched after the restart", || {
+        children(&agent, "again")
+            .iter()
+            .any(|c| !before.contains(c))
+            .then_some(())
+    });
+    agent.request("DELETE", "/v1/job/again", None);
+}

@@ -11,7 +11,9 @@
 //! Supported, as in tasks.md, csi.md and host-volumes.md:
 //!
 //! ```text
-//! job "<id>" { type  group "<name>" {..} }
+//! job "<id>" { type  group "<name>" {..}
+//!              periodic { cron crons prohibit_overlap time_zone enabled }
+//!              parameterized { payload meta_required meta_optional } (super::periodic) }
 //! group "<name>" { count  restart {..}  volume "<label>" { type source read_only }  task "<name>" {..}
 //!                  network { mode  port "<label>" { static to host_network } } (super::network) }
 //! task "<name>" { driver user kill_signal kill_timeout  config { command args }  env {..}
@@ -19,7 +21,8 @@
 //!                 logs { max_files max_file_size }  volume_mount { volume destination read_only }
 //!                 csi_plugin { id type mount_dir stage_publish_base_dir health_timeout }
 //!                 resources { cpu memory }  restart { attempts interval delay mode }
-//!                 leader  lifecycle { hook sidecar } (super::lifecycle) }
+//!                 leader  lifecycle { hook sidecar } (super::lifecycle)
+//!                 dispatch_payload { file } (super::periodic) }
 //! ```
 
 use std::collections::BTreeMap;

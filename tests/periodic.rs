@@ -77,7 +77,7 @@ fn a_per_second_schedule_launches_children_that_run_until_the_parent_stops() {
     let id = agent.run_hcl(&periodic_job(
         "tick",
         false,
-        &format!("echo ran >> {}", runs.display()),
+        &format!("echo $NOMAD_JOB_PARENT_ID >> {}", runs.display()),
     ));
     // The parent is a template: running, without allocations of its own.
     assert!(agent.allocs(&id).is_empty());
@@ -97,6 +97,9 @@ fn a_per_second_schedule_launches_children_that_run_until_the_parent_stops() {
             "a child is no template: {job}"
         );
     }
+    // Each child's task ran, and knew its parent.
+    let ran = std::fs::read_to_string(&runs).unwrap();
+    assert!(ran.lines().all(|l| l == "tick"), "{ran}");
     let first = &launched[0];
     wait_for(WAIT, "a child complete", || {
         let allocs = agent.allocs(&enc(first));

@@ -113,7 +113,14 @@ impl TaskHook for TaskDirHook {
             }
         }
         if let Some(dispatch) = &task.task.dispatch_payload {
-            write_payload(&local, &dispatch.file, &task.job.payload, &mut replaced)?;
+            let user = task.task.user.as_deref();
+            write_payload(
+                &local,
+                &dispatch.file,
+                &task.job.payload,
+                user,
+                &mut replaced,
+            )?;
         }
         Ok(replaced
             .into_iter()
@@ -129,10 +136,13 @@ impl TaskHook for TaskDirHook {
 /// Writes a dispatched job's payload (base64 in the job) to `local/<file>`, as Nomad's dispatch
 /// hook does, through the open `local/` so a link the task left cannot redirect it. Written at
 /// every start: the task may have changed it. A job without a payload writes an empty file.
+/// A task with a `user` owns it, mode 0600 (when nodeward runs as root, as for its directories);
+/// otherwise it is root's, mode 0644.
 fn write_payload(
     local: &Dir,
     file: &str,
     payload: &str,
+    user: Option<&str>,
     notes: &mut Vec<Replaced>,
 ) -> Result<(), HookError> {
     use base64::Engine as _;
@@ -160,6 +170,15 @@ fn write_payload(
         .open_append(name, 0o644)
         .map_err(|e| failed(&target, e))?;
     notes.extend(replaced);
+    // SAFETY: geteuid has no preconditions.
+    if let Some(user) = user.filter(|_| unsafe { libc::geteuid() } == 0) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let (uid, gid) = crate::driver::lookup_user(user).map_err(|e| HookError(e.to_string()))?;
+        // On the open file: a link put in its place cannot redirect the change.
+        std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
+            .and_then(|()| f.set_permissions(std::fs::Permissions::from_mode(0o600)))
+            .map_err(|e| failed(&target, format!("failed to give it to {user}: {e}")))?;
+    }
     f.write_all(&bytes).map_err(|e| failed(&target, e))
 }
 

@@ -179,6 +179,7 @@ impl Agent {
             keeper: keeper.clone(),
             max_kill_timeout: config.max_kill_timeout,
             max_allocs: config.max_allocs,
+            job_gc_children: config.gc.job_children,
             network: NetworkSettings {
                 host_ip: config.host_network_ip().to_string(),
                 min_dynamic_port: config.min_dynamic_port,

@@ -1,7 +1,8 @@
 //! Periodic and parameterized jobs (jobspec.md `periodic`, `parameterized`, `dispatch_payload`)
 //! through the real agent, its CLI and real task processes: children launched on a per-second
 //! schedule and by `job periodic force`, `prohibit_overlap` proven by counting children, and
-//! dispatches whose task prints its payload and meta. No assert on how long anything took; the
+//! dispatches whose task prints its payload and meta (and owns it when run as a user), and
+//! finished children kept to `job_gc_children` while launches go on. No assert on how long anything took; the
 //! waits are generous.
 
 use crate::common::*;
@@ -328,4 +329,142 @@ fn the_schedule_survives_a_restart_of_the_agent() {
             .then_some(())
     });
     agent.request("DELETE", "/v1/job/again", None);
+}
+
+/// Whether every allocation of the job `id` is complete (a finished child).
+fn complete(agent: &TestAgent, id: &str) -> bool {
+    agent
+        .allocs(&enc(id))
+        .iter()
+        .all(|a| a["ClientStatus"] == "complete")
+}
+
+#[test]
+fn finished_children_stay_bounded_while_launches_go_on_and_system_gc_forgets_them() {
+    const KEEP: usize = 2;
+    let dir = TempDir::new("periodic-gc");
+    let agent = TestAgent::start_in(
+        dir.path(),
+        &format!("client {{\n  job_gc_children = {KEEP}\n}}\n"),
+    );
+    let runs = dir.path().join("runs");
+    // `prohibit_overlap`: a launch happens only once every earlier child finished, so right
+    // after it the parent has its `KEEP` newest finished children and the new one: never more
+    // than `KEEP + 1`, whenever the count is read.
+    agent.run_hcl(&periodic_job(
+        "churn",
+        true,
+        &format!("echo $NOMAD_JOB_ID >> {}", runs.display()),
+    ));
+    let mut seen = std::collections::BTreeSet::new();
+    wait_for(WAIT, "many more launches than children kept", || {
+        let c = children(&agent, "churn");
+        assert!(c.len() <= KEEP + 1, "{c:?}");
+        seen.extend(c);
+        (lines(&runs) >= KEEP + 4 && seen.len() >= KEEP + 4).then_some(())
+    });
+    // The forgotten were the oldest: the ones kept are the newest launched.
+    let kept = children(&agent, "churn");
+    let oldest = seen.iter().take(seen.len() - KEEP - 1).collect::<Vec<_>>();
+    assert!(
+        kept.iter().all(|k| !oldest.contains(&k)),
+        "{kept:?} {oldest:?}"
+    );
+    let (code, body) = agent.request("DELETE", "/v1/job/churn", None);
+    assert_eq!(code, 200, "{body}");
+    let kept = children(&agent, "churn");
+    assert!(kept.len() <= KEEP + 1, "{kept:?}");
+
+    // A child that still runs is never forgotten; `PUT /v1/system/gc` forgets the finished.
+    agent.run_hcl(
+        r#"
+job "slow" {
+  type = "batch"
+  parameterized {}
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      kill_timeout = "1s"
+      config {
+        command = "/bin/sleep"
+        args    = ["300"]
+      }
+    }
+  }
+}"#,
+    );
+    let out = stdout(&agent.cli(&["job", "dispatch", "slow"]));
+    let running = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Dispatched Job ID = "))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_string();
+    wait_for(WAIT, "the dispatched child running", || {
+        let allocs = agent.allocs(&enc(&running));
+        (allocs.first()?["ClientStatus"] == "running").then_some(())
+    });
+    wait_for(WAIT, "the periodic children complete", || {
+        kept.iter().all(|k| complete(&agent, k)).then_some(())
+    });
+    let (code, body) = agent.request("PUT", "/v1/system/gc", None);
+    assert_eq!(code, 200, "{body}");
+    assert!(children(&agent, "churn").is_empty());
+    assert_eq!(children(&agent, "slow"), vec![running.clone()]);
+    let (code, _) = agent.request("GET", &format!("/v1/job/{}", enc(&kept[0])), None);
+    assert_eq!(code, 404, "a forgotten child is gone");
+}
+
+#[test]
+fn a_task_run_as_a_user_owns_its_payload() {
+    // The task reads its payload by a path relative to its directory (its working directory):
+    // the test's temporary directory above it is root's, 0700.
+    if !is_root() {
+        println!(
+            "SKIPPED a_task_run_as_a_user_owns_its_payload: needs root to run a task as nobody"
+        );
+        return;
+    }
+    let dir = TempDir::new("dispatch-user");
+    let agent = TestAgent::start_in(dir.path(), "");
+    agent.run_hcl(
+        r#"
+job "mine" {
+  type = "batch"
+  parameterized { payload = "required" }
+  group "g" {
+    restart { attempts = 0  mode = "fail" }
+    task "t" {
+      driver = "raw_exec"
+      user = "nobody"
+      dispatch_payload { file = "in.txt" }
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "id -un; stat -c '%U %a' local/in.txt; cat local/in.txt"]
+      }
+    }
+  }
+}"#,
+    );
+    let payload = dir.path().join("in.txt");
+    std::fs::write(&payload, "only for nobody").unwrap();
+    let out = stdout(&agent.cli(&["job", "dispatch", "mine", payload.to_str().unwrap()]));
+    let child = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Dispatched Job ID = "))
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_string();
+    let alloc = wait_for(WAIT, "the dispatched task done", || {
+        let allocs = agent.allocs(&enc(&child));
+        let a = allocs.first()?;
+        matches!(a["ClientStatus"].as_str(), Some("complete" | "failed"))
+            .then(|| a["ID"].as_str().unwrap().to_string())
+    });
+    let logs = agent.cli(&["alloc", "logs", &alloc, "t"]);
+    let errs = agent.cli(&["alloc", "logs", "-stderr", &alloc, "t"]);
+    assert_eq!(
+        stdout(&logs),
+        "nobody\nnobody 600\nonly for nobody",
+        "stderr: {}",
+        String::from_utf8_lossy(&errs.stdout)
+    );
 }

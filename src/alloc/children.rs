@@ -4,16 +4,24 @@
 //! it may be made (the parent is still there and not stopped, no child running under
 //! `prohibit_overlap`, the dispatch's payload and meta) are made in the registration's plan,
 //! under the registry lock, so a stop or purge of the parent cannot slip in between.
+//!
+//! Children do not pile up: a child is finished when every allocation it has is terminal (every
+//! task `dead`; one whose allocations were collected has none). Each launch or dispatch forgets
+//! the parent's oldest finished children past `client { job_gc_children }` in the same write
+//! that registers the new child, and `PUT /v1/system/gc` forgets every finished child
+//! ([`AllocManager::collect_children`]). A child that runs is never forgotten. Forgotten
+//! children's allocation directories are swept by the allocation collector (`super::gc`).
 
 use base64::Engine as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::manager::Registry;
+use super::manager::{Change, Registry};
 use super::{AllocError, AllocManager};
 use crate::jobspec::periodic::{check_dispatch, ParameterizedConfig};
 use crate::jobspec::Job;
 use crate::records::{DesiredStatus, JobRecord};
+use crate::task::events::TaskStatus;
 
 /// A child made: its job ID and the evaluation ID of its registration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +55,54 @@ fn child_running(reg: &Registry, parent: &str) -> bool {
             && a.desired() == DesiredStatus::Run
             && matches!(a.client_status(), "pending" | "running")
     })
+}
+
+/// Whether the job `id` is finished: every task of every allocation it has is `dead`.
+fn finished(reg: &Registry, id: &str) -> bool {
+    reg.allocs.values().filter(|a| a.job.id == id).all(|a| {
+        a.lock_tasks()
+            .iter()
+            .all(|(_, t)| t.state == TaskStatus::Dead)
+    })
+}
+
+/// The finished children to forget: of `parent` (every parent when `None`), all but the
+/// `keep` newest, oldest first.
+fn finished_children(reg: &Registry, parent: Option<&str>, keep: usize) -> Vec<String> {
+    let mut by_parent: BTreeMap<&str, Vec<(i64, &str)>> = BTreeMap::new();
+    for r in reg.jobs.values() {
+        let p = r.job.parent_id.as_str();
+        if p.is_empty() || parent.is_some_and(|want| want != p) || !finished(reg, &r.job.id) {
+            continue;
+        }
+        by_parent
+            .entry(p)
+            .or_default()
+            .push((r.submit_time, r.job.id.as_str()));
+    }
+    let mut out = Vec::new();
+    for mut children in by_parent.into_values() {
+        children.sort();
+        let excess = children.len().saturating_sub(keep);
+        out.extend(children[..excess].iter().map(|(_, id)| id.to_string()));
+    }
+    out
+}
+
+/// Adds to a child's registration the forgetting of its parent's finished children past
+/// `keep`: one write, whole or not at all.
+fn with_trim(
+    planned: Result<Option<Change>, AllocError>,
+    reg: &Registry,
+    parent: &str,
+    keep: usize,
+) -> Result<Option<Change>, AllocError> {
+    let mut change = planned?;
+    if let Some(c) = change.as_mut() {
+        // The new child is not in the registry yet: `keep` finished ones besides it.
+        c.forget_jobs = finished_children(reg, Some(parent), keep);
+    }
+    Ok(change)
 }
 
 /// The child of `parent` named `id`: the parent's groups, without its template block.
@@ -89,7 +145,8 @@ impl AllocManager {
                 {
                     return Ok(None);
                 }
-                self.plan_register(reg, derive(&record.job, child_id.clone()))
+                let planned = self.plan_register(reg, derive(&record.job, child_id.clone()));
+                with_trim(planned, reg, parent, self.engine.job_gc_children)
             },
         )?;
         Ok(registered.changed.then_some(Launched {
@@ -133,13 +190,32 @@ impl AllocManager {
                         task.env.insert(format!("NOMAD_META_{k}"), v.clone());
                     }
                 }
-                self.plan_register(reg, child)
+                let planned = self.plan_register(reg, child);
+                with_trim(planned, reg, parent, self.engine.job_gc_children)
             },
         )?;
         Ok(Launched {
             job_id: child_id,
             eval_id: registered.eval_id,
         })
+    }
+
+    /// Forgets every finished child job, of any parent (`PUT /v1/system/gc`), in one write.
+    /// Returns their IDs, oldest first per parent.
+    pub fn collect_children(&self) -> Result<Vec<String>, AllocError> {
+        let mut forgotten = Vec::new();
+        self.commit(
+            || "collecting finished child jobs".to_string(),
+            |reg| {
+                forgotten = finished_children(reg, None, 0);
+                Ok((!forgotten.is_empty()).then(|| {
+                    let mut change = Change::default();
+                    change.forget_jobs = forgotten.clone();
+                    change
+                }))
+            },
+        )?;
+        Ok(forgotten)
     }
 
     /// The periodic jobs to schedule: ID and config of each registered, not stopped, enabled one.
@@ -154,5 +230,83 @@ impl AllocManager {
                 Some((r.job.id.clone(), p.clone()))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{gated_job, manager};
+    use super::*;
+    use crate::config::DEFAULT_JOB_GC_CHILDREN as KEEP;
+    use crate::jobspec::periodic::PeriodicConfig;
+
+    fn periodic(mut job: Job) -> Job {
+        job.periodic = Some(PeriodicConfig {
+            enabled: true,
+            spec: "* * * * *".into(),
+            specs: Vec::new(),
+            spec_type: "cron".into(),
+            prohibit_overlap: false,
+            time_zone: "UTC".into(),
+        });
+        job
+    }
+
+    fn children_on_disk(dir: &std::path::Path, parent: &str) -> Vec<String> {
+        crate::state::read(dir)
+            .unwrap()
+            .jobs
+            .into_iter()
+            .filter(|j| j.job.parent_id == parent)
+            .map(|j| j.job.id)
+            .collect()
+    }
+
+    /// Finished children (here of a group of count 0: no allocation, so finished at once) past
+    /// `job_gc_children` are forgotten oldest first by the next launch, in memory and in the
+    /// state file; children whose allocations still wait (for a missing volume) never are, by a
+    /// launch or by `collect_children`, which forgets every finished one.
+    #[test]
+    fn launches_forget_the_oldest_finished_children_and_keep_running_ones() {
+        let (allocs, dir, _shutdown) = manager("children");
+        allocs.store.register(allocs.clone());
+        let mut done = gated_job("done", 1);
+        done.task_groups[0].count = 0;
+        allocs.register_job(periodic(done)).unwrap();
+        allocs
+            .register_job(periodic(gated_job("waits", 1)))
+            .unwrap();
+        let n = KEEP as i64 + 5;
+        for at in 1..=n {
+            allocs.launch_periodic("done", at, false).unwrap().unwrap();
+            allocs.launch_periodic("waits", at, false).unwrap().unwrap();
+        }
+        let ids = |parent: &str| -> Vec<String> {
+            let reg = allocs.registry.lock();
+            let mut v: Vec<(i64, String)> = reg
+                .jobs
+                .values()
+                .filter(|r| r.job.parent_id == parent)
+                .map(|r| (r.submit_time, r.job.id.clone()))
+                .collect();
+            v.sort();
+            v.into_iter().map(|(_, id)| id).collect()
+        };
+        let want: Vec<String> = (n - KEEP as i64..=n)
+            .map(|at| format!("done/periodic-{at}"))
+            .collect();
+        assert_eq!(ids("done"), want, "the newest kept and the new one");
+        let mut on_disk = children_on_disk(&dir, "done");
+        on_disk.sort_by_key(|id| id.rsplit('-').next().unwrap().parse::<i64>().unwrap());
+        assert_eq!(on_disk, want);
+        assert_eq!(ids("waits").len(), n as usize, "running children stay");
+
+        let forgotten = allocs.collect_children().unwrap();
+        assert_eq!(forgotten, want);
+        assert!(ids("done").is_empty());
+        assert!(children_on_disk(&dir, "done").is_empty());
+        assert_eq!(ids("waits").len(), n as usize);
+        assert!(allocs.collect_children().unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -45,6 +45,9 @@ pub struct Engine {
     pub max_kill_timeout: Duration,
     /// The most live allocations this node takes (`client { max_allocs }`, see `limit`).
     pub max_allocs: usize,
+    /// How many finished children a periodic or parameterized job keeps
+    /// (`client { job_gc_children }`, see `super::children`).
+    pub job_gc_children: usize,
     /// The host network's address and the ports allocations may get (`super::ports`).
     pub network: NetworkSettings,
 }
@@ -70,8 +73,9 @@ pub(super) struct Registry {
 pub(super) struct Change {
     /// A job record to insert or replace.
     put_job: Option<JobRecord>,
-    /// A job to forget with all its allocations (a purge).
-    forget_job: Option<String>,
+    /// Jobs to forget with all their allocations (a purge; finished children past
+    /// `client { job_gc_children }`, see `super::children`).
+    pub(super) forget_jobs: Vec<String>,
     /// Allocations to stop: each should run when the change is planned.
     stop: Vec<Arc<Allocation>>,
     /// New allocations, to be started once the change is made.
@@ -82,7 +86,7 @@ pub(super) struct Change {
 
 impl Change {
     fn job<'a>(&'a self, reg: &'a Registry, id: &str) -> Option<&'a JobRecord> {
-        if self.forget_job.as_deref() == Some(id) {
+        if self.forget_jobs.iter().any(|f| f == id) {
             return None;
         }
         match &self.put_job {
@@ -141,7 +145,7 @@ impl Snapshot for AllocManager {
         let kept = r
             .allocs
             .values()
-            .filter(|a| change.forget_job.as_deref() != Some(a.job.id.as_str()));
+            .filter(|a| !change.forget_jobs.contains(&a.job.id));
         out.allocations = kept
             .chain(change.add.iter())
             .map(|a| {
@@ -157,7 +161,7 @@ impl Snapshot for AllocManager {
             .collect();
         let mut jobs: BTreeMap<&str, &JobRecord> =
             r.jobs.iter().map(|(id, j)| (id.as_str(), j)).collect();
-        if let Some(id) = &change.forget_job {
+        for id in &change.forget_jobs {
             jobs.remove(id.as_str());
         }
         if let Some(j) = &change.put_job {
@@ -181,7 +185,7 @@ impl AllocManager {
     /// from the registry as it is (`None`: nothing to do); the change is made only once the
     /// state file records it. `action` names the write in the error. Returns the allocations the
     /// change added, for the caller to start, or `None` when nothing changed.
-    fn commit(
+    pub(super) fn commit(
         &self,
         action: impl FnOnce() -> String,
         plan: impl FnOnce(&Registry) -> Result<Option<Change>, AllocError>,
@@ -205,9 +209,12 @@ impl AllocManager {
             gates.extend(stop_alloc(alloc, change.at));
             self.engine.volumes.release(&alloc.id);
         }
-        if let Some(id) = &change.forget_job {
+        for id in &change.forget_jobs {
             reg.jobs.remove(id);
-            reg.allocs.retain(|_, a| a.job.id != *id);
+        }
+        if !change.forget_jobs.is_empty() {
+            reg.allocs
+                .retain(|_, a| !change.forget_jobs.contains(&a.job.id));
         }
         if let Some(record) = change.put_job {
             reg.jobs.insert(record.job.id.clone(), record);
@@ -334,7 +341,7 @@ impl AllocManager {
                         stop: true,
                         ..record.clone()
                     }),
-                    forget_job: purge.then(|| id.to_string()),
+                    forget_jobs: purge.then(|| id.to_string()).into_iter().collect(),
                     stop,
                     at: now_nanos(),
                     ..Change::default()

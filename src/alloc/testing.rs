@@ -59,6 +59,7 @@ pub(crate) fn manager(tag: &str) -> (Arc<AllocManager>, PathBuf, Sender<Never>) 
         keeper,
         max_kill_timeout: crate::config::DEFAULT_MAX_KILL_TIMEOUT,
         max_allocs: crate::config::DEFAULT_MAX_ALLOCS,
+        job_gc_children: crate::config::DEFAULT_JOB_GC_CHILDREN,
         network: Default::default(),
     };
     (AllocManager::new(engine, store), dir, shutdown_tx)

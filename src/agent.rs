@@ -2,7 +2,8 @@
 //! their task hooks), restores what the state file holds, reloads on SIGHUP and shuts down in
 //! order. The process around it (signals, logging, the API server) is [`crate::daemon`].
 //!
-//! Threads it owns: the state flusher, the allocation garbage collector (`alloc-gc`) and the
+//! Threads it owns: the state flusher, the allocation garbage collector (`alloc-gc`), the
+//! periodic launcher (`periodic`) and the
 //! SIGHUP reload workers (joined at shutdown); the task
 //! runners (and their waiters and hooks' threads), the API workers, the volume retry thread all
 //! watch the shutdown channel, a `Receiver<Never>` that disconnects when the [`StopSwitch`] trips.
@@ -280,6 +281,7 @@ impl Agent {
             keeper: keeper.clone(),
             max_kill_timeout: config.max_kill_timeout,
             max_allocs: config.max_allocs,
+            job_gc_children: config.gc.job_children,
             network: NetworkSettings {
                 host_ip: config.host_network_ip().to_string(),
                 min_dynamic_port: config.min_dynamic_port,
@@ -331,6 +333,16 @@ impl Agent {
         let gc_thread = gc.clone();
         let collector = crate::thread::spawn("alloc-gc", move || gc_thread.run())
             .map_err(|e| AgentError::Start(format!("cannot start the garbage collector: {e}")))?;
+        // Periodic jobs' launches (alloc::periodic); schedules start from now, missed ones are
+        // not replayed.
+        let periodic = {
+            let (allocs, stop) = (allocs.clone(), shutdown.clone());
+            let clock = Arc::new(crate::alloc::periodic::SystemClock);
+            crate::thread::spawn("periodic", move || {
+                crate::alloc::periodic::run(allocs, clock, stop)
+            })
+            .map_err(|e| AgentError::Start(format!("cannot start the periodic launcher: {e}")))?
+        };
         Ok(Arc::new(Agent {
             node_id: store.node_id().to_string(),
             config,
@@ -348,7 +360,7 @@ impl Agent {
             stop,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown,
-            workers: Mutex::new(vec![flusher, collector, fingerprint]),
+            workers: Mutex::new(vec![flusher, collector, fingerprint, periodic]),
             keeper,
             _lock: lock,
         }))

@@ -105,7 +105,18 @@ pub struct GcConfig {
     pub inode_usage_threshold: f64,
     /// How many allocation directories are removed at once (`gc_parallel_destroys`, default 2).
     pub parallel_destroys: usize,
+    /// How many finished children (every allocation terminal) a periodic or parameterized job
+    /// keeps; older ones are forgotten when a new one is made, and all of them by
+    /// `PUT /v1/system/gc` (`job_gc_children`, default [`DEFAULT_JOB_GC_CHILDREN`]).
+    pub job_children: usize,
 }
+
+/// The default of `client { job_gc_children }`. Nomad forgets finished children after
+/// `job_gc_threshold` (4h); a bound by count keeps the registry and the state file bounded
+/// whatever the schedule (a per-second job makes 14,400 children in 4h). Ten is the last ten
+/// runs for `job status` and their logs, and the allocations of ten one-group children stay
+/// under `gc_max_allocs`'s default of 50.
+pub const DEFAULT_JOB_GC_CHILDREN: usize = 10;
 
 impl Default for GcConfig {
     fn default() -> Self {
@@ -115,6 +126,7 @@ impl Default for GcConfig {
             disk_usage_threshold: 80.0,
             inode_usage_threshold: 70.0,
             parallel_destroys: 2,
+            job_children: DEFAULT_JOB_GC_CHILDREN,
         }
     }
 }
@@ -169,6 +181,7 @@ struct RawClient {
     gc_disk_usage_threshold: Option<f64>,
     gc_inode_usage_threshold: Option<f64>,
     gc_parallel_destroys: Option<u64>,
+    job_gc_children: Option<u64>,
     max_allocs: Option<u64>,
     min_dynamic_port: Option<u64>,
     max_dynamic_port: Option<u64>,
@@ -245,6 +258,7 @@ impl RawConfig {
                 gc_disk_usage_threshold,
                 gc_inode_usage_threshold,
                 gc_parallel_destroys,
+                job_gc_children,
                 max_allocs,
                 min_dynamic_port,
                 max_dynamic_port,
@@ -562,6 +576,12 @@ fn validate_gc(client: &RawClient) -> Result<(GcConfig, usize), ConfigError> {
         client.gc_parallel_destroys,
         gc.parallel_destroys,
         1,
+    )?;
+    gc.job_children = count(
+        "job_gc_children",
+        client.job_gc_children,
+        gc.job_children,
+        0,
     )?;
     let max_allocs = count("max_allocs", client.max_allocs, DEFAULT_MAX_ALLOCS, 1)?;
     Ok((gc, max_allocs))
@@ -907,7 +927,7 @@ plugin "docker" {
             "gc.hcl",
             "client {\n  gc_interval = \"5m\"\n  gc_max_allocs = 10\n  \
              gc_disk_usage_threshold = 90\n  gc_inode_usage_threshold = 85.5\n  \
-             gc_parallel_destroys = 4\n  max_allocs = 500\n}\n",
+             gc_parallel_destroys = 4\n  job_gc_children = 3\n  max_allocs = 500\n}\n",
         );
         let c = load(&[p], false).unwrap();
         assert_eq!(
@@ -918,6 +938,7 @@ plugin "docker" {
                 disk_usage_threshold: 90.0,
                 inode_usage_threshold: 85.5,
                 parallel_destroys: 4,
+                job_children: 3,
             }
         );
         assert_eq!(c.max_allocs, 500);

@@ -88,6 +88,7 @@ fn task_context(
         lifecycle: None,
         leader: false,
         constraints: vec![],
+        dispatch_payload: None,
     };
     let job = Job {
         fields: Default::default(),
@@ -98,6 +99,10 @@ fn task_context(
         datacenters: vec!["*".into()],
         node_pool: "default".into(),
         constraints: vec![],
+        periodic: None,
+        parameterized_job: None,
+        parent_id: String::new(),
+        payload: String::new(),
         task_groups: vec![TaskGroup {
             shutdown_delay: Default::default(),
             meta: Default::default(),

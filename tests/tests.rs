@@ -31,6 +31,7 @@ mod kill_timeouts;
 mod lifecycle;
 mod live_restore;
 mod misbehaving;
+mod periodic;
 mod placement;
 mod ports;
 mod security;

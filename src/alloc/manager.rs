@@ -47,6 +47,9 @@ pub struct Engine {
     pub max_kill_timeout: Duration,
     /// The most live allocations this node takes (`client { max_allocs }`, see `limit`).
     pub max_allocs: usize,
+    /// How many finished children a periodic or parameterized job keeps
+    /// (`client { job_gc_children }`, see `super::children`).
+    pub job_gc_children: usize,
     /// The host network's address and the ports allocations may get (`super::ports`).
     pub network: NetworkSettings,
     /// The node as placement sees it now (`placement`).
@@ -74,8 +77,9 @@ pub(super) struct Registry {
 pub(super) struct Change {
     /// A job record to insert or replace.
     pub(super) put_job: Option<JobRecord>,
-    /// A job to forget with all its allocations (a purge).
-    pub(super) forget_job: Option<String>,
+    /// Jobs to forget with all their allocations (a purge; finished children past
+    /// `client { job_gc_children }`, see `super::children`).
+    pub(super) forget_jobs: Vec<String>,
     /// Allocations to stop: each should run when the change is planned.
     pub(super) stop: Vec<Arc<Allocation>>,
     /// New allocations, to be started once the change is made.
@@ -86,7 +90,7 @@ pub(super) struct Change {
 
 impl Change {
     fn job<'a>(&'a self, reg: &'a Registry, id: &str) -> Option<&'a JobRecord> {
-        if self.forget_job.as_deref() == Some(id) {
+        if self.forget_jobs.iter().any(|f| f == id) {
             return None;
         }
         match &self.put_job {
@@ -128,6 +132,8 @@ pub struct AllocManager {
     /// first lock of the order (registry → allocation → task states); never held while the state
     /// file is written or a gate is joined.
     pub(super) registry: Mutex<Registry>,
+    /// Guards: the senders of [`AllocManager::watch_jobs`] (a leaf: only `try_send` under it).
+    job_watchers: Mutex<Vec<crossbeam_channel::Sender<()>>>,
 }
 
 impl Snapshot for AllocManager {
@@ -149,7 +155,7 @@ impl Snapshot for AllocManager {
         let kept = r
             .allocs
             .values()
-            .filter(|a| change.forget_job.as_deref() != Some(a.job.id.as_str()));
+            .filter(|a| !change.forget_jobs.contains(&a.job.id));
         out.allocations = kept
             .chain(change.add.iter())
             .map(|a| {
@@ -165,7 +171,7 @@ impl Snapshot for AllocManager {
             .collect();
         let mut jobs: BTreeMap<&str, &JobRecord> =
             r.jobs.iter().map(|(id, j)| (id.as_str(), j)).collect();
-        if let Some(id) = &change.forget_job {
+        for id in &change.forget_jobs {
             jobs.remove(id.as_str());
         }
         if let Some(j) = &change.put_job {
@@ -181,6 +187,7 @@ impl AllocManager {
             engine,
             store,
             registry: Mutex::new(Registry::default()),
+            job_watchers: Mutex::new(Vec::new()),
         })
     }
 
@@ -212,9 +219,12 @@ impl AllocManager {
             gates.extend(stop_alloc(alloc, change.at));
             self.engine.volumes.release(&alloc.id);
         }
-        if let Some(id) = &change.forget_job {
+        for id in &change.forget_jobs {
             reg.jobs.remove(id);
-            reg.allocs.retain(|_, a| a.job.id != *id);
+        }
+        if !change.forget_jobs.is_empty() {
+            reg.allocs
+                .retain(|_, a| !change.forget_jobs.contains(&a.job.id));
         }
         if let Some(record) = change.put_job {
             reg.jobs.insert(record.job.id.clone(), record);
@@ -229,72 +239,52 @@ impl AllocManager {
     }
 
     /// Registers or updates a job. An unchanged spec is a no-op; a changed one stops the old
-    /// allocations and starts new ones, once the state file records it.
+    /// allocations and starts new ones, once the state file records it. A periodic or
+    /// parameterized job is a template: it is recorded without allocations (`super::children`).
     ///
     /// Only what this node can run is placed (`placement`): the groups it cannot run, wholly or
     /// in part, get no allocation for what does not fit, and the answer names them in Nomad's
     /// words; a blocked evaluation waits for the node to fit them ([`AllocManager::reevaluate`]).
     pub fn register_job(self: &Arc<Self>, job: Job) -> Result<Registered, AllocError> {
-        let eval_id = uuid::Uuid::new_v4().to_string();
         let id = job.id.clone();
-        let mut failures = Vec::new();
-        let added = self.commit(
+        self.register_planned(
+            &id,
             || format!("registering job {id:?}"),
-            |reg| {
-                let existing = reg.jobs.get(&job.id);
-                if existing.is_some_and(|e| e.job == job && !e.stop) {
-                    return Ok(None);
-                }
-                reg.check_alloc_limit(&job, self.engine.max_allocs)?;
-                let now = now_nanos();
-                let stop = running_allocs_of(reg, &id);
-                let mut placement =
-                    super::placement::place(&job, &self.engine.node.node(), &BTreeMap::new());
-                // Ports are given here, under the registry lock, with the allocations being
-                // replaced already free; a group that cannot get them is a placement failure.
-                let mut index = reg.port_index(&self.engine.network, &stop);
-                let ports = evals::assign_ports(&mut index, &job, &mut placement);
-                let job_arc = Arc::new(job.clone());
-                let add = evals::new_allocations(
-                    &job_arc,
-                    &placement.place,
-                    &BTreeMap::new(),
-                    ports,
-                    now,
-                );
-                let previous = existing.map_or(&[][..], |j| j.evaluations.as_slice());
-                let evaluations =
-                    evals::after_register(previous, &eval_id, &placement.failures, now);
-                failures = placement.failures;
-                Ok(Some(Change {
-                    put_job: Some(JobRecord {
-                        version: existing.map_or(0, |j| j.version + 1),
-                        job,
-                        stop: false,
-                        submit_time: now,
-                        evaluations,
-                    }),
-                    stop,
-                    add,
-                    at: now,
-                    ..Change::default()
-                }))
-            },
-        )?;
+            |reg, eval, failures| self.plan_register(reg, job, eval, failures),
+        )
+    }
+
+    /// Commits a registration planned by `plan` (given the evaluation's ID and where to put the
+    /// placement failures), starts what it added and wakes the job watchers
+    /// ([`AllocManager::watch_jobs`]). A job sent again unchanged is a new evaluation, as in
+    /// Nomad: what waits is placed if the node now fits it (the ports another job held, say)
+    /// without waiting for the next re-evaluation.
+    pub(super) fn register_planned(
+        self: &Arc<Self>,
+        id: &str,
+        action: impl FnOnce() -> String,
+        plan: impl FnOnce(
+            &Registry,
+            &str,
+            &mut Vec<PlacementFailure>,
+        ) -> Result<Option<Change>, AllocError>,
+    ) -> Result<Registered, AllocError> {
+        let eval_id = uuid::Uuid::new_v4().to_string();
+        let mut failures = Vec::new();
+        let added = self.commit(action, |reg| plan(reg, &eval_id, &mut failures))?;
         let changed = added.is_some();
         for alloc in added.unwrap_or_default() {
             self.start_alloc(&alloc, false);
         }
-        if !changed {
-            // The same job again, as Nomad's re-submission: a new evaluation, which places what
-            // waits if the node now fits it (the ports another job held, say) without waiting
-            // for the next re-evaluation.
-            for alloc in self.place_queued(&id)? {
+        if changed {
+            self.jobs_changed();
+        } else {
+            for alloc in self.place_queued(id)? {
                 self.start_alloc(&alloc, false);
             }
         }
         let reg = self.registry.lock();
-        let record = reg.jobs.get(&id);
+        let record = reg.jobs.get(id);
         let blocked_eval = record.and_then(evals::blocked).map(|e| e.id.clone());
         if changed {
             return Ok(Registered {
@@ -315,6 +305,73 @@ impl AllocManager {
         })
     }
 
+    /// The change that registers `job` under the evaluation `eval_id` (see
+    /// [`AllocManager::register_job`]); what this node cannot place goes to `failures`.
+    pub(super) fn plan_register(
+        &self,
+        reg: &Registry,
+        job: Job,
+        eval_id: &str,
+        failures: &mut Vec<PlacementFailure>,
+    ) -> Result<Option<Change>, AllocError> {
+        let id = job.id.clone();
+        let existing = reg.jobs.get(&job.id);
+        if existing.is_some_and(|e| e.job == job && !e.stop) {
+            return Ok(None);
+        }
+        let template = job.periodic.is_some() || job.parameterized_job.is_some();
+        if !template {
+            reg.check_alloc_limit(&job, self.engine.max_allocs)?;
+        }
+        let now = now_nanos();
+        let stop = running_allocs_of(reg, &id);
+        let mut placement = if template {
+            super::placement::Placement::default()
+        } else {
+            super::placement::place(&job, &self.engine.node.node(), &BTreeMap::new())
+        };
+        // Ports are given here, under the registry lock, with the allocations being replaced
+        // already free; a group that cannot get them is a placement failure.
+        let mut index = reg.port_index(&self.engine.network, &stop);
+        let ports = evals::assign_ports(&mut index, &job, &mut placement);
+        let job_arc = Arc::new(job.clone());
+        let add = evals::new_allocations(&job_arc, &placement.place, &BTreeMap::new(), ports, now);
+        let previous = existing.map_or(&[][..], |j| j.evaluations.as_slice());
+        let evaluations = evals::after_register(previous, eval_id, &placement.failures, now);
+        *failures = placement.failures;
+        Ok(Some(Change {
+            put_job: Some(JobRecord {
+                version: existing.map_or(0, |j| j.version + 1),
+                job,
+                stop: false,
+                submit_time: now,
+                evaluations,
+            }),
+            stop,
+            add,
+            at: now,
+            ..Change::default()
+        }))
+    }
+
+    /// A channel that gets a message (at most one waiting) whenever a job is registered,
+    /// stopped or purged: the periodic launcher's wake-up.
+    pub fn watch_jobs(&self) -> crossbeam_channel::Receiver<()> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.job_watchers.lock().push(tx);
+        rx
+    }
+
+    fn jobs_changed(&self) {
+        // A full channel already holds a wake-up; a closed one is a watcher gone.
+        self.job_watchers.lock().retain(|w| {
+            !matches!(
+                w.try_send(()),
+                Err(crossbeam_channel::TrySendError::Disconnected(_))
+            )
+        });
+    }
+
     /// Stops a job's allocations; `purge` also forgets the job and them. Returns the eval ID.
     pub fn stop_job(&self, id: &str, purge: bool) -> Result<String, AllocError> {
         self.commit(
@@ -332,13 +389,14 @@ impl AllocManager {
                         evaluations: evals::after_stop(&record.evaluations, now),
                         ..record.clone()
                     }),
-                    forget_job: purge.then(|| id.to_string()),
+                    forget_jobs: purge.then(|| id.to_string()).into_iter().collect(),
                     stop,
                     at: now,
                     ..Change::default()
                 }))
             },
         )?;
+        self.jobs_changed();
         Ok(uuid::Uuid::new_v4().to_string())
     }
 
@@ -551,8 +609,12 @@ impl AllocManager {
 }
 
 /// Nomad's job status: `dead` when stopped or nothing of it should still run or wait to be
-/// placed (`queued`), else `running` when an allocation runs, else `pending`.
+/// placed (`queued`), else `running` when an allocation runs, else `pending`; a periodic or
+/// parameterized job (a template) is `running` until stopped, whatever its children do.
 fn job_status(record: &JobRecord, allocs: &[Arc<Allocation>], queued: bool) -> &'static str {
+    if record.job.periodic.is_some() || record.job.parameterized_job.is_some() {
+        return if record.stop { "dead" } else { "running" };
+    }
     let live = queued
         || allocs.iter().any(|a| {
             matches!(a.client_status(), "pending" | "running") && a.desired() == DesiredStatus::Run

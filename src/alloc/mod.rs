@@ -17,6 +17,8 @@
 //!   distinct hosts and properties) and Nomad's words for the rest ([`placement::PlacementFailure`]);
 //! - `evals`: the evaluations kept with each job, and placing what a blocked one holds once the
 //!   node fits it ([`AllocManager::reevaluate`]).
+//! - `children`: child jobs of periodic and parameterized jobs (launches, dispatches);
+//! - `periodic`: the `periodic` thread, which launches periodic jobs' children on schedule.
 //!
 //! The module returns domain values (shared [`Allocation`]s, [`JobSummary`], [`AllocError`]);
 //! the API (`api::jobs`, `api::allocations`) encodes them as Nomad's JSON and picks the status
@@ -38,6 +40,7 @@
 //!
 //! [`Worker`]: crate::thread::Worker
 
+mod children;
 mod evals;
 mod gate;
 mod gc;
@@ -45,12 +48,14 @@ mod lifecycle;
 mod limit;
 mod manager;
 mod model;
+pub mod periodic;
 pub mod placement;
 mod ports;
 mod restore;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use children::{DispatchRequest, Launched};
 pub use evals::{MAX_EVALS, TRIGGER_QUEUED, TRIGGER_REGISTER};
 pub use gc::{gc_reason, Collector, DiskUsage, Over, Reason};
 pub use manager::{AllocManager, Engine, JobSummary, Registered};
@@ -84,6 +89,10 @@ pub enum AllocError {
     /// A registration would put more allocations on this node than `client { max_allocs }`.
     #[error("{0}")]
     TooManyAllocs(String),
+    /// A child job could not be made of its parent (a launch or dispatch refused): Nomad's
+    /// message.
+    #[error("{0}")]
+    ChildRefused(String),
     /// The state file could not be written.
     #[error(transparent)]
     State(#[from] StateError),

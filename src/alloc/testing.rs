@@ -99,6 +99,7 @@ pub(crate) fn manager_on(
         keeper,
         max_kill_timeout: crate::config::DEFAULT_MAX_KILL_TIMEOUT,
         max_allocs: crate::config::DEFAULT_MAX_ALLOCS,
+        job_gc_children: crate::config::DEFAULT_JOB_GC_CHILDREN,
         network: Default::default(),
         node,
     };

@@ -29,7 +29,8 @@ impl From<AllocError> for ApiError {
             AllocError::UnknownTask(_)
             | AllocError::UnknownSignal(_)
             | AllocError::NotCollectable { .. }
-            | AllocError::TooManyAllocs(_) => ApiError::BadRequest(e.to_string()),
+            | AllocError::TooManyAllocs(_)
+            | AllocError::ChildRefused(_) => ApiError::BadRequest(e.to_string()),
             AllocError::NotSaved { .. } | AllocError::State(_) => ApiError::Internal(e.to_string()),
         }
     }

@@ -117,6 +117,11 @@ struct JobStub<'a> {
     job_summary: Summary<'a>,
     name: &'a str,
     namespace: &'static str,
+    #[serde(rename = "ParameterizedJob")]
+    parameterized: bool,
+    #[serde(rename = "ParentID")]
+    parent_id: &'a str,
+    periodic: bool,
     status: &'static str,
     stop: bool,
     submit_time: i64,
@@ -169,6 +174,9 @@ impl<'a> JobStub<'a> {
             },
             name: &job.name,
             namespace: "default",
+            parameterized: job.parameterized_job.is_some(),
+            parent_id: &job.parent_id,
+            periodic: job.periodic.is_some(),
             status: s.status,
             stop: s.record.stop,
             submit_time: s.record.submit_time,

@@ -19,6 +19,7 @@ pub mod admission;
 pub mod agent;
 pub mod allocations;
 pub mod csi_volumes;
+pub mod dispatch;
 pub mod evaluations;
 pub mod gc;
 pub mod ids;

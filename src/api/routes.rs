@@ -7,12 +7,15 @@ use std::sync::Arc;
 
 use super::router::Router;
 use super::server::{ApiServer, ServerConfig, ServerError};
-use super::{agent, allocations, csi_volumes, evaluations, gc, jobs, logs, node, plugins, volumes};
+use super::{
+    agent, allocations, csi_volumes, dispatch, evaluations, gc, jobs, logs, node, plugins, volumes,
+};
 use crate::agent::Agent;
 use crate::config::AgentConfig;
 
 // The request bodies' parsing entry points, where the fuzz target finds them.
 pub use super::allocations::{RestartRequest, SignalRequest};
+pub use super::dispatch::DispatchBody;
 pub use super::jobs::ParseRequest;
 
 /// Binds the API's configured address, before the agent starts (see [`serve`]).
@@ -51,6 +54,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
     node::routes(&mut r, &agent);
     jobs::routes(&mut r, &agent);
     evaluations::routes(&mut r, &agent);
+    dispatch::routes(&mut r, &agent);
     allocations::routes(&mut r, &agent);
     gc::routes(&mut r, &agent);
     logs::routes(&mut r, &agent);

@@ -321,14 +321,24 @@ fn status(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         .client
         .get(&format!("/v1/job/{}/evaluations", enc(&full_id)))
         .map_err(|e| failed("querying job evaluations", e))?;
-    ctx.println(&format::key_values(&[
+    let mut head = vec![
         ("ID", full_id.clone()),
         ("Name", s(&job, "Name").into()),
         ("Type", s(&job, "Type").into()),
         ("Status", s(&job, "Status").into()),
         ("Submit Date", submit_date(&job)),
-    ]));
+    ];
+    if !s(&job, "ParentID").is_empty() {
+        head.push(("Parent ID", s(&job, "ParentID").into()));
+    }
+    let (rows, children) = super::job_children::template_status(ctx, &job)?;
+    head.extend(rows);
+    ctx.println(&format::key_values(&head));
     ctx.println("");
+    if let Some(children) = children {
+        ctx.println(&children);
+        return Ok(());
+    }
     let placement = placement_section(evals.as_array().map_or(&[][..], Vec::as_slice));
     if !placement.is_empty() {
         ctx.println(&placement);

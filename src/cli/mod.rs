@@ -17,6 +17,7 @@ pub mod volume_request;
 
 mod alloc;
 mod job;
+mod job_children;
 mod node;
 mod system;
 mod volume;
@@ -185,6 +186,7 @@ pub(crate) struct Spec {
 fn commands() -> Vec<&'static Spec> {
     let mut all: Vec<&'static Spec> = Vec::new();
     all.extend(job::COMMANDS);
+    all.extend(job_children::COMMANDS);
     all.extend(alloc::COMMANDS);
     all.extend(node::COMMANDS);
     all.extend(system::COMMANDS);

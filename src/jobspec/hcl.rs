@@ -11,7 +11,9 @@
 //! Supported, as in tasks.md, csi.md and host-volumes.md:
 //!
 //! ```text
-//! job "<id>" { type datacenters node_pool  constraint {..}  group "<name>" {..} }
+//! job "<id>" { type datacenters node_pool  constraint {..}  group "<name>" {..}
+//!              periodic { cron crons prohibit_overlap time_zone enabled }
+//!              parameterized { payload meta_required meta_optional } (super::periodic) }
 //! group "<name>" { count  restart {..}  volume "<label>" { type source read_only }  constraint {..}
 //!                  network { mode  port "<label>" { static to host_network } } (super::network)
 //!                  task "<name>" {..} }
@@ -20,7 +22,8 @@
 //!                 logs { max_files max_file_size }  volume_mount { volume destination read_only }
 //!                 csi_plugin { id type mount_dir stage_publish_base_dir health_timeout }
 //!                 resources { cpu memory }  restart { attempts interval delay mode }  constraint {..}
-//!                 leader  lifecycle { hook sidecar } (super::lifecycle) }
+//!                 leader  lifecycle { hook sidecar } (super::lifecycle)
+//!                 dispatch_payload { file } (super::periodic) }
 //! constraint { attribute operator value  (shorthands: super::constraint) }
 //! ```
 
@@ -102,9 +105,12 @@ impl Walk<'_> {
         let what = format!("job {id:?}");
         let mut attrs = super::fields::ATTRS.to_vec();
         attrs.extend(["datacenters", "node_pool"]);
-        let items = self
-            .src
-            .items(&what, &block.body, &attrs, &["group", "constraint", "meta"])?;
+        let items = self.src.items(
+            &what,
+            &block.body,
+            &attrs,
+            &["group", "constraint", "meta", "periodic", "parameterized"],
+        )?;
         let spelled_type = self.src.opt_string(&items, "type")?;
         if let (Some(spelled), Some(attr)) = (&spelled_type, items.attr("type")) {
             job_type(spelled)
@@ -115,7 +121,19 @@ impl Walk<'_> {
             .into_iter()
             .map(|g| self.group(&what, g))
             .collect::<Result<_, _>>()?;
+        let periodic = self
+            .src
+            .single(&items, "periodic")?
+            .map(|b| super::periodic::read_periodic(self.src, &what, b))
+            .transpose()?;
+        let parameterized_job = self
+            .src
+            .single(&items, "parameterized")?
+            .map(|b| super::periodic::read_parameterized(self.src, &what, b))
+            .transpose()?;
         Ok(RawJob {
+            periodic,
+            parameterized_job,
             id: Some(id),
             job_type: spelled_type,
             datacenters: items
@@ -228,6 +246,7 @@ impl Walk<'_> {
             ],
             &[
                 "lifecycle",
+                "dispatch_payload",
                 "config",
                 "env",
                 "logs",
@@ -286,8 +305,14 @@ impl Walk<'_> {
             .single(&items, "lifecycle")?
             .map(|b| self.lifecycle(&what, b))
             .transpose()?;
+        let dispatch_payload = self
+            .src
+            .single(&items, "dispatch_payload")?
+            .map(|b| super::periodic::read_dispatch_payload(self.src, &what, b))
+            .transpose()?;
         Ok(RawTask {
             lifecycle,
+            dispatch_payload,
             leader: self.src.opt_bool(&items, "leader")?,
             shutdown_delay: self.duration(&items, "shutdown_delay")?,
             meta: super::meta::read_hcl(self.src, &items)?,
@@ -527,6 +552,10 @@ job "example" {
             datacenters: vec!["*".to_string()],
             node_pool: "default".to_string(),
             constraints: Vec::new(),
+            periodic: None,
+            parameterized_job: None,
+            parent_id: String::new(),
+            payload: String::new(),
             task_groups: vec![TaskGroup {
                 shutdown_delay: Duration::ZERO,
                 meta: Default::default(),
@@ -584,6 +613,7 @@ job "example" {
                     lifecycle: None,
                     leader: false,
                     constraints: Vec::new(),
+                    dispatch_payload: None,
                 }],
             }],
         }

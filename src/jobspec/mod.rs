@@ -10,6 +10,7 @@
 //! ([`interpolate`]).
 
 pub mod constraint;
+pub mod cron;
 pub mod docker;
 pub mod fields;
 pub mod hcl;
@@ -18,6 +19,7 @@ pub mod json;
 pub mod lifecycle;
 pub mod meta;
 pub mod network;
+pub mod periodic;
 mod raw;
 pub mod schema;
 pub mod signal;
@@ -162,6 +164,24 @@ pub struct Job {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub meta: meta::Meta,
     pub task_groups: Vec<TaskGroup>,
+    /// `periodic`: the job is a template its children are launched from on a schedule
+    /// ([`periodic`]); it runs no allocation of its own. Not written when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub periodic: Option<periodic::PeriodicConfig>,
+    /// `parameterized`: the job is a template dispatched with a payload and meta; it runs no
+    /// allocation of its own. Not written when absent.
+    #[serde(
+        rename = "ParameterizedJob",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub parameterized_job: Option<periodic::ParameterizedConfig>,
+    /// The periodic or parameterized job this one was launched from; empty for others.
+    #[serde(rename = "ParentID", default, skip_serializing_if = "String::is_empty")]
+    pub parent_id: String,
+    /// A dispatched child's payload, base64 as in Nomad's JSON; empty for others.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub payload: String,
 }
 
 /// The job fields that only a cluster acts on. Defaults are Nomad's; a field at its default is not
@@ -330,6 +350,9 @@ pub struct Task {
     /// `meta { }` ([`meta`]); not written when empty, so a job without one keeps its JSON.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub meta: meta::Meta,
+    /// `dispatch_payload { file }`: a dispatched payload is written to `local/<file>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch_payload: Option<periodic::DispatchPayload>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

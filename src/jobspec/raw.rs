@@ -48,6 +48,9 @@ pub(crate) struct RawJob {
     pub meta: Option<BTreeMap<String, String>>,
     #[serde(flatten)]
     pub fields: super::fields::RawJobFields,
+    pub periodic: Option<super::periodic::RawPeriodic>,
+    #[serde(rename = "ParameterizedJob")]
+    pub parameterized_job: Option<super::periodic::RawParameterized>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -121,6 +124,7 @@ pub(crate) struct RawTask {
     pub meta: Option<BTreeMap<String, String>>,
     #[serde(default, deserialize_with = "zero_is_unset")]
     pub shutdown_delay: Option<RawDuration>,
+    pub dispatch_payload: Option<super::periodic::RawDispatchPayload>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -223,6 +227,12 @@ impl RawJob {
         let mut out = Vec::new();
         warn_extra(&mut out, "", &self.extra);
         constraint::warn_unknown(&mut out, "", &self.constraints);
+        if let Some(p) = &self.periodic {
+            warn_extra(&mut out, "Periodic.", &p.extra);
+        }
+        if let Some(p) = &self.parameterized_job {
+            warn_extra(&mut out, "ParameterizedJob.", &p.extra);
+        }
         for (i, g) in self.task_groups.iter().flatten().enumerate() {
             let path = format!("TaskGroups[{i}]");
             warn_extra(&mut out, &format!("{path}."), &g.extra);
@@ -259,6 +269,9 @@ impl RawJob {
                 }
                 if let Some(l) = &t.lifecycle {
                     warn_extra(&mut out, &format!("{path}.Lifecycle."), &l.extra);
+                }
+                if let Some(d) = &t.dispatch_payload {
+                    warn_extra(&mut out, &format!("{path}.DispatchPayload."), &d.extra);
                 }
             }
         }
@@ -351,6 +364,14 @@ impl TryFrom<RawJob> for Job {
             .enumerate()
             .map(|(i, g)| group(&format!("TaskGroups[{i}]"), job_type, g))
             .collect::<Result<_, _>>()?;
+        let periodic = raw
+            .periodic
+            .map(|p| super::periodic::periodic(&id, p))
+            .transpose()?;
+        let parameterized_job = raw
+            .parameterized_job
+            .map(|p| super::periodic::parameterized(&id, p))
+            .transpose()?;
         let job = Job {
             datacenters: constraint::datacenters(&format!("job {id:?}"), raw.datacenters)?,
             node_pool: constraint::node_pool(raw.node_pool),
@@ -361,6 +382,10 @@ impl TryFrom<RawJob> for Job {
             meta: raw.meta.unwrap_or_default(),
             fields: super::fields::convert(raw.fields)?,
             task_groups,
+            periodic,
+            parameterized_job,
+            parent_id: String::new(),
+            payload: String::new(),
         };
         validate_job(&job)?;
         Ok(job)
@@ -482,8 +507,13 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
         .lifecycle
         .map(|l| super::lifecycle::lifecycle(&name, l))
         .transpose()?;
+    let dispatch_payload = raw
+        .dispatch_payload
+        .map(|d| super::periodic::dispatch_payload(&name, d))
+        .transpose()?;
     Ok(Task {
         lifecycle,
+        dispatch_payload,
         leader: raw.leader.unwrap_or(false),
         shutdown_delay: duration(&format!("{path}.ShutdownDelay"), raw.shutdown_delay)?
             .unwrap_or_default(),

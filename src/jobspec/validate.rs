@@ -55,6 +55,19 @@ pub fn validate_job(job: &Job) -> Result<(), JobspecError> {
             job.id
         )));
     }
+    // Nomad's `Job.Validate`: only batch jobs are templates of children.
+    if job.periodic.as_ref().is_some_and(|p| p.enabled) && job.job_type != JobType::Batch {
+        return Err(invalid(format!(
+            "job {:?}: Periodic can only be used with \"batch\" scheduler",
+            job.id
+        )));
+    }
+    if job.parameterized_job.is_some() && job.job_type != JobType::Batch {
+        return Err(invalid(format!(
+            "job {:?}: Parameterized job can only be used with \"batch\" scheduler",
+            job.id
+        )));
+    }
     for (i, group) in job.task_groups.iter().enumerate() {
         if job.task_groups[..i].iter().any(|g| g.name == group.name) {
             return Err(invalid(format!(
@@ -386,6 +399,7 @@ mod tests {
             lifecycle: None,
             leader: false,
             constraints: Vec::new(),
+            dispatch_payload: None,
         }
     }
 
@@ -409,6 +423,10 @@ mod tests {
             datacenters: vec!["*".to_string()],
             node_pool: "default".to_string(),
             constraints: Vec::new(),
+            periodic: None,
+            parameterized_job: None,
+            parent_id: String::new(),
+            payload: String::new(),
             task_groups: vec![TaskGroup {
                 shutdown_delay: Duration::ZERO,
                 meta: Default::default(),

@@ -123,6 +123,10 @@ pub fn base_env(ctx: &TaskContext, passed: &BTreeMap<String, String>) -> BTreeMa
     for (k, v) in nomad {
         env.insert(k.to_string(), v);
     }
+    // A periodic launch or a dispatch knows its parent, as in Nomad (set only for children).
+    if !ctx.job.parent_id.is_empty() {
+        env.insert("NOMAD_JOB_PARENT_ID".into(), ctx.job.parent_id.clone());
+    }
     // `NOMAD_PORT_<label>` and the rest of the family (jobspec::network::port_env).
     env.extend(crate::jobspec::network::port_env(&ctx.ports));
     let meta = crate::jobspec::meta::merged(&ctx.job, &ctx.group, &ctx.task);

@@ -112,6 +112,16 @@ impl TaskHook for TaskDirHook {
                 chown_to(user, &made)?;
             }
         }
+        if let Some(dispatch) = &task.task.dispatch_payload {
+            let user = task.task.user.as_deref();
+            write_payload(
+                &local,
+                &dispatch.file,
+                &task.job.payload,
+                user,
+                &mut replaced,
+            )?;
+        }
         Ok(replaced
             .into_iter()
             .map(|r| {
@@ -121,6 +131,55 @@ impl TaskHook for TaskDirHook {
             })
             .collect())
     }
+}
+
+/// Writes a dispatched job's payload (base64 in the job) to `local/<file>`, as Nomad's dispatch
+/// hook does, through the open `local/` so a link the task left cannot redirect it. Written at
+/// every start: the task may have changed it. A job without a payload writes an empty file.
+/// A task with a `user` owns it, mode 0600 (when nodeward runs as root, as for its directories);
+/// otherwise it is root's, mode 0644.
+fn write_payload(
+    local: &Dir,
+    file: &str,
+    payload: &str,
+    user: Option<&str>,
+    notes: &mut Vec<Replaced>,
+) -> Result<(), HookError> {
+    use base64::Engine as _;
+    use std::io::Write as _;
+    let target = local.path().join(file);
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(payload)
+        .map_err(|e| failed(&target, format!("the job's payload is not base64: {e}")))?;
+    let rel = Path::new(file);
+    let parent = match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(p) => {
+            let (dir, made) = local.make_dirs(p, 0o755).map_err(|e| failed(&target, e))?;
+            notes.extend(made);
+            dir
+        }
+        None => local.try_clone().map_err(|e| failed(&target, e))?,
+    };
+    let name = rel
+        .file_name()
+        .ok_or_else(|| failed(&target, "no file name"))?;
+    parent
+        .truncate_file(name, 0)
+        .map_err(|e| failed(&target, e))?;
+    let (mut f, replaced) = parent
+        .open_append(name, 0o644)
+        .map_err(|e| failed(&target, e))?;
+    notes.extend(replaced);
+    // SAFETY: geteuid has no preconditions.
+    if let Some(user) = user.filter(|_| unsafe { libc::geteuid() } == 0) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let (uid, gid) = crate::driver::lookup_user(user).map_err(|e| HookError(e.to_string()))?;
+        // On the open file: a link put in its place cannot redirect the change.
+        std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
+            .and_then(|()| f.set_permissions(std::fs::Permissions::from_mode(0o600)))
+            .map_err(|e| failed(&target, format!("failed to give it to {user}: {e}")))?;
+    }
+    f.write_all(&bytes).map_err(|e| failed(&target, e))
 }
 
 /// Gives a task run as `user` its own directories, as Nomad does: on the open directories, so a

@@ -1,7 +1,7 @@
-//! The pure core of using a CSI volume in an allocation (csi-volumes.md "Claims and mounts"): the
-//! claim an allocation's request makes, where the volume is staged and published on this node,
-//! and which plugin calls are still due to mount it or to take it down again, given what the
-//! plugins can do and what has been done already.
+//! The pure core of using a CSI volume in an allocation (csi-volumes.md "Claims and mounts"): why
+//! an allocation must wait for it, the claim its request makes, where the volume is staged and
+//! published on this node, and which plugin calls are still due to mount it or to take it down
+//! again, given what the plugins can do and what has been done already.
 //!
 //! No I/O, no locks, no threads: the allocation start and stop paths make the calls this plans
 //! and record each one's success in a [`MountProgress`], so that an agent restarted between two
@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::manager::CsiVolumeView;
 use crate::jobspec::VolumeRequest;
 use crate::records::{AttachmentMode, ClaimMode, CsiAccessMode, CsiClaimRecord};
 
@@ -119,6 +120,30 @@ pub fn claim_for(
     })
 }
 
+/// Why an allocation that needs the volume `id` must wait before it can claim it, in Nomad's
+/// words (its scheduler's CSI filter reasons), or `None` when the volume exists and its plugin is
+/// ready on this node: a healthy node plugin, and a healthy controller when the plugin requires
+/// one. `node` names this node in the reasons. Whether the claim itself can be had is the
+/// registry's answer ([`super::registry::Registry::claim`]).
+pub fn wait_reason(id: &str, view: Option<&CsiVolumeView>, node: &str) -> Option<String> {
+    let Some(view) = view else {
+        return Some(format!("missing CSI Volume {id}"));
+    };
+    let plugin_id = &view.record.plugin_id;
+    let Some(plugin) = &view.plugin else {
+        return Some(format!(
+            "CSI plugin {plugin_id} is missing from client {node}"
+        ));
+    };
+    if plugin.nodes_healthy == 0 || (plugin.controller_required && plugin.controllers_healthy == 0)
+    {
+        return Some(format!(
+            "CSI plugin {plugin_id} is unhealthy on client {node}"
+        ));
+    }
+    None
+}
+
 /// The name of one way of using a volume, a directory name (Nomad's `UsageOptions.ToFS`):
 /// `rw-file-system-single-node-writer`. Two claims that use a volume alike share its staging.
 pub fn usage(read_only: bool, attachment: AttachmentMode, access: CsiAccessMode) -> String {
@@ -215,6 +240,44 @@ mod tests {
         done.apply(NodeUnstage);
         assert!(done.is_clear());
         assert!(unmount_steps(done, false, false).is_empty());
+    }
+
+    #[test]
+    fn an_allocation_waits_for_the_volume_and_its_healthy_plugin() {
+        use crate::csi::registry::PluginSummary;
+        assert_eq!(
+            wait_reason("vol", None, "n1").as_deref(),
+            Some("missing CSI Volume vol")
+        );
+        let mut view: CsiVolumeView =
+            serde_json::from_value::<crate::records::CsiVolumeRecord>(serde_json::json!({
+                "ID": "vol", "Name": "vol", "ExternalID": "x", "Namespace": "default",
+                "PluginID": "hostpath", "RequestedCapabilities": []
+            }))
+            .map(|record| CsiVolumeView {
+                record,
+                plugin: None,
+            })
+            .unwrap();
+        assert_eq!(
+            wait_reason("vol", Some(&view), "n1").as_deref(),
+            Some("CSI plugin hostpath is missing from client n1")
+        );
+        let mut plugin = PluginSummary {
+            id: "hostpath".to_string(),
+            controller_required: true,
+            controllers_healthy: 0,
+            nodes_healthy: 1,
+            ..PluginSummary::default()
+        };
+        view.plugin = Some(plugin.clone());
+        assert_eq!(
+            wait_reason("vol", Some(&view), "n1").as_deref(),
+            Some("CSI plugin hostpath is unhealthy on client n1")
+        );
+        plugin.controllers_healthy = 1;
+        view.plugin = Some(plugin);
+        assert_eq!(wait_reason("vol", Some(&view), "n1"), None);
     }
 
     #[test]

@@ -511,6 +511,42 @@ pub struct CsiClaimRecord {
     pub mode: ClaimMode,
     pub access_mode: CsiAccessMode,
     pub attachment_mode: AttachmentMode,
+    /// The plugin calls of the mount sequence that succeeded for this claim (absent in files
+    /// written before they were recorded: nothing done).
+    #[serde(default, skip_serializing_if = "CsiMountProgress::is_clear")]
+    pub progress: CsiMountProgress,
+    /// What `ControllerPublishVolume` answered, handed to the node's stage and publish calls.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub publish_context: BTreeMap<String, String>,
+}
+
+impl CsiClaimRecord {
+    /// Whether `other` is the same claim (allocation, mode, access and attachment), whatever
+    /// either has done of its mount sequence.
+    pub fn same_claim(&self, other: &CsiClaimRecord) -> bool {
+        self.alloc_id == other.alloc_id
+            && self.job_id == other.job_id
+            && self.task_group == other.task_group
+            && self.mode == other.mode
+            && self.access_mode == other.access_mode
+            && self.attachment_mode == other.attachment_mode
+    }
+}
+
+/// The calls of one claim's mount sequence that have succeeded and not been undone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct CsiMountProgress {
+    pub controller_published: bool,
+    pub staged: bool,
+    pub published: bool,
+}
+
+impl CsiMountProgress {
+    /// Whether nothing is left to undo: the claim may be released.
+    pub fn is_clear(&self) -> bool {
+        *self == CsiMountProgress::default()
+    }
 }
 
 /// A CSI volume as the state file keeps it (Nomad's `CSIVolume`, without what is derived from the

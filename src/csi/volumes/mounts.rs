@@ -33,30 +33,18 @@ pub struct PluginSteps {
     pub node_stage: bool,
 }
 
-/// The calls of one claim that have succeeded and not been undone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MountProgress {
-    pub controller_published: bool,
-    pub staged: bool,
-    pub published: bool,
-}
+/// The calls of one claim that have succeeded and not been undone, as its record keeps them.
+pub use crate::records::CsiMountProgress as MountProgress;
 
-impl MountProgress {
-    /// Records that `step` succeeded.
-    pub fn apply(&mut self, step: Step) {
-        match step {
-            Step::ControllerPublish => self.controller_published = true,
-            Step::NodeStage => self.staged = true,
-            Step::NodePublish => self.published = true,
-            Step::NodeUnpublish => self.published = false,
-            Step::NodeUnstage => self.staged = false,
-            Step::ControllerUnpublish => self.controller_published = false,
-        }
-    }
-
-    /// Whether nothing is left to undo: the claim may be released.
-    pub fn is_clear(&self) -> bool {
-        *self == MountProgress::default()
+/// Records that `step` succeeded.
+pub fn apply(done: &mut MountProgress, step: Step) {
+    match step {
+        Step::ControllerPublish => done.controller_published = true,
+        Step::NodeStage => done.staged = true,
+        Step::NodePublish => done.published = true,
+        Step::NodeUnpublish => done.published = false,
+        Step::NodeUnstage => done.staged = false,
+        Step::ControllerUnpublish => done.controller_published = false,
     }
 }
 
@@ -117,6 +105,8 @@ pub fn claim_for(
         },
         access_mode: request.access_mode?,
         attachment_mode: request.attachment_mode?,
+        progress: MountProgress::default(),
+        publish_context: Default::default(),
     })
 }
 
@@ -201,10 +191,10 @@ mod tests {
         );
         // A restart after the stage: only the publish is left; after the publish nothing.
         let mut done = MountProgress::default();
-        done.apply(ControllerPublish);
-        done.apply(NodeStage);
+        apply(&mut done, ControllerPublish);
+        apply(&mut done, NodeStage);
         assert_eq!(mount_steps(ALL, done, false), [NodePublish]);
-        done.apply(NodePublish);
+        apply(&mut done, NodePublish);
         assert!(mount_steps(ALL, done, false).is_empty());
     }
 
@@ -237,7 +227,7 @@ mod tests {
             published: false,
         };
         assert_eq!(unmount_steps(done, true, false), [NodeUnstage]);
-        done.apply(NodeUnstage);
+        apply(&mut done, NodeUnstage);
         assert!(done.is_clear());
         assert!(unmount_steps(done, false, false).is_empty());
     }

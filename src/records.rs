@@ -12,6 +12,8 @@ use std::path::PathBuf;
 
 use crate::jobspec::network::AllocatedPort;
 use crate::jobspec::Job;
+// Defined beside the jobspec's volume requests, which name them too; kept here by their old path.
+pub use crate::jobspec::volume::{AttachmentMode, CsiAccessMode, CsiMountOptions};
 
 /// How many events a task keeps; the oldest is dropped first.
 pub const MAX_EVENTS: usize = 10;
@@ -463,23 +465,6 @@ impl AccessMode {
     }
 }
 
-/// How a volume is presented to a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AttachmentMode {
-    FileSystem,
-    BlockDevice,
-}
-
-impl AttachmentMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AttachmentMode::FileSystem => "file-system",
-            AttachmentMode::BlockDevice => "block-device",
-        }
-    }
-}
-
 /// One `capability` block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -490,63 +475,12 @@ pub struct Capability {
 
 // ---- CSI volumes ----
 
-/// How a CSI volume may be accessed (csi-volumes.md), as Nomad spells CSI's access modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CsiAccessMode {
-    SingleNodeReaderOnly,
-    SingleNodeWriter,
-    MultiNodeReaderOnly,
-    MultiNodeSingleWriter,
-    MultiNodeMultiWriter,
-}
-
-impl CsiAccessMode {
-    pub const ALL: [CsiAccessMode; 5] = [
-        CsiAccessMode::SingleNodeReaderOnly,
-        CsiAccessMode::SingleNodeWriter,
-        CsiAccessMode::MultiNodeReaderOnly,
-        CsiAccessMode::MultiNodeSingleWriter,
-        CsiAccessMode::MultiNodeMultiWriter,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CsiAccessMode::SingleNodeReaderOnly => "single-node-reader-only",
-            CsiAccessMode::SingleNodeWriter => "single-node-writer",
-            CsiAccessMode::MultiNodeReaderOnly => "multi-node-reader-only",
-            CsiAccessMode::MultiNodeSingleWriter => "multi-node-single-writer",
-            CsiAccessMode::MultiNodeMultiWriter => "multi-node-multi-writer",
-        }
-    }
-
-    /// Whether a claim in this mode may write (Nomad's `ValidCSIVolumeWriteAccessMode`).
-    pub fn can_write(self) -> bool {
-        matches!(
-            self,
-            CsiAccessMode::SingleNodeWriter
-                | CsiAccessMode::MultiNodeSingleWriter
-                | CsiAccessMode::MultiNodeMultiWriter
-        )
-    }
-}
-
 /// One `capability` block of a CSI volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct CsiCapability {
     pub access_mode: CsiAccessMode,
     pub attachment_mode: AttachmentMode,
-}
-
-/// `mount_options { fs_type  mount_flags }` (Nomad's `CSIMountOptions`). The flags may hold
-/// credentials: they go to the plugin and into the state file (mode 0600), never into a log line.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "PascalCase", default)]
-pub struct CsiMountOptions {
-    #[serde(rename = "FSType")]
-    pub fs_type: String,
-    pub mount_flags: Vec<String>,
 }
 
 /// `topology_request { required {...} preferred {...} }` (Nomad's `CSITopologyRequest`).
@@ -577,6 +511,42 @@ pub struct CsiClaimRecord {
     pub mode: ClaimMode,
     pub access_mode: CsiAccessMode,
     pub attachment_mode: AttachmentMode,
+    /// The plugin calls of the mount sequence that succeeded for this claim (absent in files
+    /// written before they were recorded: nothing done).
+    #[serde(default, skip_serializing_if = "CsiMountProgress::is_clear")]
+    pub progress: CsiMountProgress,
+    /// What `ControllerPublishVolume` answered, handed to the node's stage and publish calls.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub publish_context: BTreeMap<String, String>,
+}
+
+impl CsiClaimRecord {
+    /// Whether `other` is the same claim (allocation, mode, access and attachment), whatever
+    /// either has done of its mount sequence.
+    pub fn same_claim(&self, other: &CsiClaimRecord) -> bool {
+        self.alloc_id == other.alloc_id
+            && self.job_id == other.job_id
+            && self.task_group == other.task_group
+            && self.mode == other.mode
+            && self.access_mode == other.access_mode
+            && self.attachment_mode == other.attachment_mode
+    }
+}
+
+/// The calls of one claim's mount sequence that have succeeded and not been undone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct CsiMountProgress {
+    pub controller_published: bool,
+    pub staged: bool,
+    pub published: bool,
+}
+
+impl CsiMountProgress {
+    /// Whether nothing is left to undo: the claim may be released.
+    pub fn is_clear(&self) -> bool {
+        *self == CsiMountProgress::default()
+    }
 }
 
 /// A CSI volume as the state file keeps it (Nomad's `CSIVolume`, without what is derived from the

@@ -294,6 +294,61 @@ job "rw" {
     assert_eq!(s, 400, "{body}");
     assert!(body.contains("read-only"), "{body}");
     assert_eq!(agent.request("GET", "/v1/job/rw", None).0, 404);
+
+    // A CSI volume request is read and checked with Nomad's rules at submission...
+    let csi = |access: &str| {
+        format!(
+            r#"
+job "csi" {{
+  group "g" {{
+    volume "v" {{
+      type = "csi"  source = "vol"  access_mode = "{access}"  attachment_mode = "file-system"
+    }}
+    task "t" {{
+      driver = "raw_exec"
+      volume_mount {{ volume = "v"  destination = "v" }}
+      config {{ command = "true" }}
+    }}
+  }}
+}}"#
+        )
+    };
+    let (s, body) = agent.request(
+        "POST",
+        "/v1/jobs/parse",
+        Some(&json!({ "JobHCL": csi("single-node-reader-only") }).to_string()),
+    );
+    assert_eq!(s, 400, "{body}");
+    assert!(
+        body.contains(
+            "volume \"v\" in group \"g\": single-node-reader-only volumes must be read-only"
+        ),
+        "{body}"
+    );
+    let (s, body) = agent.request(
+        "POST",
+        "/v1/jobs/parse",
+        Some(&json!({ "JobHCL": csi("single-node-writer") }).to_string()),
+    );
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["TaskGroups"][0]["Volumes"]["v"]
+            ["AccessMode"],
+        "single-node-writer"
+    );
+    // ...and, until allocations claim and publish CSI volumes, refused rather than left waiting.
+    let (s, body) = agent.put_json(
+        "/v1/jobs",
+        &json!({"Job": serde_json::from_str::<Value>(&body).unwrap()}),
+    );
+    assert_eq!(s, 400, "{body}");
+    assert!(
+        body.contains(
+            "volume \"v\" is a CSI volume; this agent does not mount CSI volumes into tasks yet"
+        ),
+        "{body}"
+    );
+    assert_eq!(agent.request("GET", "/v1/job/csi", None).0, 404);
 }
 
 /// A SIGTERM while the agent is still starting, restoring a volume through a plugin that hangs,

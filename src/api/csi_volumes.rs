@@ -275,6 +275,8 @@ mod tests {
             mode: ClaimMode::Write,
             access_mode: CsiAccessMode::SingleNodeWriter,
             attachment_mode: AttachmentMode::FileSystem,
+            progress: Default::default(),
+            publish_context: Default::default(),
         });
         let view = CsiVolumeView {
             record: r,

@@ -14,7 +14,9 @@
 //! job "<id>" { type datacenters node_pool  constraint {..}  group "<name>" {..}
 //!              periodic { cron crons prohibit_overlap time_zone enabled }
 //!              parameterized { payload meta_required meta_optional } (super::periodic) }
-//! group "<name>" { count  restart {..}  volume "<label>" { type source read_only }  constraint {..}
+//! group "<name>" { count  restart {..}  constraint {..}
+//!                  volume "<label>" { type source read_only access_mode attachment_mode per_alloc
+//!                                     mount_options { fs_type mount_flags } }
 //!                  network { mode  port "<label>" { static to host_network } } (super::network)
 //!                  task "<name>" {..} }
 //! task "<name>" { driver user kill_signal kill_timeout  config { command args }  env {..}
@@ -39,6 +41,7 @@ use super::raw::{
     RawTask, RawVolume, RawVolumeMount,
 };
 use super::validate::{self, csi_plugin_id, csi_plugin_type, job_type, restart_mode};
+use super::volume::CsiMountOptions;
 use super::{Job, JobspecError, Parsed};
 use crate::hcl::eval::Inputs;
 use crate::hcl::{Document, Items, Source};
@@ -218,15 +221,51 @@ impl Walk<'_> {
 
     fn volume(&self, group: &str, label: &str, block: &Block) -> Result<RawVolume, JobspecError> {
         let what = format!("volume {label:?} of {group}");
-        let items = self
+        let items = self.src.items(
+            &what,
+            &block.body,
+            &[
+                "type",
+                "source",
+                "read_only",
+                "access_mode",
+                "attachment_mode",
+                "per_alloc",
+            ],
+            &["mount_options"],
+        )?;
+        let mount_options = self
             .src
-            .items(&what, &block.body, &["type", "source", "read_only"], &[])?;
+            .single(&items, "mount_options")?
+            .map(|b| self.mount_options(&what, b))
+            .transpose()?;
         Ok(RawVolume {
             name: Some(label.to_string()),
             volume_type: self.src.opt_string(&items, "type")?,
             source: self.src.opt_string(&items, "source")?,
             read_only: self.src.opt_bool(&items, "read_only")?,
+            access_mode: self.src.opt_string(&items, "access_mode")?,
+            attachment_mode: self.src.opt_string(&items, "attachment_mode")?,
+            per_alloc: self.src.opt_bool(&items, "per_alloc")?,
+            mount_options,
             ..RawVolume::default()
+        })
+    }
+
+    /// A CSI volume request's `mount_options { fs_type  mount_flags }`.
+    fn mount_options(&self, volume: &str, block: &Block) -> Result<CsiMountOptions, JobspecError> {
+        self.src.no_labels(volume, block)?;
+        let what = format!("mount_options block of {volume}");
+        let items = self
+            .src
+            .items(&what, &block.body, &["fs_type", "mount_flags"], &[])?;
+        Ok(CsiMountOptions {
+            fs_type: self.src.opt_string(&items, "fs_type")?.unwrap_or_default(),
+            mount_flags: items
+                .attr("mount_flags")
+                .map(|a| self.src.strings(&what, a))
+                .transpose()?
+                .unwrap_or_default(),
         })
     }
 
@@ -569,6 +608,10 @@ job "example" {
                         volume_type: "host".to_string(),
                         source: "test".to_string(),
                         read_only: false,
+                        access_mode: None,
+                        attachment_mode: None,
+                        per_alloc: false,
+                        mount_options: None,
                     },
                 )]),
                 networks: Vec::new(),

@@ -26,6 +26,7 @@ pub mod signal;
 pub mod validate;
 #[cfg(test)]
 mod vars_tests;
+pub mod volume;
 
 pub use constraint::{Constraint, Operator};
 pub use signal::Signal;
@@ -295,7 +296,9 @@ pub struct RestartPolicy {
     pub mode: RestartMode,
 }
 
-/// A group's `volume "<name>" { type = "host" source = "..." read_only = ... }`.
+/// A group's `volume "<name>" { type = "host" source = "..." read_only = ... }`, or a CSI volume
+/// claim: `type = "csi"` with `access_mode`, `attachment_mode`, `per_alloc`, `mount_options`
+/// (Nomad's `VolumeRequest`; the CSI fields are unset for host volumes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct VolumeRequest {
@@ -304,6 +307,37 @@ pub struct VolumeRequest {
     pub volume_type: String,
     pub source: String,
     pub read_only: bool,
+    // Defaults: state files written before CSI volume requests existed have none of these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_mode: Option<volume::CsiAccessMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attachment_mode: Option<volume::AttachmentMode>,
+    /// The volume claimed is `<source>[<alloc index>]`, one per allocation.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub per_alloc: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_options: Option<volume::CsiMountOptions>,
+}
+
+/// `type = "host"`.
+pub const VOLUME_TYPE_HOST: &str = "host";
+/// `type = "csi"`.
+pub const VOLUME_TYPE_CSI: &str = "csi";
+
+impl VolumeRequest {
+    pub fn is_csi(&self) -> bool {
+        self.volume_type == VOLUME_TYPE_CSI
+    }
+
+    /// The ID of the volume an allocation with index `alloc_index` claims: Nomad's
+    /// `source[index]` for `per_alloc`, the source otherwise.
+    pub fn source_for(&self, alloc_index: u32) -> String {
+        if self.per_alloc {
+            format!("{}[{alloc_index}]", self.source)
+        } else {
+            self.source.clone()
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -95,6 +95,13 @@ pub(crate) struct RawVolume {
     pub volume_type: Option<String>,
     pub source: Option<String>,
     pub read_only: Option<bool>,
+    // Nomad's API writes `""` for a host volume's modes.
+    #[serde(default, deserialize_with = "empty_is_unset")]
+    pub access_mode: Option<String>,
+    #[serde(default, deserialize_with = "empty_is_unset")]
+    pub attachment_mode: Option<String>,
+    pub per_alloc: Option<bool>,
+    pub mount_options: Option<super::volume::CsiMountOptions>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -406,15 +413,26 @@ fn group(path: &str, job_type: JobType, raw: RawGroup) -> Result<TaskGroup, Jobs
         .unwrap_or_default()
         .into_iter()
         .map(|(label, v)| {
+            let ctx = format!("{path}.Volumes.{label}");
             let volume = VolumeRequest {
                 name: v.name.unwrap_or_else(|| label.clone()),
                 volume_type: v.volume_type.unwrap_or_default(),
                 source: v.source.unwrap_or_default(),
                 read_only: v.read_only.unwrap_or(false),
+                access_mode: v
+                    .access_mode
+                    .map(|m| super::volume::access_mode(&ctx, &m))
+                    .transpose()?,
+                attachment_mode: v
+                    .attachment_mode
+                    .map(|m| super::volume::attachment_mode(&ctx, &m))
+                    .transpose()?,
+                per_alloc: v.per_alloc.unwrap_or(false),
+                mount_options: v.mount_options,
             };
-            (label, volume)
+            Ok((label, volume))
         })
-        .collect();
+        .collect::<Result<_, JobspecError>>()?;
     let name = raw.name.unwrap_or_default();
     let networks = super::network::networks(path, &name, raw.networks)?;
     let tasks = raw

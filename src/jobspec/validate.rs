@@ -75,12 +75,12 @@ pub fn validate_job(job: &Job) -> Result<(), JobspecError> {
                 job.id, group.name
             )));
         }
-        validate_group(group)?;
+        validate_group(group, job.job_type)?;
     }
     Ok(())
 }
 
-fn validate_group(group: &TaskGroup) -> Result<(), JobspecError> {
+fn validate_group(group: &TaskGroup, job_type: JobType) -> Result<(), JobspecError> {
     validate_name("group", &group.name)?;
     let ctx = format!("group {:?}", group.name);
     if group.count > MAX_GROUP_COUNT {
@@ -99,15 +99,7 @@ fn validate_group(group: &TaskGroup) -> Result<(), JobspecError> {
                 volume.name
             )));
         }
-        if volume.volume_type != "host" {
-            return Err(invalid(format!(
-                "{vctx}: type must be \"host\", got: {:?}",
-                volume.volume_type
-            )));
-        }
-        if volume.source.is_empty() {
-            return Err(invalid(format!("{vctx} must have a non-empty source")));
-        }
+        super::volume::validate(&vctx, volume, group.count, job_type)?;
     }
     if group.tasks.is_empty() {
         return Err(invalid(format!("{ctx} must have at least one task")));
@@ -412,6 +404,10 @@ mod tests {
                 volume_type: "host".to_string(),
                 source: "test".to_string(),
                 read_only: false,
+                access_mode: None,
+                attachment_mode: None,
+                per_alloc: false,
+                mount_options: None,
             },
         );
         Job {
@@ -651,13 +647,13 @@ mod tests {
             .volume_type = "csi".to_string();
         assert_eq!(
             err(&j),
-            "volume \"data\" in group \"group\": type must be \"host\", got: \"csi\""
+            "volume \"data\" in group \"group\": CSI volumes must have an attachment mode"
         );
         let mut j = job();
         j.task_groups[0].volumes.get_mut("data").unwrap().source = String::new();
         assert_eq!(
             err(&j),
-            "volume \"data\" in group \"group\" must have a non-empty source"
+            "volume \"data\" in group \"group\": volume has an empty source"
         );
 
         let mount = |volume: &str, destination: &str, read_only| {

@@ -404,6 +404,36 @@ impl CsiVolumeManager {
         Ok(())
     }
 
+    /// Records in `alloc_id`'s claim on `id` that `step` of its mount sequence succeeded (with
+    /// `ControllerPublishVolume`'s publish context), on disk before this returns: an agent
+    /// restarted after it neither repeats the step nor forgets to undo it. An error when the
+    /// allocation holds no claim on the volume, or the write failed (the step is then recorded in
+    /// memory only, and the flusher retries the write).
+    pub fn record_step(
+        &self,
+        id: &str,
+        alloc_id: &str,
+        step: super::mounts::Step,
+        publish_context: Option<std::collections::BTreeMap<String, String>>,
+    ) -> Result<(), CsiVolumeError> {
+        if !self
+            .registry
+            .lock()
+            .record_step(id, alloc_id, step, publish_context)
+        {
+            return Err(CsiVolumeError::NotFound(id.to_string()));
+        }
+        self.store
+            .save_entries([Key::CsiVolume(id.to_string())])
+            .map_err(|source| {
+                self.store.changed(Key::CsiVolume(id.to_string()));
+                CsiVolumeError::State {
+                    what: format!("{step:?} of volume {id:?} for allocation {alloc_id} succeeded"),
+                    source,
+                }
+            })
+    }
+
     /// Releases an allocation's claim on the volume `id`. A failed write is left to the flusher:
     /// the claim is gone in memory and the next write records that.
     pub fn release(&self, id: &str, alloc_id: &str) {
@@ -531,6 +561,8 @@ mod tests {
             mode: ClaimMode::Write,
             access_mode: CsiAccessMode::SingleNodeWriter,
             attachment_mode: AttachmentMode::FileSystem,
+            progress: Default::default(),
+            publish_context: Default::default(),
         }
     }
 
@@ -574,6 +606,53 @@ mod tests {
         let err = m.register(&spec("v", "elsewhere", "ext")).unwrap_err();
         assert!(matches!(err, CsiVolumeError::NoPlugin(_)), "{err}");
         assert!(m.views().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Each step of the mount sequence is in the state file when recorded: the next agent knows
+    /// what to undo, and claiming again (an allocation restored) keeps it.
+    #[test]
+    fn mount_steps_are_durable_and_survive_a_repeated_claim() {
+        use super::super::mounts::{self, PluginSteps, Step};
+        let dir = std::env::temp_dir().join(format!("nodeward-csivm-{}", uuid::Uuid::new_v4()));
+        let (m, store) = open(&dir);
+        m.register(&spec("v", "nodeonly", "ext-1")).unwrap();
+        assert_eq!(
+            m.record_step("v", "a1", Step::NodeStage, None)
+                .unwrap_err()
+                .to_string(),
+            CsiVolumeError::NotFound("v".to_string()).to_string(),
+            "no claim, nothing recorded"
+        );
+        m.claim("v", claim("a1")).unwrap();
+        let context = std::collections::BTreeMap::from([("k".to_string(), "v".to_string())]);
+        m.record_step("v", "a1", Step::ControllerPublish, Some(context.clone()))
+            .unwrap();
+        m.record_step("v", "a1", Step::NodeStage, None).unwrap();
+        drop((m, store));
+
+        let (m, store) = open(&dir);
+        m.claim("v", claim("a1")).unwrap();
+        let held = m.view("v").unwrap().record.claims.remove(0);
+        assert_eq!(held.publish_context, context);
+        let all = PluginSteps {
+            controller_publish: true,
+            node_stage: true,
+        };
+        assert_eq!(
+            mounts::mount_steps(all, held.progress, false),
+            [Step::NodePublish],
+            "a restarted agent only publishes"
+        );
+        m.record_step("v", "a1", Step::NodePublish, None).unwrap();
+        for step in
+            mounts::unmount_steps(m.view("v").unwrap().record.claims[0].progress, true, false)
+        {
+            m.record_step("v", "a1", step, None).unwrap();
+        }
+        assert!(m.view("v").unwrap().record.claims[0].progress.is_clear());
+        m.release("v", "a1");
+        drop((m, store));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

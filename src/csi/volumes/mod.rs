@@ -6,6 +6,8 @@
 //! - [`registry`]: the pure core: the map of volumes and every change to it (reserve, persist,
 //!   commit, removal, claims in Nomad's rules), without locks or I/O.
 //! - [`manager`]: the plugin calls and state writes around the registry, behind one mutex.
+//! - [`mounts`]: the pure core of using a volume in an allocation: its claim, its staging and
+//!   publish directories, and the plugin calls still due to mount or unmount it.
 //! - [`error`]: why a volume request failed.
 //!
 //! The HTTP side (request bodies, ID prefixes, status codes, Nomad's JSON) is `api::csi_volumes`;
@@ -14,6 +16,7 @@
 
 pub mod error;
 pub mod manager;
+pub mod mounts;
 pub mod registry;
 pub mod request;
 pub mod spec;

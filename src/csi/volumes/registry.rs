@@ -160,10 +160,15 @@ impl Registry {
             return Err(CsiVolumeError::Busy(id.to_string()));
         }
         let v = &mut entry.record;
+        // What the claim has done of its mount sequence is the holder's to undo: claiming again
+        // neither forgets nor repeats it.
+        let mut claim = claim;
         if let Some(held) = v.claims.iter().find(|c| c.alloc_id == claim.alloc_id) {
-            if *held == claim {
+            if held.same_claim(&claim) {
                 return Ok(Claimed::Held);
             }
+            claim.progress = held.progress;
+            claim.publish_context = held.publish_context.clone();
         }
         // What the allocation held before is not in its own way.
         let others: Vec<&CsiClaimRecord> = v
@@ -233,6 +238,29 @@ impl Registry {
         let before = entry.record.claims.len();
         entry.record.claims.retain(|c| c.alloc_id != alloc_id);
         before != entry.record.claims.len()
+    }
+
+    /// Records that `step` of the mount sequence succeeded for `alloc_id`'s claim on `id`, with
+    /// the publish context `ControllerPublishVolume` answered. Returns whether it held a claim.
+    pub fn record_step(
+        &mut self,
+        id: &str,
+        alloc_id: &str,
+        step: super::mounts::Step,
+        publish_context: Option<BTreeMap<String, String>>,
+    ) -> bool {
+        let Some(claim) = self
+            .volumes
+            .get_mut(id)
+            .and_then(|e| e.record.claims.iter_mut().find(|c| c.alloc_id == alloc_id))
+        else {
+            return false;
+        };
+        super::mounts::apply(&mut claim.progress, step);
+        if let Some(context) = publish_context {
+            claim.publish_context = context;
+        }
+        true
     }
 
     /// Puts back the claims a volume had (a claim whose state write failed).
@@ -330,6 +358,8 @@ pub(crate) mod tests {
             mode,
             access_mode: access,
             attachment_mode: AttachmentMode::FileSystem,
+            progress: Default::default(),
+            publish_context: Default::default(),
         }
     }
 
@@ -462,6 +492,24 @@ pub(crate) mod tests {
         ));
         // A writer may join a reader: Nomad counts writers only.
         r.claim("v", claim("a2", Write, SingleNodeWriter)).unwrap();
+    }
+
+    /// A claim changed by the same allocation (a reader becoming a writer) keeps what its mount
+    /// sequence did, so that it is still undone.
+    #[test]
+    fn a_changed_claim_keeps_its_mount_progress() {
+        use super::super::mounts::Step;
+        let mut r = registry(&[SingleNodeWriter]);
+        r.claim("v", claim("a1", Read, SingleNodeWriter)).unwrap();
+        assert!(r.record_step("v", "a1", Step::NodePublish, None));
+        assert!(!r.record_step("v", "a2", Step::NodePublish, None));
+        assert_eq!(
+            r.claim("v", claim("a1", Write, SingleNodeWriter)).unwrap(),
+            Claimed::New
+        );
+        let held = &r.get("v").unwrap().claims[0];
+        assert_eq!(held.mode, Write);
+        assert!(held.progress.published);
     }
 
     #[test]

@@ -207,10 +207,9 @@ impl AllocManager {
             || "collecting finished child jobs".to_string(),
             |reg| {
                 forgotten = finished_children(reg, None, 0);
-                Ok((!forgotten.is_empty()).then(|| {
-                    let mut change = Change::default();
-                    change.forget_jobs = forgotten.clone();
-                    change
+                Ok((!forgotten.is_empty()).then(|| Change {
+                    forget_jobs: forgotten.clone(),
+                    ..Change::default()
                 }))
             },
         )?;

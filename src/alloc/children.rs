@@ -48,17 +48,31 @@ fn live_parent<'r>(reg: &'r Registry, id: &str) -> Result<&'r JobRecord, AllocEr
     Ok(record)
 }
 
-/// Whether a child of `parent` still runs: an allocation that should run and is not terminal.
+/// Whether the job record waits for allocations the node could not place yet (a blocked
+/// evaluation): work that has not run, so neither finished nor free to be forgotten.
+fn queued(record: &JobRecord) -> bool {
+    !record.stop && super::evals::blocked(record).is_some()
+}
+
+/// Whether a child of `parent` still runs: an allocation that should run and is not terminal,
+/// or a child still waiting to be placed (as Nomad counts a child with a pending evaluation).
 fn child_running(reg: &Registry, parent: &str) -> bool {
     reg.allocs.values().any(|a| {
         a.job.parent_id == parent
             && a.desired() == DesiredStatus::Run
             && matches!(a.client_status(), "pending" | "running")
-    })
+    }) || reg
+        .jobs
+        .values()
+        .any(|r| r.job.parent_id == parent && queued(r))
 }
 
-/// Whether the job `id` is finished: every task of every allocation it has is `dead`.
+/// Whether the job `id` is finished: nothing of it waits to be placed and every task of every
+/// allocation it has is `dead`.
 fn finished(reg: &Registry, id: &str) -> bool {
+    if reg.jobs.get(id).is_some_and(queued) {
+        return false;
+    }
     reg.allocs.values().filter(|a| a.job.id == id).all(|a| {
         a.lock_tasks()
             .iter()
@@ -305,6 +319,61 @@ mod tests {
         assert!(children_on_disk(&dir, "done").is_empty());
         assert_eq!(ids("waits").len(), n as usize);
         assert!(allocs.collect_children().unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A child the node cannot place yet (a constraint it fails: a blocked evaluation, no
+    /// allocation) has not run: it is never forgotten, by a launch past `job_gc_children` or by
+    /// `collect_children`, and it counts as running for `prohibit_overlap`.
+    #[test]
+    fn a_child_waiting_to_be_placed_is_neither_finished_nor_forgotten() {
+        use crate::jobspec::constraint::{Constraint, Operator};
+        let (allocs, dir, _shutdown) = manager("queued-children");
+        allocs.store.register(allocs.clone());
+        let mut job = periodic(gated_job("queued", 1));
+        job.constraints.push(Constraint {
+            l_target: "${attr.kernel.name}".into(),
+            r_target: "windows".into(),
+            operand: Operator::Eq,
+        });
+        allocs.register_job(job.clone()).unwrap();
+        let n = KEEP as i64 + 3;
+        for at in 1..=n {
+            allocs
+                .launch_periodic("queued", at, false)
+                .unwrap()
+                .unwrap();
+        }
+        let children = || {
+            let reg = allocs.registry.lock();
+            reg.jobs
+                .values()
+                .filter(|r| r.job.parent_id == "queued")
+                .count()
+        };
+        assert_eq!(
+            children(),
+            n as usize,
+            "no queued child is forgotten by a launch"
+        );
+        assert!(allocs.collect_children().unwrap().is_empty());
+        assert_eq!(children(), n as usize);
+
+        job.id = "overlap".into();
+        job.name = "overlap".into();
+        job.periodic.as_mut().unwrap().prohibit_overlap = true;
+        allocs.register_job(job).unwrap();
+        assert!(allocs
+            .launch_periodic("overlap", 1, false)
+            .unwrap()
+            .is_some());
+        assert!(
+            allocs
+                .launch_periodic("overlap", 2, false)
+                .unwrap()
+                .is_none(),
+            "a queued child blocks the next launch under prohibit_overlap"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

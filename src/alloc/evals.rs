@@ -234,6 +234,8 @@ impl AllocManager {
                 if placement.place.is_empty() {
                     return Ok(None);
                 }
+                let adding: u64 = placement.place.values().map(|n| u64::from(*n)).sum();
+                reg.check_room(id, adding, self.engine.max_allocs)?;
                 // The allocations of one version share their job (see `Allocation::job`).
                 let job = mine
                     .iter()

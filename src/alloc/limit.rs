@@ -16,6 +16,26 @@ impl Registry {
     /// Refuses `job` when its allocations and the live (not terminal) allocations of the other
     /// jobs are more than `limit`. The job's own allocations are not counted: registering it
     /// stops them.
+    /// Refuses to place `adding` more allocations of job `id`, whose other allocations stay,
+    /// when that makes more than `limit` live: a blocked job placed later (the node changed)
+    /// is held to the limit as a registration is.
+    pub(super) fn check_room(&self, id: &str, adding: u64, limit: usize) -> Result<(), AllocError> {
+        let live = self
+            .allocs
+            .values()
+            .filter(|a| a.tasks.values().any(|t| t.lock().state != TaskStatus::Dead))
+            .count() as u64;
+        if live + adding <= limit as u64 {
+            return Ok(());
+        }
+        Err(AllocError::TooManyAllocs(format!(
+            "number of allocations ({}) is over the limit ({limit}): placing {adding} queued \
+             allocations of job {id:?} beside the {live} live on this node; they stay queued \
+             until there is room, or raise client {{ max_allocs }}",
+            live + adding
+        )))
+    }
+
     pub(super) fn check_alloc_limit(&self, job: &Job, limit: usize) -> Result<(), AllocError> {
         let asked: u64 = job.task_groups.iter().map(|g| u64::from(g.count)).sum();
         let others = self
@@ -61,6 +81,24 @@ mod tests {
         assert!(check("a", 5).is_ok(), "a's own allocations are replaced");
         allocs.stop_job("a", false).unwrap();
         assert!(check("b", 5).is_ok(), "stopped allocations are not live");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Queued allocations placed later are held to the limit with every live allocation
+    /// counted, the job's own included (they stay).
+    #[test]
+    fn queued_allocations_are_placed_only_within_the_limit() {
+        let (allocs, dir, _shutdown) = manager("limit-room");
+        allocs.register_job(gated_job("a", 3)).unwrap();
+        let reg = allocs.registry.lock();
+        assert!(reg.check_room("a", 2, 5).is_ok());
+        assert_eq!(
+            reg.check_room("a", 3, 5).unwrap_err().to_string(),
+            "number of allocations (6) is over the limit (5): placing 3 queued allocations of job \
+             \"a\" beside the 3 live on this node; they stay queued until there is room, or raise \
+             client { max_allocs }"
+        );
+        drop(reg);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

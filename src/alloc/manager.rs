@@ -279,8 +279,11 @@ impl AllocManager {
         if changed {
             self.jobs_changed();
         } else {
-            for alloc in self.place_queued(id)? {
-                self.start_alloc(&alloc, false);
+            // The registration itself changed nothing: a failure to place what waits leaves it
+            // waiting for the next re-evaluation, and the answer says what still waits.
+            match self.place_queued(id) {
+                Ok(added) => added.iter().for_each(|a| self.start_alloc(a, false)),
+                Err(e) => log::warn!("placing the queued allocations of job {id:?}: {e}"),
             }
         }
         let reg = self.registry.lock();

@@ -223,8 +223,15 @@ impl AllocManager {
             reg.jobs.remove(id);
         }
         if !change.forget_jobs.is_empty() {
-            reg.allocs
-                .retain(|_, a| !change.forget_jobs.contains(&a.job.id));
+            // A forgotten job's ended allocations give back their volume claims here, as the
+            // collector's destroy does (their running ones did, in the loop above).
+            reg.allocs.retain(|_, a| {
+                let keep = !change.forget_jobs.contains(&a.job.id);
+                if !keep {
+                    self.engine.volumes.release(&a.id);
+                }
+                keep
+            });
         }
         if let Some(record) = change.put_job {
             reg.jobs.insert(record.job.id.clone(), record);

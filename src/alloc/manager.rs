@@ -223,8 +223,7 @@ impl AllocManager {
             reg.jobs.remove(id);
         }
         if !change.forget_jobs.is_empty() {
-            // A forgotten job's ended allocations give back their volume claims here, as the
-            // collector's destroy does (their running ones did, in the loop above).
+            // Ended allocations give back their volume claims, as the collector's destroy does.
             reg.allocs.retain(|_, a| {
                 let keep = !change.forget_jobs.contains(&a.job.id);
                 if !keep {

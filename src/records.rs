@@ -465,6 +465,14 @@ impl AccessMode {
     }
 }
 
+impl std::str::FromStr for AccessMode {
+    type Err = crate::jobspec::BadMode;
+
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        crate::jobspec::parse_mode("access_mode", &Self::ALL, Self::as_str, raw)
+    }
+}
+
 /// One `capability` block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]

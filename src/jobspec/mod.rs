@@ -30,6 +30,7 @@ pub mod volume;
 
 pub use constraint::{Constraint, Operator};
 pub use signal::Signal;
+pub use volume::{parse_mode, BadMode};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -421,11 +421,11 @@ fn group(path: &str, job_type: JobType, raw: RawGroup) -> Result<TaskGroup, Jobs
                 read_only: v.read_only.unwrap_or(false),
                 access_mode: v
                     .access_mode
-                    .map(|m| super::volume::access_mode(&ctx, &m))
+                    .map(|m| m.parse().map_err(|e| invalid(format!("{ctx}: {e}"))))
                     .transpose()?,
                 attachment_mode: v
                     .attachment_mode
-                    .map(|m| super::volume::attachment_mode(&ctx, &m))
+                    .map(|m| m.parse().map_err(|e| invalid(format!("{ctx}: {e}"))))
                     .transpose()?,
                 per_alloc: v.per_alloc.unwrap_or(false),
                 mount_options: v.mount_options,

@@ -5,6 +5,42 @@
 
 use super::{JobType, JobspecError, VolumeRequest, VOLUME_TYPE_CSI, VOLUME_TYPE_HOST};
 use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A mode spelled wrong: `invalid access_mode "x": want one of ...`. The one message of every
+/// place a mode is read (jobspecs, host and CSI volume specifications), which each prefixes or
+/// wraps in its own error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadMode(String);
+
+impl fmt::Display for BadMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadMode {}
+
+/// The value of `all` whose name is `raw`, or the message naming `field` and the choices.
+pub fn parse_mode<T: Copy>(
+    field: &str,
+    all: &[T],
+    name: fn(T) -> &'static str,
+    raw: &str,
+) -> Result<T, BadMode> {
+    all.iter()
+        .copied()
+        .find(|m| name(*m) == raw)
+        .ok_or_else(|| {
+            let want = all.iter().map(|m| name(*m)).collect::<Vec<_>>();
+            let want = match want.as_slice() {
+                [a, b] => format!("{a} or {b}"),
+                _ => format!("one of {}", want.join(", ")),
+            };
+            BadMode(format!("invalid {field} {raw:?}: want {want}"))
+        })
+}
 
 /// How a volume is presented to a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -15,6 +51,8 @@ pub enum AttachmentMode {
 }
 
 impl AttachmentMode {
+    pub const ALL: [AttachmentMode; 2] = [AttachmentMode::FileSystem, AttachmentMode::BlockDevice];
+
     pub fn as_str(self) -> &'static str {
         match self {
             AttachmentMode::FileSystem => "file-system",
@@ -78,27 +116,21 @@ fn invalid(msg: impl Into<String>) -> JobspecError {
     JobspecError::Invalid(msg.into())
 }
 
-/// `access_mode = "single-node-writer"` and the other CSI access modes, as Nomad spells them.
-pub fn access_mode(ctx: &str, raw: &str) -> Result<CsiAccessMode, JobspecError> {
-    CsiAccessMode::ALL
-        .into_iter()
-        .find(|m| m.as_str() == raw)
-        .ok_or_else(|| {
-            invalid(format!(
-                "{ctx}: invalid access_mode {raw:?}: want one of {}",
-                CsiAccessMode::ALL.map(|m| m.as_str()).join(", ")
-            ))
-        })
+/// `attachment_mode = "file-system" | "block-device"`.
+impl FromStr for AttachmentMode {
+    type Err = BadMode;
+
+    fn from_str(raw: &str) -> Result<Self, BadMode> {
+        parse_mode("attachment_mode", &Self::ALL, Self::as_str, raw)
+    }
 }
 
-/// `attachment_mode = "file-system" | "block-device"`.
-pub fn attachment_mode(ctx: &str, raw: &str) -> Result<AttachmentMode, JobspecError> {
-    match raw {
-        "file-system" => Ok(AttachmentMode::FileSystem),
-        "block-device" => Ok(AttachmentMode::BlockDevice),
-        _ => Err(invalid(format!(
-            "{ctx}: invalid attachment_mode {raw:?}: want file-system or block-device"
-        ))),
+/// `access_mode = "single-node-writer"` and the other CSI access modes, as Nomad spells them.
+impl FromStr for CsiAccessMode {
+    type Err = BadMode;
+
+    fn from_str(raw: &str) -> Result<Self, BadMode> {
+        parse_mode("access_mode", &Self::ALL, Self::as_str, raw)
     }
 }
 
@@ -179,7 +211,7 @@ mod tests {
             volume_type: "csi".to_string(),
             source: "vol".to_string(),
             read_only,
-            access_mode: Some(access_mode("v", mode).unwrap()),
+            access_mode: Some(mode.parse().unwrap()),
             attachment_mode: Some(AttachmentMode::FileSystem),
             per_alloc: false,
             mount_options: None,
@@ -326,8 +358,16 @@ job "j" {
             "v: volume has unrecognized type \"nfs\" (want \"host\" or \"csi\")"
         );
         assert_eq!(
-            access_mode("v", "rw").unwrap_err().to_string(),
-            "v: invalid access_mode \"rw\": want one of single-node-reader-only, single-node-writer, multi-node-reader-only, multi-node-single-writer, multi-node-multi-writer"
+            "rw".parse::<CsiAccessMode>().unwrap_err().to_string(),
+            "invalid access_mode \"rw\": want one of single-node-reader-only, single-node-writer, multi-node-reader-only, multi-node-single-writer, multi-node-multi-writer"
+        );
+        assert_eq!(
+            "nfs".parse::<AttachmentMode>().unwrap_err().to_string(),
+            "invalid attachment_mode \"nfs\": want file-system or block-device"
+        );
+        assert_eq!(
+            "single-node-writer".parse(),
+            Ok(CsiAccessMode::SingleNodeWriter)
         );
     }
 }

@@ -36,26 +36,9 @@ pub enum SpecError {
     Invalid(String),
 }
 
-fn parse_access_mode(s: &str) -> Result<AccessMode, SpecError> {
-    AccessMode::ALL
-        .into_iter()
-        .find(|m| m.as_str() == s)
-        .ok_or_else(|| {
-            SpecError::Invalid(format!(
-                "invalid access_mode {s:?}: want one of {}",
-                AccessMode::ALL.map(|m| m.as_str()).join(", ")
-            ))
-        })
-}
-
-fn parse_attachment_mode(s: &str) -> Result<AttachmentMode, SpecError> {
-    match s {
-        "file-system" => Ok(AttachmentMode::FileSystem),
-        "block-device" => Ok(AttachmentMode::BlockDevice),
-        _ => Err(SpecError::Invalid(format!(
-            "invalid attachment_mode {s:?}: want file-system or block-device"
-        ))),
-    }
+/// A mode spelled wrong, as a specification error.
+pub(crate) fn invalid_mode(e: crate::jobspec::BadMode) -> SpecError {
+    SpecError::Invalid(e.to_string())
 }
 
 /// A validated volume specification.
@@ -241,8 +224,8 @@ impl RawVolume {
         let mut capabilities = Vec::new();
         for c in &self.requested_capabilities {
             capabilities.push(Capability {
-                access_mode: parse_access_mode(&c.access_mode)?,
-                attachment_mode: parse_attachment_mode(&c.attachment_mode)?,
+                access_mode: c.access_mode.parse().map_err(invalid_mode)?,
+                attachment_mode: c.attachment_mode.parse().map_err(invalid_mode)?,
             });
         }
         if capabilities.is_empty() {

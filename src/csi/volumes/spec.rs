@@ -32,10 +32,8 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 use crate::jobspec::validate::validate_name;
-use crate::records::{
-    AttachmentMode, CsiAccessMode, CsiCapability, CsiMountOptions, CsiTopologyRequest, Topology,
-};
-use crate::volume::spec::{parse_capacity, SpecError, NAMESPACE};
+use crate::records::{CsiCapability, CsiMountOptions, CsiTopologyRequest, Topology};
+use crate::volume::spec::{invalid_mode, parse_capacity, SpecError, NAMESPACE};
 
 /// A validated CSI volume specification.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,28 +148,6 @@ const JSON_OUTPUT_FIELDS: [&str; 25] = [
     "ModifyTime",
 ];
 
-fn parse_access_mode(s: &str) -> Result<CsiAccessMode, SpecError> {
-    CsiAccessMode::ALL
-        .into_iter()
-        .find(|m| m.as_str() == s)
-        .ok_or_else(|| {
-            SpecError::Invalid(format!(
-                "invalid access_mode {s:?}: want one of {}",
-                CsiAccessMode::ALL.map(|m| m.as_str()).join(", ")
-            ))
-        })
-}
-
-fn parse_attachment_mode(s: &str) -> Result<AttachmentMode, SpecError> {
-    match s {
-        "file-system" => Ok(AttachmentMode::FileSystem),
-        "block-device" => Ok(AttachmentMode::BlockDevice),
-        _ => Err(SpecError::Invalid(format!(
-            "invalid attachment_mode {s:?}: want file-system or block-device"
-        ))),
-    }
-}
-
 impl RawCsiVolume {
     /// Validates once: what is missing is reported together, in Nomad's words (`validation:
     /// missing volume id, missing plugin id`); then each value is checked.
@@ -227,8 +203,8 @@ impl RawCsiVolume {
         let mut capabilities = Vec::new();
         for c in &self.requested_capabilities {
             let cap = CsiCapability {
-                access_mode: parse_access_mode(&c.access_mode)?,
-                attachment_mode: parse_attachment_mode(&c.attachment_mode)?,
+                access_mode: c.access_mode.parse().map_err(invalid_mode)?,
+                attachment_mode: c.attachment_mode.parse().map_err(invalid_mode)?,
             };
             if !capabilities.contains(&cap) {
                 capabilities.push(cap);
@@ -572,6 +548,7 @@ pub fn hcl_volume_type(input: &str) -> Result<String, SpecError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::records::{AttachmentMode, CsiAccessMode};
 
     pub(crate) const EXAMPLE: &str = r#"
 type         = "csi"

@@ -3,12 +3,15 @@
 //! first, then the six), and the `@yearly`, `@annually`, `@monthly`, `@weekly`, `@daily`,
 //! `@midnight` and `@hourly` shorthands. A field is `*` (or `?` for the days), a value, a range
 //! `a-b`, a step `*/n`, `a/n` or `a-b/n`, or a comma list of those; months and week days may be
-//! spelled by their three-letter names. Times are UTC.
+//! spelled by their three-letter names. Times are wall-clock times of a zone, UTC unless the
+//! schedule names another ([`super::zone`]).
 //!
 //! Pure: [`Cron::next_after`] takes the instant to search from, so the scheduler's clock is the
 //! caller's (and a test's).
 
-use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Timelike, Utc};
+use chrono::{DateTime, Datelike, Duration, NaiveDate, NaiveDateTime, Timelike, Utc};
+
+use super::zone::Zone;
 
 /// A cron expression that did not parse: the message says which field and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -242,10 +245,33 @@ impl Cron {
         }
     }
 
-    /// The first instant strictly after `t` the expression matches, whole seconds; `None` when
-    /// there is none before the end of 2099.
+    /// The first instant strictly after `t` the expression matches in UTC, whole seconds; `None`
+    /// when there is none before the end of 2099.
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.next_after_in(t, &Zone::UTC)
+    }
+
+    /// The first instant strictly after `t` whose wall-clock time in `zone` the expression
+    /// matches: a wall-clock time skipped by a daylight-saving change matches at the change, one
+    /// that occurs twice matches once, at its first occurrence ([`Zone::instant`]).
+    pub fn next_after_in(&self, t: DateTime<Utc>, zone: &Zone) -> Option<DateTime<Utc>> {
+        let at = t.timestamp();
+        let mut local = DateTime::from_timestamp(at.checked_add(zone.offset(at))?, 0)?.naive_utc();
+        loop {
+            let candidate = self.next_local_after(local)?;
+            match zone.instant(candidate) {
+                Some(u) if u > at => return DateTime::from_timestamp(u, 0),
+                // The second pass of a doubled hour, or an instant before `t`: search on.
+                _ => local = candidate,
+            }
+        }
+    }
+
+    /// The first wall-clock time strictly after `t` the expression matches.
+    fn next_local_after(&self, t: NaiveDateTime) -> Option<NaiveDateTime> {
         let mut t = t.with_nanosecond(0)? + Duration::seconds(1);
+        let midnight =
+            |y: i32, m: u32, d: u32| NaiveDate::from_ymd_opt(y, m, d)?.and_hms_opt(0, 0, 0);
         // Each step jumps to the start of the next unit that could match, so the loop runs at
         // most a few thousand times even for a yearly schedule.
         loop {
@@ -253,7 +279,7 @@ impl Cron {
                 return None;
             }
             if !self.year_ok(t.year()) {
-                t = Utc.with_ymd_and_hms(t.year() + 1, 1, 1, 0, 0, 0).single()?;
+                t = midnight(t.year() + 1, 1, 1)?;
                 continue;
             }
             if self.months & (1 << t.month()) == 0 {
@@ -262,12 +288,11 @@ impl Cron {
                 } else {
                     (t.year(), t.month() + 1)
                 };
-                t = Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).single()?;
+                t = midnight(y, m, 1)?;
                 continue;
             }
-            if !self.day_ok(t.date_naive()) {
-                let next = t.date_naive().succ_opt()?;
-                t = Utc.from_utc_datetime(&next.and_hms_opt(0, 0, 0)?);
+            if !self.day_ok(t.date()) {
+                t = t.date().succ_opt()?.and_hms_opt(0, 0, 0)?;
                 continue;
             }
             if self.hours & (1 << t.hour()) == 0 {
@@ -405,5 +430,22 @@ mod tests {
             let e = Cron::parse(expr).unwrap_err().to_string();
             assert!(e.contains(why), "{expr}: {e}");
         }
+    }
+
+    #[test]
+    fn daylight_saving_changes_launch_once_and_never_skip_a_day() {
+        let Ok(paris) = Zone::load("Europe/Paris") else {
+            println!("SKIPPED daylight_saving_changes_launch_once_and_never_skip_a_day: no zone database");
+            return;
+        };
+        let c = Cron::parse("30 2 * * *").unwrap();
+        let next = |from: &str| c.next_after_in(at(from), &paris).unwrap().to_rfc3339();
+        // 02:30 does not exist on 2026-03-29 (02:00 -> 03:00 at 01:00 UTC): at the change.
+        assert_eq!(next("2026-03-28T23:00:00Z"), "2026-03-29T01:00:00+00:00");
+        // 02:30 occurs twice on 2026-10-25 (00:30 and 01:30 UTC): once, then the next day.
+        assert_eq!(next("2026-10-24T23:00:00Z"), "2026-10-25T00:30:00+00:00");
+        assert_eq!(next("2026-10-25T00:30:00Z"), "2026-10-26T01:30:00+00:00");
+        // An ordinary day: 02:30 CEST is 00:30 UTC.
+        assert_eq!(next("2026-06-01T00:00:00Z"), "2026-06-01T00:30:00+00:00");
     }
 }

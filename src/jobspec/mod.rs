@@ -27,6 +27,7 @@ pub mod validate;
 #[cfg(test)]
 mod vars_tests;
 pub mod volume;
+pub mod zone;
 
 pub use constraint::{Constraint, Operator};
 pub use signal::Signal;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cron::Cron;
 use super::raw::Extra;
+use super::zone::Zone;
 use super::JobspecError;
 use crate::hcl::Source;
 
@@ -31,7 +32,7 @@ pub struct PeriodicConfig {
     pub spec_type: String,
     /// No launch while a child of the job still runs.
     pub prohibit_overlap: bool,
-    /// `UTC` (the only zone this node evaluates schedules in).
+    /// `UTC` unless the job names another zone of the system's database ([`Zone`]).
     pub time_zone: String,
 }
 
@@ -46,11 +47,20 @@ impl PeriodicConfig {
     }
 
     /// The first launch strictly after `t` (unix seconds), by any of the expressions.
+    /// The zone is read again from the system's database each time (a launch computes one), so
+    /// a zone whose file went away since the job was parsed launches in UTC, with a warning.
     pub fn next_launch(&self, t: i64) -> Option<i64> {
         let from = chrono::DateTime::from_timestamp(t, 0)?;
+        let zone = Zone::load(&self.time_zone).unwrap_or_else(|e| {
+            log::warn!(
+                "periodic schedule in time zone {:?}: {e}; using UTC",
+                self.time_zone
+            );
+            Zone::UTC
+        });
         self.crons()
             .iter()
-            .filter_map(|c| c.next_after(from))
+            .filter_map(|c| c.next_after_in(from, &zone))
             .map(|d| d.timestamp())
             .min()
     }
@@ -151,12 +161,10 @@ pub(crate) fn periodic(job: &str, raw: RawPeriodic) -> Result<PeriodicConfig, Jo
         .time_zone
         .filter(|z| !z.is_empty())
         .unwrap_or("UTC".into());
-    if time_zone != "UTC" && time_zone != "Etc/UTC" {
+    if let Err(e) = Zone::load(&time_zone) {
         return Err(invalid(
             job,
-            format!(
-                "periodic: Invalid time zone {time_zone:?}: this node evaluates schedules in UTC only"
-            ),
+            format!("periodic: Invalid time zone {time_zone:?}: {e}"),
         ));
     }
     Ok(PeriodicConfig {
@@ -383,6 +391,29 @@ job "report" {
         assert_eq!(p.next_launch(1_000), Some(1_001));
         let again = json::parse_job(serde_json::to_string(&job).unwrap().as_bytes()).unwrap();
         assert_eq!(again.job, job);
+    }
+
+    #[test]
+    fn a_named_time_zone_schedules_in_its_wall_clock() {
+        if Zone::load("America/New_York").is_err() {
+            println!("SKIPPED a_named_time_zone_schedules_in_its_wall_clock: no zone database");
+            return;
+        }
+        let text = PERIODIC.replace(
+            "crons            = [\"*/1 * * * * * *\"]",
+            "cron = \"0 9 * * *\"\n    time_zone = \"America/New_York\"",
+        );
+        let p = parse_job(&text).unwrap().job.periodic.unwrap();
+        assert_eq!(p.time_zone, "America/New_York");
+        // 2026-01-15 00:00 UTC: 09:00 in New York (EST, -5) is 14:00 UTC; in July (EDT, -4) 13:00.
+        assert_eq!(
+            p.next_launch(1_768_435_200),
+            Some(1_768_435_200 + 14 * 3600)
+        );
+        assert_eq!(
+            p.next_launch(1_784_073_600),
+            Some(1_784_073_600 + 13 * 3600)
+        );
     }
 
     #[test]

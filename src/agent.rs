@@ -172,6 +172,8 @@ pub struct Agent {
     pub docker: Arc<Docker>,
     /// The node as placement sees it (`GET /v1/node/:id` shows the same).
     pub node: Arc<AgentNode>,
+    /// The stats' previous readings (`GET /v1/client/allocation/:id/stats`, `/v1/client/stats`).
+    pub stats: crate::resources::Samplers,
     pub started: std::time::Instant,
     /// Tripped to shut everything down.
     stop: StopSwitch,
@@ -371,6 +373,7 @@ impl Agent {
             drivers,
             docker,
             node,
+            stats: Default::default(),
             started: std::time::Instant::now(),
             stop,
             shutting_down: std::sync::atomic::AtomicBool::new(false),

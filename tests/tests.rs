@@ -36,6 +36,7 @@ mod periodic;
 mod placement;
 mod ports;
 mod security;
+mod stats;
 mod task_env;
 mod task_fs;
 mod volumes;

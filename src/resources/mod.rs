@@ -9,6 +9,14 @@
 use std::path::Path;
 
 pub mod stats;
+pub mod usage;
+
+/// The previous readings the stats compute percentages from: per task, and the host's.
+#[derive(Default)]
+pub struct Samplers {
+    pub tasks: usage::UsageTracker,
+    pub host: stats::HostSampler,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResourcesError {

@@ -138,3 +138,61 @@ fn task_stats_read_the_process_tree_and_the_host_stats_read_the_host() {
     let (code, body) = agent.request("GET", "/v1/client/allocation/ffffffff-0000/stats", None);
     assert_eq!(code, 404, "{body}");
 }
+
+/// A docker task's usage comes from the engine: a container whose `dd` holds a 32 MiB buffer
+/// (its write to a pipe nobody reads blocks) reads an RSS of 32 MiB ±10%, with the engine's
+/// fields measured.
+#[test]
+fn a_docker_tasks_stats_come_from_the_engine() {
+    let test = "a_docker_tasks_stats_come_from_the_engine";
+    let Some(env) = crate::common::docker::engine_or_skip(test) else {
+        return;
+    };
+    let dir = TempDir::new("stats-dk");
+    let agent = TestAgent::start_in(
+        dir.path(),
+        &format!(
+            "plugin \"docker\" {{\n  config {{ endpoint = \"{}\" }}\n}}\n",
+            env.host
+        ),
+    );
+    let held: u64 = 32 * 1024 * 1024;
+    let script = format!(
+        "dd if=/dev/zero bs={held} count=1 | sleep {}",
+        unique_marker(300_000)
+    );
+    agent.run_hcl(&format!(
+        "job \"dk\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"docker\"\n      \
+         config {{\n        image = \"busybox:1\"\n        command = \"sh\"\n        \
+         args = [\"-c\", {script:?}]\n      }}\n    }}\n  }}\n}}\n"
+    ));
+    let alloc = wait_for(WAIT * 3, "the container running", || {
+        let allocs = agent.allocs("dk");
+        let a = allocs.first()?;
+        (a["ClientStatus"] == "running").then(|| a["ID"].as_str().unwrap().to_string())
+    });
+    // dd has its buffer once it has read it from /dev/zero, a moment after the start.
+    let stats = wait_for(WAIT, "the container's RSS reaching the buffer", || {
+        let s = agent.get(&format!("/v1/client/allocation/{alloc}/stats"));
+        let rss = s["Tasks"]["t"]["ResourceUsage"]["MemoryStats"]["RSS"].as_u64()?;
+        (rss >= held * 9 / 10).then_some(s)
+    });
+    let usage = &stats["Tasks"]["t"]["ResourceUsage"]["MemoryStats"];
+    let rss = usage["RSS"].as_u64().unwrap();
+    println!("stats: docker task RSS {rss} B (held {held} B)");
+    assert!(rss.abs_diff(held) <= held / 10, "{stats}");
+    assert!(
+        usage["Measured"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m == "Cache"),
+        "{stats}"
+    );
+    assert!(usage["Usage"].as_u64().unwrap() >= rss, "{stats}");
+    let out = agent.cli(&["job", "stop", "dk"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_for(WAIT, "the container gone", || {
+        env.containers_of_alloc(&alloc).is_empty().then_some(())
+    });
+}

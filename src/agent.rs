@@ -75,6 +75,8 @@ pub struct AgentNode {
     base: Node,
     drivers: Drivers,
     volumes: Arc<VolumeManager>,
+    /// The host's fingerprinted resources (the capacity placement checks is in `base`).
+    pub resources: crate::resources::NodeResources,
 }
 
 impl AgentNode {
@@ -88,9 +90,11 @@ impl AgentNode {
                 node_pool: config.node_pool.clone(),
                 attributes: host_attributes(&config.name),
                 meta: config.meta.clone(),
+                capacity: None,
             },
             drivers,
             volumes,
+            resources: Default::default(),
         }
     }
 }
@@ -168,6 +172,8 @@ pub struct Agent {
     pub docker: Arc<Docker>,
     /// The node as placement sees it (`GET /v1/node/:id` shows the same).
     pub node: Arc<AgentNode>,
+    /// The stats' previous readings (`GET /v1/client/allocation/:id/stats`, `/v1/client/stats`).
+    pub stats: crate::resources::Samplers,
     pub started: std::time::Instant,
     /// Tripped to shut everything down.
     stop: StopSwitch,
@@ -200,6 +206,11 @@ impl Agent {
         for warning in &config.warnings {
             log::warn!("{warning}");
         }
+        // Before anything is opened: a reservation larger than the node is a config error.
+        let resources = crate::resources::fingerprint(&config.data_dir)
+            .map_err(|e| AgentError::Start(e.to_string()))?;
+        let capacity = crate::resources::Capacity::new(&resources, &config.reserved)
+            .map_err(|e| AgentError::Start(format!("config: {e}")))?;
         let (store, state) = StateStore::open(&config.data_dir, fresh_state)?;
         // The last checks that can fail before a task is adopted or started: the disk takes a
         // state write, the keeper is installed.
@@ -254,6 +265,12 @@ impl Agent {
             drivers.clone(),
             host_volumes.clone(),
         ));
+        let node = {
+            let mut n = Arc::into_inner(node).expect("the node was just made");
+            n.resources = resources;
+            n.base.capacity = Some(capacity);
+            Arc::new(n)
+        };
         let engine = Engine {
             data_dir: config.data_dir.clone(),
             node_id: store.node_id().to_string(),
@@ -356,6 +373,7 @@ impl Agent {
             drivers,
             docker,
             node,
+            stats: Default::default(),
             started: std::time::Instant::now(),
             stop,
             shutting_down: std::sync::atomic::AtomicBool::new(false),

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::util::duration;
 
 mod plugins;
+mod reserved;
 pub use plugins::{DockerSettings, DEFAULT_ALLOW_CAPS, DEFAULT_DOCKER_ENDPOINT};
 
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +84,8 @@ pub struct AgentConfig {
     pub max_dynamic_port: u16,
     /// The docker driver's settings (`plugin "docker" { config { ... } }`).
     pub docker: DockerSettings,
+    /// `client { reserved { } }`: what placement leaves to the host (resources.md).
+    pub reserved: crate::resources::ReservedResources,
     /// What the configuration holds that has no effect (logged when the agent starts).
     pub warnings: Vec<String>,
     /// The `-config` arguments, re-read on SIGHUP.
@@ -186,6 +189,7 @@ struct RawClient {
     min_dynamic_port: Option<u64>,
     max_dynamic_port: Option<u64>,
     node_class: Option<String>,
+    reserved: Option<reserved::RawReserved>,
     /// Values may be written as numbers or booleans too; each is kept as its text.
     meta: Option<BTreeMap<String, serde_json::Value>>,
 }
@@ -262,7 +266,8 @@ impl RawConfig {
                 max_allocs,
                 min_dynamic_port,
                 max_dynamic_port,
-                node_class
+                node_class,
+                reserved
             );
             if let Some(m) = c.meta {
                 mine.meta.get_or_insert_with(Default::default).extend(m);
@@ -432,6 +437,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
             .map_err(|e| ConfigError::Invalid(format!("client.task_env_passthrough: {e}")))?;
     }
     let (docker, warnings) = plugins::validate(raw.plugin.unwrap_or_default())?;
+    let reserved = reserved::validate(client.reserved.as_ref())?;
     let mut host_volumes = BTreeMap::new();
     for (name, v) in client.host_volume.unwrap_or_default() {
         let path = PathBuf::from(&v.path);
@@ -482,6 +488,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         min_dynamic_port,
         max_dynamic_port,
         docker,
+        reserved,
         warnings,
         sources: Vec::new(),
     })

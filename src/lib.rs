@@ -14,6 +14,7 @@ pub mod driver;
 pub mod hcl;
 pub mod jobspec;
 pub mod records;
+pub mod resources;
 pub mod sandbox;
 pub mod state;
 pub mod task;

@@ -164,7 +164,7 @@ def run_nodeward(binary, engine, n, kills):
     job = {"Job": {"ID": "bench", "Name": "bench", "Type": "service", "TaskGroups": [{
         "Name": "g", "Count": n,
         "RestartPolicy": {"Attempts": 100000, "Interval": 3600 * 10**9, "Delay": 0, "Mode": "delay"},
-        "Tasks": [{"Name": "t", "Driver": "docker", "KillTimeout": 10**9,
+        "Tasks": [{"Name": "t", "Driver": "docker", "Resources": {"CPU": 1, "MemoryMB": 16}, "KillTimeout": 10**9,
                    "Config": {"image": "busybox:1", "command": "sleep", "args": ["3600"],
                               "network_mode": "none"}}]}]}}
     try:

@@ -171,7 +171,7 @@ def main():
         req(addr, "PUT", "/v1/jobs", {"Job": {"ID": "crashloop", "Name": "crashloop", "Type": "service",
             "TaskGroups": [{"Name": "g", "Count": a.tasks,
                 "RestartPolicy": {"Attempts": 100_000, "Interval": 100_000 * 2 * 10**9, "Delay": 10**9, "Mode": "delay"},
-                "Tasks": [{"Name": "t", "Driver": "raw_exec",
+                "Tasks": [{"Name": "t", "Driver": "raw_exec", "Resources": {"CPU": 1, "MemoryMB": 16},
                            "Config": {"command": "/bin/sh", "args": ["-c", f"sleep {marker}; exit 1"]},
                            "KillTimeout": 2 * 10**9}]}]}})
         ids = [x["ID"] for x in req(addr, "GET", "/v1/job/crashloop/allocations")]

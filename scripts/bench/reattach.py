@@ -30,7 +30,7 @@ def jobs(n, k, marker):
     """N groups of one `sleep` task each, spread over K jobs."""
     groups = [{"Name": f"g{i}", "Count": 1,
                "RestartPolicy": {"Attempts": 2, "Interval": 1_800_000_000_000, "Delay": 15_000_000_000, "Mode": "fail"},
-               "Tasks": [{"Name": "t", "Driver": "raw_exec",
+               "Tasks": [{"Name": "t", "Driver": "raw_exec", "Resources": {"CPU": 1, "MemoryMB": 16},
                           "Config": {"command": "/bin/sleep", "args": [marker]}}]}
               for i in range(n)]
     return [{"Job": {"ID": f"reattach{j}", "Name": f"reattach{j}", "Type": "service", "TaskGroups": groups[j::k]}}

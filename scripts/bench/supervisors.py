@@ -111,7 +111,7 @@ def run_nodeward(binary, tmp, n, kills, jobs=1):
     def start():
         groups = [{"Name": f"s{i}", "Count": 1,
                    "RestartPolicy": {"Attempts": 100000, "Interval": 3_600_000_000_000 * 24 * 365, "Delay": 0, "Mode": "delay"},
-                   "Tasks": [{"Name": "t", "Driver": "raw_exec",
+                   "Tasks": [{"Name": "t", "Driver": "raw_exec", "Resources": {"CPU": 1, "MemoryMB": 16},
                               "Config": {"command": "/bin/sh", "args": ["-c", wrapper(pidfiles[i], marker)]}}]}
                   for i in range(n)]
         for j in range(jobs):

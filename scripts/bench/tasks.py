@@ -25,7 +25,7 @@ def job(jid, count, args, delay="15s", attempts=2, mode="fail"):
         "Name": "g", "Count": count,
         "RestartPolicy": {"Attempts": attempts, "Interval": 600_000_000_000 if attempts > 2 else 1_800_000_000_000,
                           "Delay": int(float(delay.rstrip("s")) * 1e9), "Mode": mode},
-        "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": args[0], "args": args[1:]},
+        "Tasks": [{"Name": "t", "Driver": "raw_exec", "Resources": {"CPU": 1, "MemoryMB": 16}, "Config": {"command": args[0], "args": args[1:]},
                    "KillTimeout": 2_000_000_000}]}]}}
 
 

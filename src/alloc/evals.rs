@@ -17,9 +17,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::capacity;
 use super::manager::{AllocManager, Change};
 use super::model::Allocation;
-use super::placement::{place, Placement, PlacementFailure, Reason};
+use super::placement::{Placement, PlacementFailure, Reason};
 use super::ports::PortIndex;
 use super::AllocError;
 use crate::jobspec::network::AllocatedPort;
@@ -228,7 +229,8 @@ impl AllocManager {
                 for a in &mine {
                     *existing.entry(a.group.clone()).or_default() += 1;
                 }
-                let mut placement = place(&record.job, &self.engine.node.node(), &existing);
+                let node = self.engine.node.node();
+                let mut placement = capacity::place(reg, &record.job, &node, &existing, &[]);
                 let mut index = reg.port_index(&self.engine.network, &[]);
                 let ports = assign_ports(&mut index, &record.job, &mut placement);
                 if placement.place.is_empty() {

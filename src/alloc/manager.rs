@@ -337,7 +337,7 @@ impl AllocManager {
         let mut placement = if template {
             super::placement::Placement::default()
         } else {
-            super::placement::place(&job, &self.engine.node.node(), &BTreeMap::new())
+            super::capacity::place(reg, &job, &self.engine.node.node(), &BTreeMap::new(), &stop)
         };
         // Ports are given here, under the registry lock, with the allocations being replaced
         // already free; a group that cannot get them is a placement failure.

@@ -40,6 +40,7 @@
 //!
 //! [`Worker`]: crate::thread::Worker
 
+mod capacity;
 mod children;
 mod evals;
 mod gate;

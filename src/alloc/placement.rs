@@ -41,6 +41,8 @@ pub struct Node {
     pub attributes: BTreeMap<String, String>,
     /// The agent's `client { meta }`: `${meta.<key>}`.
     pub meta: BTreeMap<String, String>,
+    /// What is left for allocations after `client { reserved }`; `None` checks nothing.
+    pub capacity: Option<crate::resources::Capacity>,
 }
 
 /// Where the allocation manager reads the node: the agent's configuration and its drivers' and
@@ -427,6 +429,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string())),
             ),
             meta: BTreeMap::from([("rack".to_string(), "r1".to_string())]),
+            capacity: None,
         }
     }
 

@@ -276,6 +276,9 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
     r.delete("/v1/job/:id", move |req| {
         let purge = req.query_bool("purge")?;
         let eval = a.allocs.stop_job(&job_id(&a, req)?, purge)?;
+        // The stopped allocations' resources are free (a stopped allocation asks for none, as
+        // in Nomad's scheduler): what waits for room is placed now, not at the next check.
+        a.allocs.reevaluate();
         Response::json(json!({"EvalID": eval}))
     });
 }

@@ -30,6 +30,7 @@ pub mod plugins;
 pub mod router;
 pub mod routes;
 pub mod server;
+pub mod stats;
 pub mod volumes;
 
 pub use ids::{resolve, IdKind};

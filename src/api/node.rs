@@ -1,15 +1,16 @@
 //! Node routes (agent.md "HTTP API"): `GET /v1/nodes` (the one node, as a list stub) and
-//! `GET /v1/node/:id` (with its attributes, meta, host volumes and CSI plugins). `Datacenter`,
+//! `GET /v1/node/:id` (with its attributes, meta, resources, host volumes and CSI plugins). `Datacenter`,
 //! `NodeClass`, `NodePool`, `Attributes` and `Meta` are what constraints are checked against.
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::ids::{self, ID};
 use super::router::{Response, Router};
 use crate::agent::Agent;
+use crate::resources::{NodeResources, ReservedResources};
 
 /// The node in Nomad's shape, written once for both routes: the list stub leaves out the
 /// details. Fields in name order, as the answer has always had them.
@@ -36,6 +37,11 @@ struct Node<'a> {
     name: &'a str,
     node_class: &'a str,
     node_pool: &'a str,
+    /// The fingerprinted resources, and `client { reserved }`, in Nomad's shapes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node_resources: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reserved_resources: Option<Value>,
     scheduling_eligibility: &'static str,
     status: &'static str,
 }
@@ -53,6 +59,8 @@ impl<'a> Node<'a> {
             name: &agent.config.name,
             node_class: &agent.config.node_class,
             node_pool: &agent.config.node_pool,
+            node_resources: None,
+            reserved_resources: None,
             scheduling_eligibility: "eligible",
             status: "ready",
         }
@@ -73,7 +81,35 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
             csi_node_plugins: Some(&csi["CSINodePlugins"]),
             host_volumes: Some(super::volumes::host_volumes_json(&a.host_volumes)),
             meta: Some(&a.config.meta),
+            node_resources: Some(node_resources_json(&a.node.resources, &a.config)),
+            reserved_resources: Some(reserved_resources_json(&a.config.reserved)),
             ..Node::stub(&a)
         })
     });
+}
+
+/// Nomad's `NodeResources` (structs.NodeResources): CPU shares are the total MHz.
+fn node_resources_json(r: &NodeResources, config: &crate::config::AgentConfig) -> Value {
+    json!({
+        "Cpu": {
+            "CpuShares": r.cpu_mhz,
+            "TotalCpuCores": r.total_cores,
+            "ReservableCpuCores": r.cores,
+        },
+        "Memory": { "MemoryMB": r.memory_mb },
+        "Disk": { "DiskMB": r.disk_mb },
+        "Networks": [],
+        "MinDynamicPort": config.min_dynamic_port,
+        "MaxDynamicPort": config.max_dynamic_port,
+    })
+}
+
+/// Nomad's `ReservedResources` (structs.NodeReservedResources).
+fn reserved_resources_json(r: &ReservedResources) -> Value {
+    json!({
+        "Cpu": { "CpuShares": r.cpu_mhz, "ReservedCpuCores": r.cores },
+        "Memory": { "MemoryMB": r.memory_mb },
+        "Disk": { "DiskMB": r.disk_mb },
+        "Networks": { "ReservedHostPorts": "" },
+    })
 }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use super::router::Router;
 use super::server::{ApiServer, ServerConfig, ServerError};
 use super::{
-    agent, allocations, csi_volumes, dispatch, evaluations, gc, jobs, logs, node, plugins, volumes,
+    agent, allocations, csi_volumes, dispatch, evaluations, gc, jobs, logs, node, plugins, stats,
+    volumes,
 };
 use crate::agent::Agent;
 use crate::config::AgentConfig;
@@ -57,6 +58,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
     dispatch::routes(&mut r, &agent);
     allocations::routes(&mut r, &agent);
     gc::routes(&mut r, &agent);
+    stats::routes(&mut r, &agent);
     logs::routes(&mut r, &agent);
     volumes::routes(&mut r, agent.clone());
     csi_volumes::routes(&mut r, agent.clone());

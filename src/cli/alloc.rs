@@ -12,13 +12,14 @@ pub(super) const COMMANDS: &[&Spec] = &[&STATUS, &RESTART, &SIGNAL, &STOP, &LOGS
 
 const STATUS: Spec = Spec {
     words: &["alloc", "status"],
-    flags: &[bool_flag("json")],
+    flags: &[bool_flag("json"), bool_flag("stats")],
     args: (1, 1),
-    usage: "Usage: nodeward alloc status [-json] <alloc id>
+    usage: "Usage: nodeward alloc status [-json] [-stats] <alloc id>
 
   Shows the allocation (a unique ID prefix is enough), its tasks and their recent events.
 
-  -json     Print the API's JSON.",
+  -json     Print the API's JSON.
+  -stats    Show each task's resource usage (Nomad's Task Resources).",
     run: status,
 };
 
@@ -89,12 +90,30 @@ fn status(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         ctx.print_json(&alloc);
         return Ok(());
     }
-    ctx.print(&alloc_status_text(&alloc, &chrono::Local));
+    let stats = if p.flag("stats") {
+        let path = format!("/v1/client/allocation/{}/stats", enc(s(&alloc, "ID")));
+        let stats = ctx.client.get(&path);
+        Some(stats.map_err(|e| failed("querying allocation stats", e))?)
+    } else {
+        None
+    };
+    ctx.print(&alloc_status_with(&alloc, stats.as_ref(), &chrono::Local));
     Ok(())
 }
 
-/// The whole `alloc status` output for an allocation's JSON.
+/// `alloc status` without `-stats`.
+#[cfg(test)]
 pub(super) fn alloc_status_text<Tz>(alloc: &Value, tz: &Tz) -> String
+where
+    Tz: chrono::TimeZone,
+    Tz::Offset: std::fmt::Display,
+{
+    alloc_status_with(alloc, None, tz)
+}
+
+/// The whole `alloc status` output for an allocation's JSON, with each task's `Task Resources`
+/// when the allocation's stats are given (`-stats`).
+pub(super) fn alloc_status_with<Tz>(alloc: &Value, stats: Option<&Value>, tz: &Tz) -> String
 where
     Tz: chrono::TimeZone,
     Tz::Offset: std::fmt::Display,
@@ -138,6 +157,10 @@ where
     for name in names {
         let state = &states[name];
         out.push_str(&format!("\nTask {name:?} is {:?}\n", s(state, "State")));
+        if let Some(stats) = stats {
+            out.push_str(&super::resources_format::task_resources(alloc, stats, name));
+            out.push('\n');
+        }
         // The API gives these as RFC 3339 in UTC; shown in the local offset like event times.
         let or_na = |key: &str| match s(state, key) {
             "" => "N/A".to_string(),

@@ -12,6 +12,7 @@ pub mod agent;
 pub mod client;
 pub mod flags;
 pub mod format;
+pub mod resources_format;
 pub mod volume_format;
 pub mod volume_request;
 

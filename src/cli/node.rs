@@ -5,19 +5,21 @@ use serde_json::Value;
 use super::client::enc;
 use super::flags::{bool_flag, value_flag, Parsed};
 use super::format::{key_values, s, short_id, table, text};
+use super::resources_format::{allocated_resources, host_utilization};
 use super::{failed, CmdError, CmdResult, Ctx, Spec};
 
 pub(super) const COMMANDS: &[&Spec] = &[&NODE_STATUS, &PLUGIN_STATUS];
 
 const NODE_STATUS: Spec = Spec {
     words: &["node", "status"],
-    flags: &[bool_flag("json"), bool_flag("self")],
+    flags: &[bool_flag("json"), bool_flag("self"), bool_flag("stats")],
     args: (0, 1),
-    usage: "Usage: nodeward node status [-json] [-self | <node id>]
+    usage: "Usage: nodeward node status [-json] [-stats] [-self | <node id>]
 
-  Lists the node, or shows it with its host volumes and CSI plugins.
+  Lists the node, or shows it with its host volumes, CSI plugins and allocated resources.
 
   -self     Show this agent's node.
+  -stats    Also show the host's resource utilization.
   -json     Print the API's JSON.",
     run: node_status,
 };
@@ -88,7 +90,36 @@ fn node_status(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         return Ok(());
     }
     ctx.print(&node_text(&node));
+    let allocs = live_allocs(ctx)?;
+    ctx.print(&format!("\n{}", allocated_resources(&node, &allocs)));
+    if p.flag("stats") {
+        let host = ctx.client.get("/v1/client/stats");
+        let host = host.map_err(|e| failed("querying host stats", e))?;
+        ctx.print(&format!("\n{}", host_utilization(&node, &host)));
+    }
     Ok(())
+}
+
+/// The live allocations (wanted running, not terminal), each with its job.
+fn live_allocs(ctx: &mut Ctx) -> Result<Vec<Value>, CmdError> {
+    let stubs = ctx
+        .client
+        .get("/v1/allocations")
+        .map_err(|e| failed("listing allocations", e))?;
+    let mut out = Vec::new();
+    for a in stubs.as_array().into_iter().flatten() {
+        let terminal = matches!(s(a, "ClientStatus"), "complete" | "failed" | "lost");
+        if s(a, "DesiredStatus") != "run" || terminal {
+            continue;
+        }
+        let path = format!("/v1/allocation/{}", enc(s(a, "ID")));
+        out.push(
+            ctx.client
+                .get(&path)
+                .map_err(|e| failed("querying allocation", e))?,
+        );
+    }
+    Ok(out)
 }
 
 /// `node status <id>`: the node, its host volumes and its CSI plugins.

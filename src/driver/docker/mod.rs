@@ -158,6 +158,28 @@ impl Docker {
         }
     }
 
+    /// A container's usage from the engine, by its handle: the docker source of
+    /// `resources::usage` (the stats API holds handles, not running tasks).
+    pub fn usage(
+        &self,
+        handle: &TaskHandle,
+    ) -> Result<crate::resources::usage::Reading, DriverError> {
+        let (id, _) = Self::check(handle)?;
+        let s = self.engine()?.stats(id).map_err(|e| self.failed(e))?;
+        Ok(crate::resources::usage::Reading {
+            rss: s.memory.rss,
+            cache: s.memory.cache,
+            swap: s.memory.swap,
+            usage: s.memory.usage,
+            max_usage: s.memory.max_usage,
+            user_seconds: s.cpu.user_usage as f64 / 1e9,
+            system_seconds: s.cpu.kernel_usage as f64 / 1e9,
+            throttled_periods: 0,
+            throttled_time: 0,
+            memory_measured: crate::resources::usage::DOCKER_MEMORY_MEASURED,
+        })
+    }
+
     fn check(handle: &TaskHandle) -> Result<(&str, &str), DriverError> {
         match &handle.state {
             HandleState::Container { id, name } if handle.driver == NAME => Ok((id, name)),

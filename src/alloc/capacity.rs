@@ -1,0 +1,248 @@
+//! Placement by resources (resources.md "Node resources and placement"): an allocation fits
+//! only if what the node's live allocations ask, plus its own ask, stays within the node's
+//! unreserved [`Capacity`]; one that does not is refused with Nomad's dimension
+//! (`Dimension "memory" exhausted on 1 nodes`), as `AllocsFit` names it.
+//!
+//! Pure: [`fit`] takes the capacity, what is already used and the [`Placement`] that
+//! `placement::place` made, and refuses what does not fit. The registry side
+//! ([`Registry::live_asks`]) runs under the registry lock with the rest of the plan, so two
+//! registrations cannot both take the last room.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use super::manager::Registry;
+use super::model::Allocation;
+use super::placement::{Node, Placement, Reason};
+use crate::jobspec::{Job, TaskGroup};
+use crate::records::{DesiredStatus, TaskStatus};
+use crate::resources::Capacity;
+
+/// What allocations ask of the node, in Nomad's units (MHz, MB, MB, cores).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Asks {
+    pub cpu_mhz: u64,
+    pub memory_mb: u64,
+    pub disk_mb: u64,
+    pub cores: u32,
+}
+
+impl Asks {
+    /// One allocation of `group`: its tasks' `resources` summed. The scheduler counts
+    /// `memory`, not `memory_max` (Nomad's oversubscription). The group's `ephemeral_disk` and
+    /// tasks' `cores` are not read by the jobspec yet, so they ask nothing.
+    pub fn of_group(group: &TaskGroup) -> Asks {
+        group.tasks.iter().fold(Asks::default(), |a, t| Asks {
+            cpu_mhz: a.cpu_mhz + u64::from(t.resources.cpu),
+            memory_mb: a.memory_mb + u64::from(t.resources.memory_mb),
+            ..a
+        })
+    }
+
+    fn plus(self, o: Asks) -> Asks {
+        Asks {
+            cpu_mhz: self.cpu_mhz + o.cpu_mhz,
+            memory_mb: self.memory_mb + o.memory_mb,
+            disk_mb: self.disk_mb + o.disk_mb,
+            cores: self.cores + o.cores,
+        }
+    }
+
+    /// The first dimension `self` exceeds `cap` in, in the order Nomad's `Superset` checks them.
+    pub fn exhausted(&self, cap: &Capacity) -> Option<&'static str> {
+        if self.cores > cap.cores {
+            Some("cores")
+        } else if self.cpu_mhz > cap.cpu_mhz {
+            Some("cpu")
+        } else if self.memory_mb > cap.memory_mb {
+            Some("memory")
+        } else if self.disk_mb > cap.disk_mb {
+            Some("disk")
+        } else {
+            None
+        }
+    }
+}
+
+/// Refuses, group by group in the job's order, each allocation of `placement` that does not fit
+/// in `cap` on top of `used` and of those placed before it; the rest of a group goes with the
+/// first of it that does not fit. Answers what is used with what stays placed.
+pub fn fit(job: &Job, cap: &Capacity, mut used: Asks, placement: &mut Placement) -> Asks {
+    for group in &job.task_groups {
+        let wanted = placement.place.get(&group.name).copied().unwrap_or(0);
+        let ask = Asks::of_group(group);
+        for placed in 0..wanted {
+            let after = used.plus(ask);
+            if let Some(dimension) = after.exhausted(cap) {
+                placement.refuse_some(
+                    &group.name,
+                    wanted - placed,
+                    Reason::Dimension(dimension.to_string()),
+                );
+                break;
+            }
+            used = after;
+        }
+    }
+    used
+}
+
+/// Whether an allocation still holds its resources: wanted running and not every task dead.
+fn is_live(alloc: &Allocation) -> bool {
+    alloc.desired() == DesiredStatus::Run
+        && alloc
+            .tasks
+            .values()
+            .any(|t| t.lock().state != TaskStatus::Dead)
+}
+
+impl Registry {
+    /// What the live allocations ask, but for those in `stopping` (the plan stops them).
+    pub(super) fn live_asks(&self, stopping: &[Arc<Allocation>]) -> Asks {
+        let stopping: HashSet<&str> = stopping.iter().map(|a| a.id.as_str()).collect();
+        self.allocs
+            .values()
+            .filter(|a| !stopping.contains(a.id.as_str()) && is_live(a))
+            .filter_map(|a| a.job.task_groups.iter().find(|g| g.name == a.group))
+            .fold(Asks::default(), |used, g| used.plus(Asks::of_group(g)))
+    }
+}
+
+/// `placement::place`, then what does not fit refused, when the node has a capacity to check.
+/// `existing` as `place` takes it; `stopping`: the allocations the plan stops, whose room is free.
+pub(super) fn place(
+    reg: &Registry,
+    job: &Job,
+    node: &Node,
+    existing: &BTreeMap<String, u32>,
+    stopping: &[Arc<Allocation>],
+) -> Placement {
+    let mut placement = super::placement::place(job, node, existing);
+    if let Some(cap) = &node.capacity {
+        fit(job, cap, reg.live_asks(stopping), &mut placement);
+    }
+    placement
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::placement::PlacementFailure;
+
+    fn job(groups: &[(&str, u32, u32, u32)]) -> Job {
+        let mut job: Job = crate::jobspec::hcl::parse_job(
+            r#"job "j" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}"#,
+        )
+        .unwrap()
+        .job;
+        let template = job.task_groups[0].clone();
+        job.task_groups = groups
+            .iter()
+            .map(|(name, count, cpu, mem)| {
+                let mut g = template.clone();
+                g.name = name.to_string();
+                g.count = *count;
+                g.tasks[0].resources.cpu = *cpu;
+                g.tasks[0].resources.memory_mb = *mem;
+                g
+            })
+            .collect();
+        job
+    }
+
+    fn placing(job: &Job) -> Placement {
+        Placement {
+            place: job
+                .task_groups
+                .iter()
+                .map(|g| (g.name.clone(), g.count))
+                .collect::<BTreeMap<_, _>>(),
+            failures: Vec::new(),
+        }
+    }
+
+    const CAP: Capacity = Capacity {
+        cpu_mhz: 1000,
+        memory_mb: 200,
+        disk_mb: 1000,
+        cores: 2,
+    };
+
+    #[test]
+    fn what_fits_is_placed_and_the_rest_names_the_dimension() {
+        let j = job(&[("a", 3, 100, 80), ("b", 1, 100, 10)]);
+        let mut p = placing(&j);
+        let used = fit(&j, &CAP, Asks::default(), &mut p);
+        // Two of a's 80 MB fit in 200; the third does not; b's 10 MB still does.
+        assert_eq!(p.place, BTreeMap::from([("a".into(), 2), ("b".into(), 1)]));
+        assert_eq!(
+            p.failures,
+            vec![PlacementFailure {
+                group: "a".into(),
+                failed: 1,
+                reason: Reason::Dimension("memory".into()),
+            }]
+        );
+        assert_eq!(
+            p.failures[0].lines()[1],
+            "* Dimension \"memory\" exhausted on 1 nodes"
+        );
+        assert_eq!((used.cpu_mhz, used.memory_mb), (300, 170));
+    }
+
+    #[test]
+    fn what_is_used_counts_and_cpu_is_checked_before_memory() {
+        let j = job(&[("a", 1, 600, 300)]);
+        let mut p = placing(&j);
+        let used = Asks {
+            cpu_mhz: 500,
+            ..Asks::default()
+        };
+        fit(&j, &CAP, used, &mut p);
+        assert!(p.place.is_empty());
+        assert_eq!(p.failures[0].reason, Reason::Dimension("cpu".into()));
+        // Exactly full fits.
+        let j = job(&[("a", 1, 500, 200)]);
+        let mut p = placing(&j);
+        fit(&j, &CAP, used, &mut p);
+        assert_eq!(p.place, BTreeMap::from([("a".into(), 1)]));
+        assert!(p.failures.is_empty());
+    }
+
+    #[test]
+    fn dimensions_are_named_in_nomads_order() {
+        let over = |a: Asks| a.exhausted(&CAP);
+        let base = Asks::default();
+        assert_eq!(over(base), None);
+        assert_eq!(
+            over(Asks {
+                cores: 3,
+                cpu_mhz: 5000,
+                ..base
+            }),
+            Some("cores")
+        );
+        assert_eq!(
+            over(Asks {
+                disk_mb: 1001,
+                ..base
+            }),
+            Some("disk")
+        );
+        assert_eq!(
+            over(Asks {
+                memory_mb: 201,
+                disk_mb: 1001,
+                ..base
+            }),
+            Some("memory")
+        );
+    }
+}

@@ -1,0 +1,82 @@
+//! `client { reserved { cpu memory disk cores } }` (Nomad's keys): what the agent keeps for the
+//! host, out of placement's reach. Checked against the node's fingerprint when the agent starts
+//! (`resources::Capacity::new`), since the file alone does not know the host.
+
+use serde::Deserialize;
+
+use super::ConfigError;
+use crate::resources::{parse_cpuset, ReservedResources};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReserved {
+    /// MHz.
+    cpu: Option<u64>,
+    /// MB.
+    memory: Option<u64>,
+    /// MB.
+    disk: Option<u64>,
+    /// A cpuset: `"0,2-3"`.
+    cores: Option<String>,
+}
+
+pub(super) fn validate(raw: Option<&RawReserved>) -> Result<ReservedResources, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(ReservedResources::default());
+    };
+    let cores = match &raw.cores {
+        Some(c) => parse_cpuset(c)
+            .map_err(|e| ConfigError::Invalid(format!("client.reserved.cores: {e}")))?,
+        None => Vec::new(),
+    };
+    Ok(ReservedResources {
+        cpu_mhz: raw.cpu.unwrap_or(0),
+        memory_mb: raw.memory.unwrap_or(0),
+        disk_mb: raw.disk.unwrap_or(0),
+        cores,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    fn load(name: &str, body: &str) -> Result<ReservedResources, String> {
+        let dir = std::env::temp_dir().join(format!("nodeward-res-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p: PathBuf = dir.join(name);
+        std::fs::write(&p, body).unwrap();
+        let out = super::super::load(&[p], false)
+            .map(|c| c.reserved)
+            .map_err(|e| e.to_string());
+        std::fs::remove_dir_all(&dir).unwrap();
+        out
+    }
+
+    use super::*;
+
+    #[test]
+    fn reserved_reads_from_hcl_and_json_and_refuses_bad_values() {
+        let want = ReservedResources {
+            cpu_mhz: 500,
+            memory_mb: 1024,
+            disk_mb: 2048,
+            cores: vec![0, 2, 3],
+        };
+        let hcl = "client {\n  reserved {\n    cpu = 500\n    memory = 1024\n    disk = 2048\n    \
+                   cores = \"0,2-3\"\n  }\n}\n";
+        assert_eq!(load("a.hcl", hcl).unwrap(), want);
+        let json = r#"{"client": {"reserved": {"cpu": 500, "memory": 1024, "disk": 2048, "cores": "0,2-3"}}}"#;
+        assert_eq!(load("a.json", json).unwrap(), want);
+        assert_eq!(load("none.hcl", "").unwrap(), ReservedResources::default());
+        let err = load("bad.hcl", "client {\n reserved { cores = \"x\" }\n}\n").unwrap_err();
+        assert!(
+            err.ends_with("client.reserved.cores: \"x\" is not a core number or range (\"0,2-3\")"),
+            "{err}"
+        );
+        let err = load("neg.hcl", "client {\n reserved { memory = -5 }\n}\n").unwrap_err();
+        assert!(err.contains("memory") || err.contains("invalid"), "{err}");
+        let err = load("typo.hcl", "client {\n reserved { mem = 5 }\n}\n").unwrap_err();
+        assert!(err.contains("mem"), "{err}");
+    }
+}

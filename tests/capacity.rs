@@ -1,0 +1,181 @@
+//! Node resources and placement by resources through the real agent: the fingerprint and
+//! `client { reserved }` in `/v1/node/:id` and `node status`, a job that does not fit in what
+//! is left getting Nomad's `Dimension "memory" exhausted` with no allocation, and its placement
+//! once a stopped job frees the room; a reservation larger than the node refused at start.
+
+use crate::common::*;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The host's memory in MB, as the fingerprint counts it (`MemTotal` / 1024).
+fn host_memory_mb() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let line = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        / 1024
+}
+
+/// A service of one task that sleeps, asking `memory` MB.
+fn service(dir: &TempDir, name: &str, memory: u64) -> PathBuf {
+    let p = dir.path().join(format!("{name}.hcl"));
+    std::fs::write(
+        &p,
+        format!(
+            r#"
+job "{name}" {{
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      kill_timeout = "2s"
+      config {{
+        command = "/bin/sleep"
+        args = ["{}"]
+      }}
+      resources {{
+        cpu    = 50
+        memory = {memory}
+      }}
+    }}
+  }}
+}}"#,
+            unique_marker(200_000)
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn run(agent: &TestAgent, file: &std::path::Path) -> (Option<i32>, String) {
+    let out = agent.cli(&["job", "run", file.to_str().unwrap()]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+fn running(agent: &TestAgent, job: &str) -> String {
+    wait_for(WAIT, &format!("{job} running"), || {
+        let allocs = agent.allocs(job);
+        let a = allocs.iter().find(|a| a["ClientStatus"] == "running")?;
+        Some(a["ID"].as_str()?.to_string())
+    })
+}
+
+/// With 200 MB left after `client { reserved { memory } }`, a 150 MB job runs, a 100 MB one
+/// is refused with Nomad's words and exit 2 and gets no allocation, and it is placed once the
+/// first is stopped.
+#[test]
+fn a_job_that_does_not_fit_in_unreserved_memory_waits_for_room() {
+    let total = host_memory_mb();
+    let dir = TempDir::new("cap");
+    let agent = TestAgent::start_in(
+        dir.path(),
+        &format!(
+            "client {{\n  reserved {{\n    memory = {}\n    cpu = 10\n  }}\n}}\n",
+            total - 200
+        ),
+    );
+    let nodes = agent.get("/v1/nodes");
+    let node = agent.get(&format!("/v1/node/{}", nodes[0]["ID"].as_str().unwrap()));
+    let res = &node["NodeResources"];
+    assert_eq!(res["Memory"]["MemoryMB"], total, "{node}");
+    let cores = std::thread::available_parallelism().unwrap().get() as u64;
+    assert_eq!(res["Cpu"]["TotalCpuCores"], cores, "{node}");
+    assert_eq!(
+        res["Cpu"]["ReservableCpuCores"].as_array().unwrap().len() as u64,
+        cores
+    );
+    // Cores × MHz: at least 100 MHz a core on any machine that runs this.
+    assert!(
+        res["Cpu"]["CpuShares"].as_u64().unwrap() >= 100 * cores,
+        "{node}"
+    );
+    assert!(res["Disk"]["DiskMB"].as_u64().unwrap() > 0, "{node}");
+    let reserved = &node["ReservedResources"];
+    assert_eq!(reserved["Memory"]["MemoryMB"], total - 200, "{node}");
+    assert_eq!(reserved["Cpu"]["CpuShares"], 10, "{node}");
+    assert_eq!(reserved["Disk"]["DiskMB"], 0, "{node}");
+
+    let out = agent.cli(&["node", "status", "-self"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("Allocated Resources\nCPU"), "{text}");
+    assert!(text.contains("0 B/200 MiB"), "{text}");
+
+    let (code, out) = run(&agent, &service(&dir, "big", 150));
+    assert_eq!(code, Some(0), "{out}");
+    running(&agent, "big");
+    let out = agent.cli(&["node", "status", "-self"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("150 MiB/200 MiB"), "{text}");
+
+    let (code, out) = run(&agent, &service(&dir, "more", 100));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains(
+            "    Task Group \"g\" (failed to place 1 allocation):\n      \
+             * Resources exhausted on 1 nodes\n      \
+             * Dimension \"memory\" exhausted on 1 nodes\n"
+        ),
+        "{out}"
+    );
+    assert!(agent.allocs("more").is_empty());
+    let status = agent.cli(&["job", "status", "more"]);
+    let status = String::from_utf8_lossy(&status.stdout).to_string();
+    assert!(
+        status.contains("Placement Failure\nTask Group \"g\":\n  * Resources exhausted on 1 nodes\n  * Dimension \"memory\" exhausted on 1 nodes\n"),
+        "{status}"
+    );
+    let evals = agent.get("/v1/job/more/evaluations");
+    let failed = evals
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|e| e["FailedTGAllocs"].get("g").cloned())
+        .unwrap_or(Value::Null);
+    assert_eq!(failed["DimensionExhausted"]["memory"], 1, "{evals}");
+
+    let out = agent.cli(&["job", "stop", "big"]);
+    assert!(out.status.success(), "{out:?}");
+    running(&agent, "more");
+    assert_eq!(agent.allocs("more").len(), 1);
+}
+
+/// Reserving more memory than the node has is a configuration error: the agent says which key
+/// and why, and does not start.
+#[test]
+fn a_reservation_larger_than_the_node_is_refused_at_start() {
+    let dir = TempDir::new("cap-over");
+    let config = dir.path().join("agent.hcl");
+    let data = dir.path().join("data");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = \"{}\"\nports {{ http = 0 }}\nclient {{\n  reserved {{ memory = {} }}\n}}\n",
+            data.display(),
+            host_memory_mb() + 1000
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["agent", "-config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let want = format!(
+        "config: client.reserved.memory: {} MB is more than the node has ({} MB)",
+        host_memory_mb() + 1000,
+        host_memory_mb()
+    );
+    assert!(err.contains(&want), "{err}");
+}

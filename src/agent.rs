@@ -207,7 +207,7 @@ impl Agent {
             log::warn!("{warning}");
         }
         // Before anything is opened: a reservation larger than the node is a config error.
-        let resources = crate::resources::fingerprint(&config.data_dir)
+        let resources = crate::resources::fingerprint(&config.data_dir, config.totals)
             .map_err(|e| AgentError::Start(e.to_string()))?;
         let capacity = crate::resources::Capacity::new(&resources, &config.reserved)
             .map_err(|e| AgentError::Start(format!("config: {e}")))?;

@@ -86,6 +86,9 @@ pub struct AgentConfig {
     pub docker: DockerSettings,
     /// `client { reserved { } }`: what placement leaves to the host (resources.md).
     pub reserved: crate::resources::ReservedResources,
+    /// `client { cpu_total_compute memory_total_mb }` (Nomad's): the node's CPU (MHz) and memory
+    /// (MB) as the operator states them, instead of the fingerprint's.
+    pub totals: crate::resources::Totals,
     /// What the configuration holds that has no effect (logged when the agent starts).
     pub warnings: Vec<String>,
     /// The `-config` arguments, re-read on SIGHUP.
@@ -190,6 +193,8 @@ struct RawClient {
     max_dynamic_port: Option<u64>,
     node_class: Option<String>,
     reserved: Option<reserved::RawReserved>,
+    cpu_total_compute: Option<u64>,
+    memory_total_mb: Option<u64>,
     /// Values may be written as numbers or booleans too; each is kept as its text.
     meta: Option<BTreeMap<String, serde_json::Value>>,
 }
@@ -267,7 +272,9 @@ impl RawConfig {
                 min_dynamic_port,
                 max_dynamic_port,
                 node_class,
-                reserved
+                reserved,
+                cpu_total_compute,
+                memory_total_mb
             );
             if let Some(m) = c.meta {
                 mine.meta.get_or_insert_with(Default::default).extend(m);
@@ -438,6 +445,10 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
     }
     let (docker, warnings) = plugins::validate(raw.plugin.unwrap_or_default())?;
     let reserved = reserved::validate(client.reserved.as_ref())?;
+    let totals = crate::resources::Totals {
+        cpu_mhz: positive("client.cpu_total_compute", client.cpu_total_compute)?,
+        memory_mb: positive("client.memory_total_mb", client.memory_total_mb)?,
+    };
     let mut host_volumes = BTreeMap::new();
     for (name, v) in client.host_volume.unwrap_or_default() {
         let path = PathBuf::from(&v.path);
@@ -489,6 +500,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         max_dynamic_port,
         docker,
         reserved,
+        totals,
         warnings,
         sources: Vec::new(),
     })
@@ -592,6 +604,14 @@ fn validate_gc(client: &RawClient) -> Result<(GcConfig, usize), ConfigError> {
     )?;
     let max_allocs = count("max_allocs", client.max_allocs, DEFAULT_MAX_ALLOCS, 1)?;
     Ok((gc, max_allocs))
+}
+
+/// A total the operator states: a number above zero when given.
+fn positive(key: &str, v: Option<u64>) -> Result<Option<u64>, ConfigError> {
+    match v {
+        Some(0) => Err(ConfigError::Invalid(format!("{key}: must be more than 0"))),
+        v => Ok(v),
+    }
 }
 
 /// `client { min_dynamic_port max_dynamic_port }`: ports, the first not above the second.

@@ -179,3 +179,27 @@ fn a_reservation_larger_than_the_node_is_refused_at_start() {
     );
     assert!(err.contains(&want), "{err}");
 }
+
+/// `client { cpu_total_compute memory_total_mb }` state the node's totals instead of the
+/// fingerprint (Nomad's overrides, for boards whose CPU states no frequency), and placement
+/// counts against them: a 300 MB job does not fit in a node stated to have 256 MB.
+#[test]
+fn the_operators_totals_replace_the_fingerprint() {
+    let dir = TempDir::new("cap-totals");
+    let agent = TestAgent::start_in(
+        dir.path(),
+        "client {\n  cpu_total_compute = 123456\n  memory_total_mb = 256\n}\n",
+    );
+    let nodes = agent.get("/v1/nodes");
+    let node = agent.get(&format!("/v1/node/{}", nodes[0]["ID"].as_str().unwrap()));
+    let res = &node["NodeResources"];
+    assert_eq!(res["Cpu"]["CpuShares"], 123456, "{node}");
+    assert_eq!(res["Memory"]["MemoryMB"], 256, "{node}");
+    let job = service(&dir, "big", 300);
+    let (code, out) = run(&agent, &job);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("Dimension \"memory\" exhausted on 1 nodes"),
+        "{out}"
+    );
+}

@@ -79,4 +79,34 @@ mod tests {
         let err = load("typo.hcl", "client {\n reserved { mem = 5 }\n}\n").unwrap_err();
         assert!(err.contains("mem"), "{err}");
     }
+
+    #[test]
+    fn stated_totals_are_read_and_zero_is_refused() {
+        let dir = std::env::temp_dir().join(format!("nodeward-tot-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let load = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            super::super::load(&[p], false)
+        };
+        let c = load(
+            "t.hcl",
+            "client {\n  cpu_total_compute = 8000\n  memory_total_mb = 4096\n}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.totals,
+            crate::resources::Totals {
+                cpu_mhz: Some(8000),
+                memory_mb: Some(4096)
+            }
+        );
+        let err = load("z.hcl", "client {\n  memory_total_mb = 0\n}\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("client.memory_total_mb: must be more than 0"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -124,8 +124,22 @@ pub fn parse_cpuset(text: &str) -> Result<Vec<u32>, String> {
     Ok(out)
 }
 
-/// Reads the host's resources; `data_dir` names the file system whose free space is the disk.
-pub fn fingerprint(data_dir: &Path) -> Result<NodeResources, ResourcesError> {
+/// The node's totals as the agent's configuration states them (`client { cpu_total_compute
+/// memory_total_mb }`), each replacing the fingerprint's reading when set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub cpu_mhz: Option<u64>,
+    pub memory_mb: Option<u64>,
+}
+
+/// The frequency a core is counted at when neither cpufreq nor /proc/cpuinfo gives one (ARM
+/// boards, some virtual machines): Nomad's default of 1 GHz, so that the agent still starts and
+/// places tasks; `client { cpu_total_compute }` states the real figure.
+const DEFAULT_CORE_MHZ: u64 = 1000;
+
+/// Reads the host's resources; `data_dir` names the file system whose free space is the disk;
+/// `totals` replace what the operator stated.
+pub fn fingerprint(data_dir: &Path, totals: Totals) -> Result<NodeResources, ResourcesError> {
     let read = |what, path: &str| {
         std::fs::read_to_string(path).map_err(|e| ResourcesError::Fingerprint {
             what,
@@ -147,27 +161,37 @@ pub fn fingerprint(data_dir: &Path) -> Result<NodeResources, ResourcesError> {
     let max_khz = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok());
-    let mhz = max_khz
-        .map(|k| k / 1000)
-        .or_else(|| cpuinfo_mhz(&cpuinfo))
-        .ok_or(ResourcesError::Fingerprint {
-            what: "cpu",
-            reason: "no frequency in /proc/cpuinfo nor in cpufreq".to_string(),
-        })?;
-    let meminfo = read("memory", "/proc/meminfo")?;
-    let memory_kb = meminfo_kb(&meminfo, "MemTotal").ok_or(ResourcesError::Fingerprint {
-        what: "memory",
-        reason: "no MemTotal in /proc/meminfo".to_string(),
-    })?;
+    let mhz = max_khz.map(|k| k / 1000).or_else(|| cpuinfo_mhz(&cpuinfo));
+    let cpu_mhz = match (totals.cpu_mhz, mhz) {
+        (Some(total), _) => total,
+        (None, Some(mhz)) => mhz * cores.len() as u64,
+        (None, None) => {
+            log::warn!(
+                "no CPU frequency in cpufreq or /proc/cpuinfo: counting {DEFAULT_CORE_MHZ} MHz per \
+                 core; set client {{ cpu_total_compute }} to the node's total MHz"
+            );
+            DEFAULT_CORE_MHZ * cores.len() as u64
+        }
+    };
+    let memory_mb = match totals.memory_mb {
+        Some(total) => total,
+        None => {
+            let meminfo = read("memory", "/proc/meminfo")?;
+            meminfo_kb(&meminfo, "MemTotal").ok_or(ResourcesError::Fingerprint {
+                what: "memory",
+                reason: "no MemTotal in /proc/meminfo".to_string(),
+            })? / 1024
+        }
+    };
     let disk = stats::disk_of(data_dir).map_err(|e| ResourcesError::Fingerprint {
         what: "disk",
         reason: format!("{}: {e}", data_dir.display()),
     })?;
     Ok(NodeResources {
-        cpu_mhz: mhz * cores.len() as u64,
+        cpu_mhz,
         total_cores: cores.len() as u32,
         cores,
-        memory_mb: memory_kb / 1024,
+        memory_mb,
         disk_mb: disk.available / (1024 * 1024),
     })
 }

@@ -49,6 +49,7 @@ pub enum AgentError {
 pub struct AgentHooks {
     pub volumes: Arc<dyn VolumeLookup>,
     pub csi: Arc<PluginRegistry>,
+    pub csi_volumes: Arc<CsiVolumeManager>,
     pub csi_settings: CsiSettings,
 }
 
@@ -58,6 +59,7 @@ impl HookFactory for AgentHooks {
             Arc::new(TaskDirHook),
             Arc::new(VolumeMountHook {
                 volumes: self.volumes.clone(),
+                csi: Some(self.csi_volumes.clone()),
             }),
         ];
         if let Some(csi) = CsiPluginHook::new(task, self.csi.clone(), self.csi_settings) {
@@ -273,11 +275,13 @@ impl Agent {
             hooks: Arc::new(AgentHooks {
                 volumes: volumes.clone(),
                 csi: csi.clone(),
+                csi_volumes: csi_volumes.clone(),
                 csi_settings: CsiSettings {
                     probe_interval: config.csi_probe_interval,
                 },
             }),
             volumes: volumes.clone(),
+            csi_volumes: Some(csi_volumes.clone()),
             keeper: keeper.clone(),
             max_kill_timeout: config.max_kill_timeout,
             max_allocs: config.max_allocs,
@@ -296,6 +300,15 @@ impl Agent {
         // A plugin registration whose allocation is gone has nobody to confirm it.
         let known: std::collections::HashSet<String> = allocs.alloc_ids().into_iter().collect();
         csi.retain_allocs(&|id| known.contains(id));
+        // Claims of allocations that are gone: what they left mounted is taken down.
+        for id in csi_volumes.claiming_allocs() {
+            if !known.contains(&id) {
+                csi_volumes.unmount_alloc(&id, Box::new(|| true));
+            }
+        }
+        let unmounter = csi_volumes
+            .start_unmounter(config.data_dir.clone())
+            .map_err(|e| AgentError::Start(format!("cannot start the CSI unmount thread: {e}")))?;
         store.save()?;
         let flusher_store = store.clone();
         let flusher_stop = shutdown.clone();
@@ -360,7 +373,7 @@ impl Agent {
             stop,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown,
-            workers: Mutex::new(vec![flusher, collector, fingerprint, periodic]),
+            workers: Mutex::new(vec![flusher, collector, fingerprint, periodic, unmounter]),
             keeper,
             _lock: lock,
         }))

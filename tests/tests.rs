@@ -18,6 +18,7 @@ mod api_server;
 mod cli;
 mod crash_storm;
 mod csi_agent;
+mod csi_mounts;
 mod csi_supervisor;
 mod csi_volumes;
 mod docker_driver;

@@ -41,6 +41,7 @@
 //! [`Worker`]: crate::thread::Worker
 
 mod children;
+mod csi;
 mod evals;
 mod gate;
 mod gc;

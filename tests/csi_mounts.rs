@@ -1,0 +1,358 @@
+//! CSI volumes used by allocations (csi-volumes.md "Claims and mounts"), through the real agent,
+//! the real hostpath test plugin as a plugin task, and real bind mounts read back from
+//! `/proc/self/mountinfo`: the claim, ControllerPublish, NodeStage and NodePublish before the task
+//! starts, the reverse when it stops, claims that make a second writer wait, a plugin that is not
+//! there yet, a plugin whose NodePublish fails, and an agent killed while a task uses a volume.
+//! Every test needs root (bind mounts); without it each prints a SKIPPED line.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::common::*;
+use crate::csi_volumes::{csi_spec, PluginAgent};
+
+const WAIT: Duration = Duration::from_secs(60);
+const USAGE: &str = "rw-file-system-single-node-writer";
+
+fn skip(test: &str) -> bool {
+    if is_root() {
+        return false;
+    }
+    println!("SKIPPED {test}: bind mounts need root");
+    true
+}
+
+/// The mount points of this mount namespace (the agent's and the plugin's) under `dir`, one
+/// entry per mount.
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(PathBuf::from)
+        .filter(|p| p.starts_with(dir))
+        .collect()
+}
+
+fn csi_dir(p: &PluginAgent) -> PathBuf {
+    p.agent.data_dir.join("client/csi")
+}
+
+fn publish_target(p: &PluginAgent, alloc: &str, volume: &str) -> PathBuf {
+    csi_dir(p).join(format!("per-alloc/{alloc}/{volume}/{USAGE}"))
+}
+
+fn staging(p: &PluginAgent, volume: &str) -> PathBuf {
+    csi_dir(p).join(format!("staging/hostpath/{volume}/{USAGE}"))
+}
+
+fn create_volume(p: &PluginAgent, id: &str) {
+    let file = p.spec(&format!("{id}.hcl"), &csi_spec(id, ""));
+    let (code, out, err) = p.cli(&["volume", "create", file.to_str().unwrap()]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+}
+
+/// A job whose task mounts the CSI volume `volume` at `data` and runs `script`.
+fn job(name: &str, volume: &str, script: &str) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  group "g" {{
+    volume "data" {{
+      type            = "csi"
+      source          = "{volume}"
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }}
+    task "t" {{
+      driver = "raw_exec"
+      volume_mount {{ volume = "data"  destination = "data" }}
+      config {{ command = "/bin/sh"  args = ["-c", "{script}"] }}
+    }}
+  }}
+}}"#
+    )
+}
+
+fn client_status(p: &PluginAgent, alloc: &str) -> (String, String) {
+    let a = p.agent.get(&format!("/v1/allocation/{alloc}"));
+    (
+        a["ClientStatus"].as_str().unwrap_or_default().to_string(),
+        a["ClientDescription"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+fn wait_status(p: &PluginAgent, alloc: &str, want: &str) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while client_status(p, alloc).0 != want {
+        if std::time::Instant::now() > deadline {
+            panic!(
+                "alloc {alloc} is not {want} but {:?}; events {:?}; agent log:\n{}",
+                client_status(p, alloc),
+                p.agent.events(alloc, "t"),
+                p.agent.log_text()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn claims(p: &PluginAgent, volume: &str) -> usize {
+    let v = p.agent.get(&format!("/v1/volume/csi/{volume}"));
+    v["Allocations"].as_array().map_or(0, |a| a.len())
+}
+
+fn stop_job(p: &PluginAgent, job: &str) {
+    let (status, body) = p.agent.request("DELETE", &format!("/v1/job/{job}"), None);
+    assert_eq!(status, 200, "{body}");
+}
+
+/// The whole flow: a job writes into the volume through its mount; when it stops the volume is
+/// unpublished, unstaged and its claim released; a second job reads the data back; the volume
+/// is then deleted.
+#[test]
+fn a_volume_written_by_one_job_is_read_by_the_next_and_deleted() {
+    if skip("a_volume_written_by_one_job_is_read_by_the_next_and_deleted") {
+        return;
+    }
+    let p = PluginAgent::start("csi-flow", "", "");
+    create_volume(&p, "data");
+    let writer = p.agent.run_hcl(&job(
+        "writer",
+        "data",
+        "echo kept > data/file && exec sleep 3600",
+    ));
+    let alloc = p.agent.alloc_id(&writer);
+    wait_status(&p, &alloc, "running");
+    let target = publish_target(&p, &alloc, "data");
+    wait_for(WAIT, "the file written through the mount", || {
+        std::fs::read_to_string(p.root.join("hp-data/file")).ok()
+    });
+    assert_eq!(mounts_under(&target), std::slice::from_ref(&target));
+    assert_eq!(mounts_under(&staging(&p, "data")).len(), 1);
+    assert_eq!(claims(&p, "data"), 1);
+    let v = p.agent.get("/v1/volume/csi/data");
+    assert_eq!(v["AccessMode"], "single-node-writer");
+    assert!(v["WriteAllocs"].get(&alloc).is_some(), "{v}");
+
+    stop_job(&p, &writer);
+    wait_for(WAIT, "the claim released", || {
+        (claims(&p, "data") == 0).then_some(())
+    });
+    assert!(
+        mounts_under(&csi_dir(&p)).is_empty(),
+        "unpublished and unstaged"
+    );
+    assert!(!target.exists(), "the plugin removed the target");
+
+    let batch = job("reader", "data", "cat data/file > ${NOMAD_ALLOC_DIR}/read")
+        .replace("job \"reader\" {", "job \"reader\" {\n  type = \"batch\"");
+    let reader = p.agent.run_hcl(&batch);
+    let alloc2 = p.agent.alloc_id(&reader);
+    wait_status(&p, &alloc2, "complete");
+    let read = p.agent.data_dir.join(format!("alloc/{alloc2}/alloc/read"));
+    assert_eq!(std::fs::read_to_string(read).unwrap(), "kept\n");
+    wait_for(WAIT, "the reader's claim released", || {
+        (claims(&p, "data") == 0).then_some(())
+    });
+    assert!(mounts_under(&csi_dir(&p)).is_empty());
+
+    let (code, out, err) = p.cli(&["volume", "delete", "data"]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert!(!p.root.join("hp-data").exists());
+}
+
+/// `single-node-writer` takes one writer: a second job waits `pending` with Nomad's reason and
+/// starts once the first one's claim is released.
+#[test]
+fn a_second_writer_waits_for_the_first_to_stop() {
+    if skip("a_second_writer_waits_for_the_first_to_stop") {
+        return;
+    }
+    let p = PluginAgent::start("csi-writers", "", "");
+    create_volume(&p, "data");
+    let first = p.agent.run_hcl(&job("first", "data", "exec sleep 3600"));
+    let a1 = p.agent.alloc_id(&first);
+    wait_status(&p, &a1, "running");
+    let second = p.agent.run_hcl(&job("second", "data", "exec sleep 3600"));
+    let a2 = p.agent.alloc_id(&second);
+    wait_for(WAIT, "the second writer's reason", || {
+        let (status, why) = client_status(&p, &a2);
+        (status == "pending" && !why.is_empty()).then_some(())
+    });
+    assert_eq!(
+        client_status(&p, &a2),
+        (
+            "pending".to_string(),
+            "volume \"data\" has exhausted its available writer claims".to_string()
+        )
+    );
+    stop_job(&p, &first);
+    wait_status(&p, &a2, "running");
+    let target = publish_target(&p, &a2, "data");
+    assert_eq!(mounts_under(&target), std::slice::from_ref(&target));
+    assert!(mounts_under(&publish_target(&p, &a1, "data")).is_empty());
+    stop_job(&p, &second);
+    wait_for(WAIT, "the claims released", || {
+        (claims(&p, "data") == 0).then_some(())
+    });
+    assert!(mounts_under(&csi_dir(&p)).is_empty());
+}
+
+/// A job whose volume's plugin is not on the node waits with Nomad's reason and starts once a
+/// plugin task for it is healthy.
+#[test]
+fn a_job_waits_for_its_plugin_and_starts_once_it_is_healthy() {
+    if skip("a_job_waits_for_its_plugin_and_starts_once_it_is_healthy") {
+        return;
+    }
+    let p = PluginAgent::start("csi-plugin-wait", "", "");
+    create_volume(&p, "data");
+    stop_job(&p, "hostpath");
+    wait_for(WAIT, "the plugin gone", || {
+        let (status, _) = p.agent.request("GET", "/v1/plugin/csi/hostpath", None);
+        let v = p.agent.get("/v1/volume/csi/data");
+        (status == 404 || v["Schedulable"] == false).then_some(())
+    });
+    let user = p.agent.run_hcl(&job("user", "data", "exec sleep 3600"));
+    let alloc = p.agent.alloc_id(&user);
+    let node = p.agent.get("/v1/nodes")[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_for(WAIT, "the plugin's reason", || {
+        let (status, why) = client_status(&p, &alloc);
+        (status == "pending" && !why.is_empty()).then_some(())
+    });
+    assert_eq!(
+        client_status(&p, &alloc).1,
+        format!("CSI plugin hostpath is missing from client {node}")
+    );
+    // Another plugin task of the same plugin, on the same volume root.
+    p.agent.run_hcl(&format!(
+        r#"
+job "hostpath-again" {{
+  group "plugin" {{
+    task "plugin" {{
+      driver = "raw_exec"
+      config {{
+        command = "{plugin}"
+        args    = ["--endpoint", "${{CSI_ENDPOINT}}", "--root", "{root}"]
+      }}
+      csi_plugin {{ id = "hostpath"  type = "monolith"  health_timeout = "30s" }}
+    }}
+  }}
+}}"#,
+        plugin = env!("CARGO_BIN_EXE_nodeward-csi-test-plugin"),
+        root = p.root.display()
+    ));
+    wait_status(&p, &alloc, "running");
+    let target = publish_target(&p, &alloc, "data");
+    assert_eq!(mounts_under(&target), std::slice::from_ref(&target));
+    stop_job(&p, &user);
+    wait_for(WAIT, "the claim released", || {
+        (claims(&p, "data") == 0).then_some(())
+    });
+}
+
+/// A plugin whose NodePublish fails: the allocation fails with Nomad's words and the plugin's
+/// message, and what was done before (the stage) is undone: nothing stays mounted, the claim goes.
+#[test]
+fn a_failing_node_publish_fails_the_allocation_and_leaves_nothing_mounted() {
+    if skip("a_failing_node_publish_fails_the_allocation_and_leaves_nothing_mounted") {
+        return;
+    }
+    let p = PluginAgent::start(
+        "csi-publish-fails",
+        "",
+        r#", "--mode", "publish-fails", "--fail-message", "disk on fire""#,
+    );
+    create_volume(&p, "data");
+    let user = p.agent.run_hcl(&job("user", "data", "exec sleep 3600"));
+    let alloc = p.agent.alloc_id(&user);
+    wait_status(&p, &alloc, "failed");
+    let events = p.agent.events(&alloc, "t");
+    assert!(
+        events.contains(&(
+            "Setup Failure".to_string(),
+            "failed to setup alloc: pre-run hook \"csi_hook\" failed: rpc error: code = Internal desc = disk on fire".to_string()
+        )),
+        "{events:?}"
+    );
+    wait_for(WAIT, "the claim released", || {
+        (claims(&p, "data") == 0).then_some(())
+    });
+    assert!(mounts_under(&csi_dir(&p)).is_empty());
+    assert!(mounts_under(&p.agent.data_dir).is_empty());
+}
+
+/// An agent killed with SIGKILL while a task uses a published volume: after the restart the
+/// volume is mounted exactly once, and the task never noticed (same PID, still running, no
+/// restart); stopping it then takes the volume down.
+#[test]
+fn a_published_volume_survives_an_agent_kill_and_the_task_keeps_running() {
+    if skip("a_published_volume_survives_an_agent_kill_and_the_task_keeps_running") {
+        return;
+    }
+    let mut p = PluginAgent::start("csi-mount-kill", "", "");
+    create_volume(&p, "data");
+    let user = p.agent.run_hcl(&job(
+        "user",
+        "data",
+        "echo $$ > data/pid && exec sleep 3600",
+    ));
+    let alloc = p.agent.alloc_id(&user);
+    wait_status(&p, &alloc, "running");
+    let pid: i32 = wait_for(WAIT, "the task's PID", || {
+        std::fs::read_to_string(p.root.join("hp-data/pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    });
+    let target = publish_target(&p, &alloc, "data");
+    assert_eq!(mounts_under(&target), std::slice::from_ref(&target));
+
+    p.agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    p.agent.restart();
+    wait_status(&p, &alloc, "running");
+    // Counted once the plugin is registered again, so that a publish after it would show.
+    wait_for(WAIT, "the plugin healthy again", || {
+        let v = p.agent.get("/v1/volume/csi/data");
+        (v["Schedulable"] == true).then_some(())
+    });
+    assert_eq!(
+        mounts_under(&target),
+        std::slice::from_ref(&target),
+        "mounted once"
+    );
+    // The plugin makes a mount that is there already no second time; what it was asked is in
+    // its log: one publish.
+    let log = p
+        .agent
+        .data_dir
+        .join(format!("alloc/{}/alloc/logs/plugin.stderr.0", p.alloc));
+    let log = std::fs::read_to_string(log).unwrap();
+    assert_eq!(
+        log.matches("csi-test-plugin: published hp-data at").count(),
+        1,
+        "{log}"
+    );
+    assert!(alive(pid), "the task kept running");
+    let state = p.agent.task_state(&alloc, "t");
+    assert_eq!(state["State"], "running");
+    assert_eq!(state["Restarts"], 0);
+    assert_eq!(
+        std::fs::read_to_string(p.root.join("hp-data/pid"))
+            .unwrap()
+            .trim(),
+        pid.to_string()
+    );
+    stop_job(&p, &user);
+    wait_for(WAIT, "the claim released", || {
+        (claims(&p, "data") == 0).then_some(())
+    });
+    assert!(mounts_under(&csi_dir(&p)).is_empty());
+}

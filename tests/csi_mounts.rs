@@ -2,7 +2,8 @@
 //! the real hostpath test plugin as a plugin task, and real bind mounts read back from
 //! `/proc/self/mountinfo`: the claim, ControllerPublish, NodeStage and NodePublish before the task
 //! starts, the reverse when it stops, claims that make a second writer wait, a plugin that is not
-//! there yet, a plugin whose NodePublish fails, and an agent killed while a task uses a volume.
+//! there yet, a plugin whose NodePublish fails, an agent killed while a task uses a volume, and
+//! a plugin of Python's grpcio publishing through the same path.
 //! Every test needs root (bind mounts); without it each prints a SKIPPED line.
 
 use std::path::{Path, PathBuf};
@@ -355,4 +356,94 @@ fn a_published_volume_survives_an_agent_kill_and_the_task_keeps_running() {
         (claims(&p, "data") == 0).then_some(())
     });
     assert!(mounts_under(&csi_dir(&p)).is_empty());
+}
+
+/// A plugin of another gRPC stack (Python's grpcio, `tests/support/py_csi_plugin.py` in mode
+/// `publish`) run as the plugin task: the agent creates a volume through it, publishes it into
+/// a job's task (a real bind mount the plugin makes), and unpublishes it when the job stops.
+#[test]
+fn a_volume_is_published_through_a_python_grpc_plugin() {
+    let test = "a_volume_is_published_through_a_python_grpc_plugin";
+    if skip(test) {
+        return;
+    }
+    let has_grpc = std::process::Command::new("python3")
+        .args(["-c", "import grpc"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_grpc {
+        println!("SKIPPED {test}: python3 cannot import grpc (install it with: python3 -m pip install grpcio)");
+        return;
+    }
+    let dir = TempDir::new("csi-py-mount");
+    let root = dir.path().join("vols");
+    std::fs::create_dir_all(&root).unwrap();
+    let agent = TestAgent::start_in(dir.path(), "");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/py_csi_plugin.py");
+    agent.run_hcl(&format!(
+        r#"
+job "py" {{
+  group "plugin" {{
+    task "plugin" {{
+      driver = "raw_exec"
+      config {{
+        command = "python3"
+        args    = ["{script}", "${{CSI_ENDPOINT}}", "publish", "{root}"]
+      }}
+      csi_plugin {{ id = "py"  type = "monolith"  health_timeout = "30s" }}
+    }}
+  }}
+}}"#,
+        script = script.display(),
+        root = root.display()
+    ));
+    wait_for(WAIT, "the python plugin healthy on both sides", || {
+        let (_, body) = agent.request("GET", "/v1/plugin/csi/py", None);
+        let p: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (p["ControllersHealthy"] == 1 && p["NodesHealthy"] == 1).then_some(())
+    });
+    let spec = dir.path().join("vol.hcl");
+    std::fs::write(
+        &spec,
+        "type = \"csi\"\nid = \"data\"\nplugin_id = \"py\"\ncapability {\n  access_mode = \"single-node-writer\"\n  attachment_mode = \"file-system\"\n}\n",
+    )
+    .unwrap();
+    let out = agent.cli(&["volume", "create", spec.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let user = agent.run_hcl(&job(
+        "user",
+        "data",
+        "echo via-python > data/file && exec sleep 3600",
+    ));
+    let alloc = agent.alloc_id(&user);
+    let file = root.join("py-data/file");
+    wait_for(
+        WAIT,
+        "the file written through the python plugin's mount",
+        || std::fs::read_to_string(&file).ok(),
+    );
+    let target = agent
+        .data_dir
+        .join(format!("client/csi/per-alloc/{alloc}/data/{USAGE}"));
+    assert_eq!(mounts_under(&target), std::slice::from_ref(&target));
+    let (status, body) = agent.request("DELETE", &format!("/v1/job/{user}"), None);
+    assert_eq!(status, 200, "{body}");
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let v = agent.get("/v1/volume/csi/data");
+        if v["Allocations"].as_array().is_none_or(|a| a.is_empty()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the claim was not released: {v}\n{}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(mounts_under(&agent.data_dir.join("client/csi")).is_empty());
+    assert!(!target.exists());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "via-python\n");
 }

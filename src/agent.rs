@@ -300,9 +300,16 @@ impl Agent {
         // A plugin registration whose allocation is gone has nobody to confirm it.
         let known: std::collections::HashSet<String> = allocs.alloc_ids().into_iter().collect();
         csi.retain_allocs(&|id| known.contains(id));
-        // Claims of allocations that are gone: what they left mounted is taken down.
+        // Claims of allocations that are gone or were stopped (no gate of theirs runs again):
+        // what they left mounted is taken down; a live one's gate picks up its own claims.
+        let live: std::collections::HashSet<String> = allocs
+            .allocations()
+            .into_iter()
+            .filter(|a| a.desired() == crate::records::DesiredStatus::Run)
+            .map(|a| a.id.clone())
+            .collect();
         for id in csi_volumes.claiming_allocs() {
-            if !known.contains(&id) {
+            if !live.contains(&id) {
                 csi_volumes.unmount_alloc(&id, Box::new(|| true));
             }
         }

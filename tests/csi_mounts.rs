@@ -105,6 +105,27 @@ fn claims(p: &PluginAgent, volume: &str) -> usize {
     v["Allocations"].as_array().map_or(0, |a| a.len())
 }
 
+/// Runs a second plugin task of the plugin `hostpath` on the same volume root.
+fn plugin_again(p: &PluginAgent) {
+    p.agent.run_hcl(&format!(
+        r#"
+job "hostpath-again" {{
+  group "plugin" {{
+    task "plugin" {{
+      driver = "raw_exec"
+      config {{
+        command = "{plugin}"
+        args    = ["--endpoint", "${{CSI_ENDPOINT}}", "--root", "{root}"]
+      }}
+      csi_plugin {{ id = "hostpath"  type = "monolith"  health_timeout = "30s" }}
+    }}
+  }}
+}}"#,
+        plugin = env!("CARGO_BIN_EXE_nodeward-csi-test-plugin"),
+        root = p.root.display()
+    ));
+}
+
 fn stop_job(p: &PluginAgent, job: &str) {
     let (status, body) = p.agent.request("DELETE", &format!("/v1/job/{job}"), None);
     assert_eq!(status, 200, "{body}");
@@ -232,23 +253,7 @@ fn a_job_waits_for_its_plugin_and_starts_once_it_is_healthy() {
         format!("CSI plugin hostpath is missing from client {node}")
     );
     // Another plugin task of the same plugin, on the same volume root.
-    p.agent.run_hcl(&format!(
-        r#"
-job "hostpath-again" {{
-  group "plugin" {{
-    task "plugin" {{
-      driver = "raw_exec"
-      config {{
-        command = "{plugin}"
-        args    = ["--endpoint", "${{CSI_ENDPOINT}}", "--root", "{root}"]
-      }}
-      csi_plugin {{ id = "hostpath"  type = "monolith"  health_timeout = "30s" }}
-    }}
-  }}
-}}"#,
-        plugin = env!("CARGO_BIN_EXE_nodeward-csi-test-plugin"),
-        root = p.root.display()
-    ));
+    plugin_again(&p);
     wait_status(&p, &alloc, "running");
     let target = publish_target(&p, &alloc, "data");
     assert_eq!(mounts_under(&target), std::slice::from_ref(&target));
@@ -446,4 +451,48 @@ job "py" {{
     assert!(mounts_under(&agent.data_dir.join("client/csi")).is_empty());
     assert!(!target.exists());
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "via-python\n");
+}
+
+/// An unpublish that cannot be made yet (the plugin is gone) is retried and survives an agent
+/// killed meanwhile: the next agent resumes it once a plugin task is back, and only then releases
+/// the claim.
+#[test]
+fn a_pending_unpublish_resumes_after_an_agent_kill() {
+    if skip("a_pending_unpublish_resumes_after_an_agent_kill") {
+        return;
+    }
+    let mut p = PluginAgent::start("csi-unpublish-resume", "", "");
+    create_volume(&p, "data");
+    let user = p.agent.run_hcl(&job("user", "data", "exec sleep 3600"));
+    let alloc = p.agent.alloc_id(&user);
+    wait_status(&p, &alloc, "running");
+    let target = publish_target(&p, &alloc, "data");
+    stop_job(&p, "hostpath");
+    wait_for(WAIT, "the plugin gone", || {
+        let (status, _) = p.agent.request("GET", "/v1/plugin/csi/hostpath", None);
+        (status == 404).then_some(())
+    });
+    stop_job(&p, &user);
+    wait_for(WAIT, "a failed unpublish", || {
+        p.agent
+            .log_text()
+            .contains(&format!(
+                "taking down the CSI volumes of allocation {alloc} failed"
+            ))
+            .then_some(())
+    });
+    assert_eq!(claims(&p, "data"), 1, "the claim is held while mounted");
+    assert_eq!(mounts_under(&target), std::slice::from_ref(&target));
+
+    p.agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    p.agent.restart();
+    assert_eq!(claims(&p, "data"), 1, "still held by the next agent");
+    plugin_again(&p);
+    wait_for(WAIT, "the claim released", || {
+        (claims(&p, "data") == 0).then_some(())
+    });
+    assert!(
+        mounts_under(&csi_dir(&p)).is_empty(),
+        "unpublished and unstaged"
+    );
 }

@@ -3,7 +3,8 @@
 //! `/proc/self/mountinfo`: the claim, ControllerPublish, NodeStage and NodePublish before the task
 //! starts, the reverse when it stops, claims that make a second writer wait, a plugin that is not
 //! there yet, a plugin whose NodePublish fails, an agent killed while a task uses a volume, and
-//! a plugin of Python's grpcio publishing through the same path.
+//! a plugin of Python's grpcio publishing through the same path, and a docker task's container
+//! bind (with the suite's private dockerd; SKIPPED without one).
 //! Every test needs root (bind mounts); without it each prints a SKIPPED line.
 
 use std::path::{Path, PathBuf};
@@ -495,4 +496,50 @@ fn a_pending_unpublish_resumes_after_an_agent_kill() {
         mounts_under(&csi_dir(&p)).is_empty(),
         "unpublished and unstaged"
     );
+}
+
+/// A docker task gets the published volume as a container bind at its `volume_mount`
+/// destination: what it writes there is in the volume, and the volume is taken down when the
+/// task is over.
+#[test]
+fn a_docker_task_writes_into_a_published_volume() {
+    let test = "a_docker_task_writes_into_a_published_volume";
+    if skip(test) {
+        return;
+    }
+    let Some(env) = crate::common::docker::engine_or_skip(test) else {
+        return;
+    };
+    let config = format!(
+        "plugin \"docker\" {{\n  config {{ endpoint = \"{}\" }}\n}}\n",
+        env.host
+    );
+    let p = PluginAgent::start_with_config("csi-docker", "", "", &config);
+    create_volume(&p, "data");
+    let hcl = job("dock", "data", "")
+        .replace("job \"dock\" {", "job \"dock\" {\n  type = \"batch\"")
+        .replace("destination = \"data\"", "destination = \"/data\"")
+        .replace("driver = \"raw_exec\"", "driver = \"docker\"")
+        .replace(
+            r#"config { command = "/bin/sh"  args = ["-c", ""] }"#,
+            r#"config {
+        image   = "busybox:1"
+        command = "sh"
+        args    = ["-c", "echo via-docker > /data/file"]
+      }"#,
+        );
+    let dock = p.agent.run_hcl(&hcl);
+    let alloc = p.agent.alloc_id(&dock);
+    wait_status(&p, &alloc, "complete");
+    assert_eq!(
+        std::fs::read_to_string(p.root.join("hp-data/file")).unwrap(),
+        "via-docker\n"
+    );
+    wait_for(WAIT, "the claim released", || {
+        (claims(&p, "data") == 0).then_some(())
+    });
+    assert!(mounts_under(&csi_dir(&p)).is_empty());
+    for c in env.containers_of_alloc(&alloc) {
+        let _ = env.engine.remove(&c.id, true);
+    }
 }

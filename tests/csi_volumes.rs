@@ -464,9 +464,19 @@ pub(crate) struct PluginAgent {
 impl PluginAgent {
     /// `restart` is the group's restart block; `extra` more plugin arguments.
     pub(crate) fn start(tag: &str, restart: &str, extra: &str) -> PluginAgent {
+        PluginAgent::start_with_config(tag, restart, extra, "")
+    }
+
+    /// As [`PluginAgent::start`], with `config` as the agent's configuration.
+    pub(crate) fn start_with_config(
+        tag: &str,
+        restart: &str,
+        extra: &str,
+        config: &str,
+    ) -> PluginAgent {
         let dir = TempDir::new(tag);
         let root = dir.path().join("vols");
-        let agent = TestAgent::start_in(dir.path(), "");
+        let agent = TestAgent::start_in(dir.path(), config);
         let job = agent.run_hcl(&format!(
             r#"
 job "hostpath" {{

@@ -543,3 +543,63 @@ fn a_docker_task_writes_into_a_published_volume() {
         let _ = env.engine.remove(&c.id, true);
     }
 }
+
+/// A plugin task killed and restarted by its restart policy while a volume is published into a
+/// running task: the task keeps its mount, nothing is published or staged again when the plugin
+/// is back, and stopping the job still takes the volume down through the new plugin process.
+#[test]
+fn a_plugin_restart_keeps_published_volumes() {
+    if skip("a_plugin_restart_keeps_published_volumes") {
+        return;
+    }
+    let restart = r#"restart {
+      attempts = 3
+      delay    = "1s"
+      mode     = "fail"
+    }"#;
+    let p = PluginAgent::start("csi-plugin-restart", restart, "");
+    create_volume(&p, "data");
+    let user = p.agent.run_hcl(&job("user", "data", "exec sleep 3600"));
+    let alloc = p.agent.alloc_id(&user);
+    wait_status(&p, &alloc, "running");
+    let target = publish_target(&p, &alloc, "data");
+    let needle = p.root.display().to_string();
+    let plugin_pids = pids_with(&needle);
+    assert_eq!(plugin_pids.len(), 1, "{plugin_pids:?}");
+    unsafe { libc::kill(plugin_pids[0], libc::SIGKILL) };
+    wait_for(WAIT, "the plugin restarted and healthy", || {
+        let pids = pids_with(&needle);
+        let restarts = p.agent.task_state(&p.alloc, "plugin")["Restarts"].clone();
+        let v = p.agent.get("/v1/volume/csi/data");
+        (pids.len() == 1 && pids[0] != plugin_pids[0] && restarts == 1 && v["Schedulable"] == true)
+            .then_some(())
+    });
+    assert_eq!(mounts_under(&target), std::slice::from_ref(&target));
+    assert_eq!(client_status(&p, &alloc).0, "running");
+    let log = p
+        .agent
+        .data_dir
+        .join(format!("alloc/{}/alloc/logs/plugin.stderr.0", p.alloc));
+    let log = std::fs::read_to_string(log).unwrap();
+    assert_eq!(
+        log.matches("csi-test-plugin: published hp-data at").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("csi-test-plugin: staged hp-data at").count(),
+        1,
+        "{log}"
+    );
+    // Both plugin processes wrote this log: the counts cover the restarted one too.
+    assert_eq!(
+        log.matches("csi-test-plugin: listening").count(),
+        2,
+        "{log}"
+    );
+    stop_job(&p, &user);
+    wait_for(WAIT, "the claim released", || {
+        (claims(&p, "data") == 0).then_some(())
+    });
+    assert!(mounts_under(&csi_dir(&p)).is_empty());
+}

@@ -49,6 +49,7 @@ pub enum AgentError {
 pub struct AgentHooks {
     pub volumes: Arc<dyn VolumeLookup>,
     pub csi: Arc<PluginRegistry>,
+    pub csi_volumes: Arc<CsiVolumeManager>,
     pub csi_settings: CsiSettings,
 }
 
@@ -58,6 +59,7 @@ impl HookFactory for AgentHooks {
             Arc::new(TaskDirHook),
             Arc::new(VolumeMountHook {
                 volumes: self.volumes.clone(),
+                csi: Some(self.csi_volumes.clone()),
             }),
         ];
         if let Some(csi) = CsiPluginHook::new(task, self.csi.clone(), self.csi_settings) {
@@ -290,11 +292,13 @@ impl Agent {
             hooks: Arc::new(AgentHooks {
                 volumes: volumes.clone(),
                 csi: csi.clone(),
+                csi_volumes: csi_volumes.clone(),
                 csi_settings: CsiSettings {
                     probe_interval: config.csi_probe_interval,
                 },
             }),
             volumes: volumes.clone(),
+            csi_volumes: Some(csi_volumes.clone()),
             keeper: keeper.clone(),
             max_kill_timeout: config.max_kill_timeout,
             max_allocs: config.max_allocs,
@@ -313,6 +317,22 @@ impl Agent {
         // A plugin registration whose allocation is gone has nobody to confirm it.
         let known: std::collections::HashSet<String> = allocs.alloc_ids().into_iter().collect();
         csi.retain_allocs(&|id| known.contains(id));
+        // Claims of allocations that are gone or were stopped (no gate of theirs runs again):
+        // what they left mounted is taken down; a live one's gate picks up its own claims.
+        let live: std::collections::HashSet<String> = allocs
+            .allocations()
+            .into_iter()
+            .filter(|a| a.desired() == crate::records::DesiredStatus::Run)
+            .map(|a| a.id.clone())
+            .collect();
+        for id in csi_volumes.claiming_allocs() {
+            if !live.contains(&id) {
+                csi_volumes.unmount_alloc(&id, Box::new(|| true));
+            }
+        }
+        let unmounter = csi_volumes
+            .start_unmounter(config.data_dir.clone())
+            .map_err(|e| AgentError::Start(format!("cannot start the CSI unmount thread: {e}")))?;
         store.save()?;
         let flusher_store = store.clone();
         let flusher_stop = shutdown.clone();
@@ -378,7 +398,7 @@ impl Agent {
             stop,
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             shutdown,
-            workers: Mutex::new(vec![flusher, collector, fingerprint, periodic]),
+            workers: Mutex::new(vec![flusher, collector, fingerprint, periodic, unmounter]),
             keeper,
             _lock: lock,
         }))

@@ -454,19 +454,29 @@ fn without_staging_publish_mounts_the_volume_directory() {
 
 /// An agent running the hostpath plugin as a monolith plugin task (its volumes under
 /// `<dir>/vols`), once the plugin is healthy and registered on both sides.
-struct PluginAgent {
-    agent: TestAgent,
-    root: PathBuf,
-    alloc: String,
+pub(crate) struct PluginAgent {
+    pub(crate) agent: TestAgent,
+    pub(crate) root: PathBuf,
+    pub(crate) alloc: String,
     _dir: TempDir,
 }
 
 impl PluginAgent {
     /// `restart` is the group's restart block; `extra` more plugin arguments.
-    fn start(tag: &str, restart: &str, extra: &str) -> PluginAgent {
+    pub(crate) fn start(tag: &str, restart: &str, extra: &str) -> PluginAgent {
+        PluginAgent::start_with_config(tag, restart, extra, "")
+    }
+
+    /// As [`PluginAgent::start`], with `config` as the agent's configuration.
+    pub(crate) fn start_with_config(
+        tag: &str,
+        restart: &str,
+        extra: &str,
+        config: &str,
+    ) -> PluginAgent {
         let dir = TempDir::new(tag);
         let root = dir.path().join("vols");
-        let agent = TestAgent::start_in(dir.path(), "");
+        let agent = TestAgent::start_in(dir.path(), config);
         let job = agent.run_hcl(&format!(
             r#"
 job "hostpath" {{
@@ -499,14 +509,14 @@ job "hostpath" {{
         }
     }
 
-    fn spec(&self, name: &str, body: &str) -> PathBuf {
+    pub(crate) fn spec(&self, name: &str, body: &str) -> PathBuf {
         let path = self.agent.dir.join(name);
         std::fs::write(&path, body).unwrap();
         path
     }
 
     /// Runs the CLI: (exit status, stdout, stderr).
-    fn cli(&self, args: &[&str]) -> (i32, String, String) {
+    pub(crate) fn cli(&self, args: &[&str]) -> (i32, String, String) {
         let out = self.agent.cli(args);
         (
             out.status.code().unwrap_or(-1),
@@ -522,7 +532,7 @@ capability {
   attachment_mode = "file-system"
 }"#;
 
-fn csi_spec(id: &str, extra: &str) -> String {
+pub(crate) fn csi_spec(id: &str, extra: &str) -> String {
     format!("type = \"csi\"\nid = \"{id}\"\nplugin_id = \"hostpath\"\n{extra}\n{CAPABILITY}\n")
 }
 

@@ -19,6 +19,7 @@ mod capacity;
 mod cli;
 mod crash_storm;
 mod csi_agent;
+mod csi_mounts;
 mod csi_supervisor;
 mod csi_volumes;
 mod docker_driver;

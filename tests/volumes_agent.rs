@@ -336,19 +336,21 @@ job "csi" {{
             ["AccessMode"],
         "single-node-writer"
     );
-    // ...and, until allocations claim and publish CSI volumes, refused rather than left waiting.
+    // ...and accepted: its allocation waits for the volume, in Nomad's words.
     let (s, body) = agent.put_json(
         "/v1/jobs",
         &json!({"Job": serde_json::from_str::<Value>(&body).unwrap()}),
     );
-    assert_eq!(s, 400, "{body}");
-    assert!(
-        body.contains(
-            "volume \"v\" is a CSI volume; this agent does not mount CSI volumes into tasks yet"
-        ),
-        "{body}"
+    assert_eq!(s, 200, "{body}");
+    let alloc = agent.alloc_id("csi");
+    wait_for(Duration::from_secs(30), "the CSI volume's reason", || {
+        let a = agent.get(&format!("/v1/allocation/{alloc}"));
+        (a["ClientDescription"] == "missing CSI Volume vol").then_some(())
+    });
+    assert_eq!(
+        agent.get(&format!("/v1/allocation/{alloc}"))["ClientStatus"],
+        "pending"
     );
-    assert_eq!(agent.request("GET", "/v1/job/csi", None).0, 404);
 }
 
 /// A SIGTERM while the agent is still starting, restoring a volume through a plugin that hangs,

@@ -14,14 +14,21 @@
 //! always gets a gate thread, and it does not return once the volumes are ready: it starts each
 //! task in its turn and kills what the order says, until every task is dead, the allocation is
 //! stopped or the agent shuts down.
+//!
+//! So does an allocation with CSI volumes ([`super::csi`]): its gate also polls (every
+//! [`super::csi::CSI_POLL`]) until its volumes are claimed and mounted, and after starting the
+//! tasks waits for them all to be dead, or for its stop, to queue the volumes' unmount; on
+//! shutdown it returns and leaves them mounted.
 
 use crossbeam_channel::{bounded, select, Receiver};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::csi;
 use super::lifecycle::{self, Member, Role};
 use super::manager::AllocManager;
 use super::model::Allocation;
+use crate::csi::volumes::attach::Prepared;
 use crate::jobspec::Task;
 use crate::records::DesiredStatus;
 use crate::task::events::{now_nanos, now_rfc3339, TaskStatus};
@@ -39,7 +46,7 @@ impl AllocManager {
     pub(super) fn start_alloc(self: &Arc<Self>, alloc: &Arc<Allocation>, restored: bool) {
         let ordered = lifecycle::is_ordered(alloc.group_spec());
         let missing = self.missing_volume(alloc);
-        if missing.is_none() && !ordered {
+        if missing.is_none() && !ordered && !csi::has_csi(alloc) {
             return self.start_runners(alloc, restored, &self.engine.deps);
         }
         {
@@ -77,32 +84,56 @@ impl AllocManager {
             .group_spec()
             .volumes
             .values()
-            .find(|v| self.engine.volumes.lookup(&v.source).is_none())
+            .find(|v| !v.is_csi() && self.engine.volumes.lookup(&v.source).is_none())
             .map(|v| v.source.clone())
     }
 
-    /// Waits until the allocation's volumes are ready, it is stopped, or the agent shuts down;
-    /// then starts its tasks, in their order when they have one.
+    /// Waits until the allocation's volumes are ready (host volumes there, CSI volumes claimed
+    /// and mounted: [`super::csi`]), it is stopped, or the agent shuts down; then starts its
+    /// tasks, in their order when they have one. With CSI volumes it then waits for the tasks'
+    /// end to have the volumes taken down.
     fn gate(self: Arc<Self>, alloc: Arc<Allocation>, stop: Receiver<Never>, restored: bool) {
         let changes = self.engine.volumes.changes();
+        let with_csi = csi::has_csi(&alloc);
+        // Neither the plugin registry nor the claims signal their changes: poll them.
+        let poll = if with_csi {
+            crossbeam_channel::tick(csi::CSI_POLL)
+        } else {
+            crossbeam_channel::never()
+        };
+        if with_csi && restored && csi::all_dead(&alloc) {
+            // Over before the restart: what its volumes still hold is taken down.
+            return self.release_csi(&alloc);
+        }
         loop {
-            match self.missing_volume(&alloc) {
-                None => {
-                    alloc.inner.lock().pending_reason = None;
-                    if lifecycle::is_ordered(alloc.group_spec()) {
-                        return self.coordinate(&alloc, &stop, restored);
+            let reason = match self.missing_volume(&alloc) {
+                Some(missing) => Some(missing_reason(&missing)),
+                None => match self.prepare_csi(&alloc) {
+                    Prepared::Ready => None,
+                    Prepared::Wait(reason) => Some(reason),
+                    Prepared::Failed(message) => {
+                        self.fail_csi_setup(&alloc, &message);
+                        return self.release_csi(&alloc);
                     }
-                    return self.start_runners(&alloc, restored, &self.engine.deps);
-                }
-                Some(missing) => {
-                    alloc.inner.lock().pending_reason = Some(missing_reason(&missing));
-                }
-            }
+                },
+            };
+            let Some(reason) = reason else { break };
+            alloc.inner.lock().pending_reason = Some(reason);
             select! {
                 recv(changes) -> msg => if msg.is_err() { return },
-                recv(stop) -> _ => return,
+                recv(stop) -> _ => return self.release_csi(&alloc),
                 recv(self.engine.deps.shutdown) -> _ => return,
+                recv(poll) -> _ => {},
             }
+        }
+        alloc.inner.lock().pending_reason = None;
+        if lifecycle::is_ordered(alloc.group_spec()) {
+            self.coordinate(&alloc, &stop, restored);
+        } else {
+            self.start_runners(&alloc, restored, &self.engine.deps);
+        }
+        if with_csi {
+            self.watch_csi(&alloc, &stop);
         }
     }
 

@@ -1,17 +1,17 @@
 //! The allocation registry: the jobs registered on this node and their allocations, and what the
 //! API asks of them — register and stop jobs; stop, restart and signal allocations; read both.
 //!
-//! Protocol: an API write (register a job, stop a job, stop an allocation) happens entirely or
-//! not at all ([`AllocManager::commit`]). Under the state file's write lock
+//! Protocol: an API write (register a job, stop a job, stop an allocation) happens entirely or not
+//! at all ([`AllocManager::commit`]). Under the state file's write lock
 //! ([`StateStore::transaction`]) the write is planned from the registry as a [`Change`], nothing
 //! changed yet; the change is staged in the registry, where [`Snapshot::fill`] writes the state as
 //! it will be, and the file is written with the registry lock released (the write takes it again
 //! through `fill`). Only once that write succeeded is the change made, under the registry lock, so
 //! a job and its allocations change as one: allocations stopped (their runners told to kill),
-//! added, the job recorded. A write that fails leaves the registry and every task as they were,
-//! and the same request can simply be sent again. New task runners are started ([`super::gate`])
-//! and stopped gate threads joined afterwards, with no lock held. Reads copy what they need under
-//! short locks and return domain values; the API encodes them.
+//! added, the job recorded. A write that fails leaves the registry and every task as they were, and
+//! the same request can simply be sent again. New task runners are started ([`super::gate`]) and
+//! stopped gate threads joined afterwards, with no lock held. Reads copy what they need under short
+//! locks and return domain values; the API encodes them.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -41,14 +41,15 @@ pub struct Engine {
     pub deps: RunnerDeps,
     pub hooks: Arc<dyn HookFactory>,
     pub volumes: Arc<dyn VolumeLookup>,
+    /// The node's CSI volumes, claimed and mounted by the gate (`super::csi`).
+    pub csi_volumes: Option<Arc<crate::csi::volumes::CsiVolumeManager>>,
     /// The data directory's task keeper, whose tasks a restore takes over.
     pub keeper: Arc<crate::driver::KeeperClient>,
     /// The longest any task's `kill_timeout` may be (`client { max_kill_timeout }`).
     pub max_kill_timeout: Duration,
     /// The most live allocations this node takes (`client { max_allocs }`, see `limit`).
     pub max_allocs: usize,
-    /// How many finished children a periodic or parameterized job keeps
-    /// (`client { job_gc_children }`, see `super::children`).
+    /// Finished children a periodic or parameterized job keeps (`client { job_gc_children }`).
     pub job_gc_children: usize,
     /// The host network's address and the ports allocations may get (`super::ports`).
     pub network: NetworkSettings,
@@ -77,8 +78,7 @@ pub(super) struct Registry {
 pub(super) struct Change {
     /// A job record to insert or replace.
     pub(super) put_job: Option<JobRecord>,
-    /// Jobs to forget with all their allocations (a purge; finished children past
-    /// `client { job_gc_children }`, see `super::children`).
+    /// Jobs to forget with their allocations (a purge; children past `job_gc_children`).
     pub(super) forget_jobs: Vec<String>,
     /// Allocations to stop: each should run when the change is planned.
     pub(super) stop: Vec<Arc<Allocation>>,

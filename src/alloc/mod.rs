@@ -42,6 +42,7 @@
 
 mod capacity;
 mod children;
+mod csi;
 mod evals;
 mod gate;
 mod gc;

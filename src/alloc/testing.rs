@@ -96,6 +96,7 @@ pub(crate) fn manager_on(
         },
         hooks: Arc::new(NoHooks),
         volumes: Arc::new(NoVolumes),
+        csi_volumes: None,
         keeper,
         max_kill_timeout: crate::config::DEFAULT_MAX_KILL_TIMEOUT,
         max_allocs: crate::config::DEFAULT_MAX_ALLOCS,

@@ -74,21 +74,13 @@ impl From<SandboxError> for ApiError {
 }
 
 /// Refuses a job that the node cannot run as written: a read-write mount of a read-only static
-/// volume (dynamic volumes are read-write; missing ones are waited for), and a CSI volume request:
-/// the jobspec reads and checks those, but the allocation start path does not claim, stage or
-/// publish them yet, so accepting one would leave its allocation waiting for a host volume that
-/// never comes.
+/// volume (dynamic volumes are read-write; missing ones are waited for). CSI volumes are waited
+/// for and claimed when the allocation starts (`alloc::csi`).
 fn check_volumes(agent: &Agent, job: &Job) -> Result<(), ApiError> {
     for group in &job.task_groups {
-        if let Some((label, _)) = group.volumes.iter().find(|(_, v)| v.is_csi()) {
-            return Err(ApiError::BadRequest(format!(
-                "group {:?}: volume {label:?} is a CSI volume; this agent does not mount CSI volumes into tasks yet",
-                group.name
-            )));
-        }
         for task in &group.tasks {
             for mount in &task.volume_mounts {
-                let Some(request) = group.volumes.get(&mount.volume) else {
+                let Some(request) = group.volumes.get(&mount.volume).filter(|r| !r.is_csi()) else {
                     continue;
                 };
                 let wants_write = !mount.read_only && !request.read_only;

@@ -46,8 +46,17 @@ pub trait VolumeLookup: Send + Sync {
     fn release(&self, _alloc_id: &str) {}
 }
 
+/// Where an allocation's CSI volumes are published on this node (the CSI volume manager, which
+/// publishes them before the allocation's tasks start).
+pub trait CsiMountPaths: Send + Sync {
+    /// The published path of the task's allocation for `request`, `None` when not published.
+    fn published(&self, task: &TaskContext, request: &VolumeRequest) -> Option<PathBuf>;
+}
+
 pub struct VolumeMountHook {
     pub volumes: Arc<dyn VolumeLookup>,
+    /// `None` where CSI volumes are not used (tests of the runner).
+    pub csi: Option<Arc<dyn CsiMountPaths>>,
 }
 
 /// `NOMAD_VOLUME_<NAME>`: the volume label upper-cased, with characters that cannot be in a
@@ -143,9 +152,22 @@ impl VolumeMountHook {
                         mount.volume
                     ))
                 })?;
-                let volume = self.volumes.lookup(&request.source).ok_or_else(|| {
-                    HookError(format!("missing host volume {:?}", request.source))
-                })?;
+                let volume = if request.is_csi() {
+                    let path = self.csi.as_ref().and_then(|c| c.published(task, request));
+                    let path = path.ok_or_else(|| {
+                        HookError(format!("CSI volume {:?} is not published", request.source))
+                    })?;
+                    HostVolume {
+                        name: request.source.clone(),
+                        path,
+                        read_only: request.read_only,
+                        id: None,
+                    }
+                } else {
+                    self.volumes.lookup(&request.source).ok_or_else(|| {
+                        HookError(format!("missing host volume {:?}", request.source))
+                    })?
+                };
                 if container && !mount.destination.starts_with('/') {
                     return Err(HookError(format!(
                         "volume_mount destination {:?} of a docker task must be an absolute path in the container",
@@ -186,7 +208,9 @@ impl TaskHook for VolumeMountHook {
             if container {
                 // Bound at its destination by the docker driver (`container_binds`).
                 env.insert(volume_env_name(&mount.volume), mount.destination.clone());
-                self.volumes.claim(&request.source, &task.alloc_id);
+                if !request.is_csi() {
+                    self.volumes.claim(&request.source, &task.alloc_id);
+                }
                 continue;
             }
             let rel = inside(&mount.destination).ok_or_else(|| {
@@ -200,7 +224,9 @@ impl TaskHook for VolumeMountHook {
                 volume_env_name(&mount.volume),
                 volume.path.display().to_string(),
             );
-            self.volumes.claim(&request.source, &task.alloc_id);
+            if !request.is_csi() {
+                self.volumes.claim(&request.source, &task.alloc_id);
+            }
         }
         Ok(notes)
     }

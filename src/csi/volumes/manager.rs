@@ -24,7 +24,7 @@
 //! Threads: none of its own. Callers' threads (API workers) make the plugin calls, each with
 //! [`VOLUME_CALL_TIMEOUT`] and cancelled when the agent's shutdown channel disconnects.
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,14 +68,17 @@ impl CsiVolumeView {
 /// The node's CSI volumes. Create it with [`CsiVolumeManager::new`]; it registers itself with the
 /// state store so that every save includes the volumes.
 pub struct CsiVolumeManager {
-    plugins: Arc<PluginRegistry>,
+    pub(super) plugins: Arc<PluginRegistry>,
     store: Arc<StateStore>,
-    shutdown: Receiver<Never>,
-    call_timeout: Duration,
+    pub(super) shutdown: Receiver<Never>,
+    pub(super) call_timeout: Duration,
     /// Guards: the node's CSI volumes and their claims (see the module docs). Taken alone, for
     /// one read or change, and released before any plugin call, state write or reply; a save takes
     /// it through [`Snapshot::fill`].
-    registry: Mutex<Registry>,
+    pub(super) registry: Mutex<Registry>,
+    /// Guards: the allocations whose volumes the `csi-unmount` thread takes down ([`super::attach`]).
+    pub(super) unmounts: Mutex<super::attach::UnmountQueue>,
+    pub(super) unmount_wake: (Sender<()>, Receiver<()>),
 }
 
 impl CsiVolumeManager {
@@ -96,6 +99,8 @@ impl CsiVolumeManager {
             shutdown,
             call_timeout: VOLUME_CALL_TIMEOUT,
             registry: Mutex::new(registry),
+            unmounts: Mutex::new(Default::default()),
+            unmount_wake: crossbeam_channel::bounded(1),
         });
         store.register_keyed(manager.clone());
         manager

@@ -8,12 +8,15 @@
 //! - [`manager`]: the plugin calls and state writes around the registry, behind one mutex.
 //! - [`mounts`]: the pure core of using a volume in an allocation: its claim, its staging and
 //!   publish directories, and the plugin calls still due to mount or unmount it.
+//! - [`attach`]: the calls of [`mounts`]' plan for an allocation, and the `csi-unmount` thread
+//!   that takes its volumes down once its tasks are dead.
 //! - [`error`]: why a volume request failed.
 //!
 //! The HTTP side (request bodies, ID prefixes, status codes, Nomad's JSON) is `api::csi_volumes`;
 //! the CLI's text is `cli::volume_format`. The records the state file keeps are
 //! [`crate::records::CsiVolumeRecord`] (section `CSIVolumes`, state version 4).
 
+pub mod attach;
 pub mod error;
 pub mod manager;
 pub mod mounts;

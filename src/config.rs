@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::util::duration;
 
+mod exec;
 mod plugins;
 pub use plugins::{DockerSettings, DEFAULT_ALLOW_CAPS, DEFAULT_DOCKER_ENDPOINT};
 
@@ -83,6 +84,8 @@ pub struct AgentConfig {
     pub max_dynamic_port: u16,
     /// The docker driver's settings (`plugin "docker" { config { ... } }`).
     pub docker: DockerSettings,
+    /// The exec driver's settings (`client { chroot_env options }`).
+    pub exec: crate::driver::exec::ExecSettings,
     /// What the configuration holds that has no effect (logged when the agent starts).
     pub warnings: Vec<String>,
     /// The `-config` arguments, re-read on SIGHUP.
@@ -188,6 +191,8 @@ struct RawClient {
     node_class: Option<String>,
     /// Values may be written as numbers or booleans too; each is kept as its text.
     meta: Option<BTreeMap<String, serde_json::Value>>,
+    chroot_env: Option<BTreeMap<String, String>>,
+    options: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -262,8 +267,12 @@ impl RawConfig {
                 max_allocs,
                 min_dynamic_port,
                 max_dynamic_port,
-                node_class
+                node_class,
+                chroot_env
             );
+            if let Some(o) = c.options {
+                mine.options.get_or_insert_with(Default::default).extend(o);
+            }
             if let Some(m) = c.meta {
                 mine.meta.get_or_insert_with(Default::default).extend(m);
             }
@@ -431,7 +440,8 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         crate::task::env::check_passthrough(entry)
             .map_err(|e| ConfigError::Invalid(format!("client.task_env_passthrough: {e}")))?;
     }
-    let (docker, warnings) = plugins::validate(raw.plugin.unwrap_or_default())?;
+    let (docker, mut warnings) = plugins::validate(raw.plugin.unwrap_or_default())?;
+    let exec = exec::settings(client.chroot_env, client.options, &mut warnings)?;
     let mut host_volumes = BTreeMap::new();
     for (name, v) in client.host_volume.unwrap_or_default() {
         let path = PathBuf::from(&v.path);
@@ -482,6 +492,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         min_dynamic_port,
         max_dynamic_port,
         docker,
+        exec,
         warnings,
         sources: Vec::new(),
     })
@@ -969,5 +980,38 @@ plugin "docker" {
             let err = load(&[p], false).unwrap_err().to_string();
             assert!(err.contains(want), "{body}: {err}");
         }
+    }
+
+    /// Nomad's forms of `chroot_env` and `options` configure the exec driver.
+    #[test]
+    fn chroot_env_and_the_denylist_configure_the_exec_driver() {
+        let p = write(
+            "exec.hcl",
+            r#"
+client {
+  chroot_env = { "/usr" = "/usr", "/opt/tools" = "/tools" }
+  options = { "driver.denylist" = "exec" }
+}
+plugin "exec" {
+  config { allow_caps = ["kill"] }
+}
+"#,
+        );
+        let c = load(&[p], false).unwrap();
+        assert!(!c.exec.enabled);
+        assert_eq!(
+            c.exec.chroot_env,
+            [
+                ("/opt/tools".into(), "/tools".into()),
+                ("/usr".into(), "/usr".into())
+            ]
+        );
+        assert_eq!(
+            c.warnings,
+            ["plugin \"exec\" config: allow_caps has no effect"]
+        );
+        let p = write("none.hcl", "client {}\n");
+        let c = load(&[p], false).unwrap();
+        assert_eq!(c.exec, crate::driver::exec::ExecSettings::default());
     }
 }

@@ -9,7 +9,8 @@
 //! - [`handle`]: [`TaskHandle`], the serialisable value that finds a task again.
 //! - [`process`]: the one way to run a child process (process groups, kill with timeout, bounded
 //!   waits, the pidfd waiter, PID identity, leftovers), which drivers and volume plugins share.
-//! - [`raw_exec`]: the `raw_exec` driver; [`logs`]: task log files.
+//! - [`raw_exec`]: the `raw_exec` driver; [`exec`]: the `exec` driver, `raw_exec` isolated;
+//!   [`logs`]: task log files.
 //!
 //! Protocol: the task runner owns the [`RunningTask`]. It selects on
 //! [`RunningTask::exited`] (one [`ExitStatus`] per run, then the channel disconnects) together
@@ -29,6 +30,7 @@
 //! [`Driver::stop_orphan`] before it starts the task again).
 
 pub mod docker;
+pub mod exec;
 pub mod handle;
 pub mod process;
 pub use nodeward_keeper::logs;

@@ -243,3 +243,67 @@ fn an_exec_task_survives_a_kill_9_of_the_agent() {
     agent.request("DELETE", "/v1/job/lr", None);
     wait_for(WAIT, "the task to stop", || (!alive(pid)).then_some(()));
 }
+
+/// A host volume's `volume_mount` is bound in the exec task's root at its destination
+/// (read-write here, read-only when the mount says so), and NOMAD_VOLUME_* names that path.
+#[test]
+fn a_host_volume_is_bound_inside_an_exec_task() {
+    if !can_isolate("a_host_volume_is_bound_inside_an_exec_task") {
+        return;
+    }
+    let dir = TempDir::new("exec-vol");
+    let vol = dir.path().join("vol");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join("in"), "from host\n").unwrap();
+    let agent = TestAgent::start_in(
+        dir.path(),
+        &format!(
+            "client {{\n  host_volume \"shared\" {{ path = \"{}\" }}\n}}\n",
+            vol.display()
+        ),
+    );
+    let job = r#"
+job "vol" {
+  group "g" {
+    volume "v" {
+      type   = "host"
+      source = "shared"
+    }
+    volume "r" {
+      type      = "host"
+      source    = "shared"
+      read_only = true
+    }
+    task "t" {
+      driver = "exec"
+      kill_timeout = "1s"
+      volume_mount {
+        volume      = "v"
+        destination = "/srv/data"
+      }
+      volume_mount {
+        volume      = "r"
+        destination = "ro"
+        read_only   = true
+      }
+      config {
+        command = "/bin/sh"
+        args = ["-c", "cat /srv/data/in > /local/seen; echo $NOMAD_VOLUME_V $NOMAD_VOLUME_R > /local/env; echo out > /srv/data/out; if echo x > /ro/x 2>/dev/null; then echo rw; else echo ro; fi > /local/ro; echo done > /local/done; exec sleep 3600"]
+      }
+    }
+  }
+}"#;
+    let alloc = agent.alloc_id(&agent.run_hcl(job));
+    let s = wait_running(&agent, &alloc);
+    let local = alloc_dir(&agent, &alloc).join("t/local");
+    read_when_there(&local.join("done"));
+    let read = |f: &str| std::fs::read_to_string(local.join(f)).unwrap();
+    assert_eq!(read("seen"), "from host\n");
+    assert_eq!(read("env"), "/srv/data /ro\n");
+    assert_eq!(read("ro"), "ro\n");
+    assert_eq!(std::fs::read_to_string(vol.join("out")).unwrap(), "out\n");
+    assert!(!vol.join("x").exists());
+    agent.request("DELETE", "/v1/job/vol", None);
+    let pid = s["PID"].as_i64().unwrap() as i32;
+    wait_for(WAIT, "the task to stop", || (!alive(pid)).then_some(()));
+}

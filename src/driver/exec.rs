@@ -157,9 +157,24 @@ pub fn namespaces_available() -> bool {
     libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
 }
 
+/// Where an exec task sees a `volume_mount` destination: an absolute one as written; a relative
+/// one in its task directory, which is its `/`.
+pub fn path_in_task(destination: &str) -> String {
+    if destination.starts_with('/') {
+        destination.to_string()
+    } else {
+        format!("/{destination}")
+    }
+}
+
 /// The isolation of a task whose directory is `task_dir` and whose allocation's shared directory
-/// is `shared_dir`: what the keeper builds its root from.
-pub fn isolation(settings: &ExecSettings, task_dir: &Path, shared_dir: &Path) -> Isolation {
+/// is `shared_dir`, with `volumes` bound in: what the keeper builds its root from.
+pub fn isolation(
+    settings: &ExecSettings,
+    task_dir: &Path,
+    shared_dir: &Path,
+    volumes: &[super::Bind],
+) -> Isolation {
     let mut binds: Vec<Bind> = settings
         .chroot_env
         .iter()
@@ -177,6 +192,11 @@ pub fn isolation(settings: &ExecSettings, task_dir: &Path, shared_dir: &Path) ->
         target: PathBuf::from("/alloc"),
         read_only: false,
     });
+    binds.extend(volumes.iter().map(|v| Bind {
+        source: v.host.clone(),
+        target: PathBuf::from(path_in_task(&v.container)),
+        read_only: v.read_only,
+    }));
     Isolation {
         root: task_dir.to_path_buf(),
         binds,

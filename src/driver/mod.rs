@@ -106,6 +106,8 @@ pub struct StartSpec {
     pub logs: LogConfig,
     /// What a container driver needs besides (docker); `None` for `raw_exec`.
     pub container: Option<ContainerSpec>,
+    /// Host paths an `exec` task sees in its root (its `volume_mount`s); empty for the others.
+    pub binds: Vec<Bind>,
     /// Where the driver reports progress the task's events show (`Downloading image`).
     pub progress: Option<Progress>,
     /// Either disconnects to cancel a start in progress (an image pull): the task's kill and the

@@ -135,7 +135,7 @@ impl RawExec {
             isolate: self.exec.as_ref().map(|(settings, _)| {
                 // The log directory is `<alloc_dir>/alloc/logs`: its parent is `/alloc`.
                 let shared = spec.log_dir.parent().unwrap_or(&spec.log_dir);
-                super::exec::isolation(settings, &spec.cwd, shared)
+                super::exec::isolation(settings, &spec.cwd, shared, &spec.binds)
             }),
         };
         let kept = self.keeper.start(task, forget).map_err(|e| match e {

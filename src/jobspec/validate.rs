@@ -184,6 +184,11 @@ fn validate_task(group: &TaskGroup, task: &Task) -> Result<(), JobspecError> {
                     mount.destination
                 )));
             }
+        } else if task.driver == "exec"
+            && mount.destination.starts_with('/')
+            && !mount.destination.split('/').any(|c| c == "..")
+        {
+            // A path in the exec task's root, which is its task directory.
         } else if !is_relative_inside(&mount.destination) {
             return Err(invalid(format!(
                 "{ctx}: volume_mount destination {:?} must be a relative path inside the task directory, without \"..\"",

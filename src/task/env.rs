@@ -187,6 +187,7 @@ pub fn start_spec(
         logs: task.log_config,
         env,
         container,
+        binds: Vec::new(),
         progress: None,
         cancel: None,
     }

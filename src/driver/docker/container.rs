@@ -274,6 +274,7 @@ mod tests {
             ports: Vec::new(),
         };
         let s = StartSpec {
+            binds: Vec::new(),
             command: "httpd".into(),
             args: vec!["-f".into()],
             env: BTreeMap::from([("A".into(), "1".into())]),

@@ -307,3 +307,69 @@ job "vol" {
     let pid = s["PID"].as_i64().unwrap() as i32;
     wait_for(WAIT, "the task to stop", || (!alive(pid)).then_some(()));
 }
+
+/// `cap_drop = ["all"]` with `cap_add = ["kill"]` leaves the bounding set `kill` only; a `cap_add`
+/// beyond the driver's set is a Driver Failure naming it; an unknown name is refused at parse.
+#[test]
+fn cap_add_and_cap_drop_shape_an_exec_tasks_bounding_set() {
+    if !can_isolate("cap_add_and_cap_drop_shape_an_exec_tasks_bounding_set") {
+        return;
+    }
+    let dir = TempDir::new("exec-caps");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let job = |name: &str, caps: &str| {
+        format!(
+            r#"
+job "{name}" {{
+  group "g" {{
+    restart {{
+      attempts = 0
+      mode     = "fail"
+    }}
+    task "t" {{
+      driver = "exec"
+      kill_timeout = "1s"
+      config {{
+        command  = "/bin/sh"
+        args     = ["-c", "grep CapBnd /proc/self/status > /local/caps; exec sleep 3600"]
+        {caps}
+      }}
+    }}
+  }}
+}}"#
+        )
+    };
+    let alloc = agent.alloc_id(&agent.run_hcl(&job(
+        "kill-only",
+        r#"cap_drop = ["all"]
+        cap_add  = ["kill"]"#,
+    )));
+    let s = wait_running(&agent, &alloc);
+    let caps = read_when_there(&alloc_dir(&agent, &alloc).join("t/local/caps"));
+    assert_eq!(caps, "CapBnd:\t0000000000000020\n");
+    let refused = agent.alloc_id(&agent.run_hcl(&job("admin", r#"cap_add = ["sys_admin"]"#)));
+    let events = wait_for(WAIT, "the driver failure", || {
+        let e = agent.events(&refused, "t");
+        e.iter().any(|(t, _)| t == "Driver Failure").then_some(e)
+    });
+    assert!(
+        events.iter().any(|(t, m)| t == "Driver Failure"
+            && m == "Failed to start task: driver does not allow the following capabilities: sys_admin"),
+        "{events:?}"
+    );
+    let (status, body) = agent.request(
+        "POST",
+        "/v1/jobs/parse",
+        Some(
+            &serde_json::json!({"JobHCL": job("bad", r#"cap_add = ["no_such_cap"]"#)}).to_string(),
+        ),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("unknown capability \"no_such_cap\""),
+        "{body}"
+    );
+    agent.request("DELETE", "/v1/job/kill-only", None);
+    let pid = s["PID"].as_i64().unwrap() as i32;
+    wait_for(WAIT, "the task to stop", || (!alive(pid)).then_some(()));
+}

@@ -70,55 +70,7 @@ impl Default for ExecSettings {
     }
 }
 
-/// The number of a capability by its name (`chown` or `CAP_CHOWN`), as `capability.h` has it.
-pub fn cap_number(name: &str) -> Option<u32> {
-    let name = name.to_ascii_lowercase();
-    let name = name.strip_prefix("cap_").unwrap_or(&name);
-    const NAMES: [&str; 41] = [
-        "chown",
-        "dac_override",
-        "dac_read_search",
-        "fowner",
-        "fsetid",
-        "kill",
-        "setgid",
-        "setuid",
-        "setpcap",
-        "linux_immutable",
-        "net_bind_service",
-        "net_broadcast",
-        "net_admin",
-        "net_raw",
-        "ipc_lock",
-        "ipc_owner",
-        "sys_module",
-        "sys_rawio",
-        "sys_chroot",
-        "sys_ptrace",
-        "sys_pacct",
-        "sys_admin",
-        "sys_boot",
-        "sys_nice",
-        "sys_resource",
-        "sys_time",
-        "sys_tty_config",
-        "mknod",
-        "lease",
-        "audit_write",
-        "audit_control",
-        "setfcap",
-        "mac_override",
-        "mac_admin",
-        "syslog",
-        "wake_alarm",
-        "block_suspend",
-        "audit_read",
-        "perfmon",
-        "bpf",
-        "checkpoint_restore",
-    ];
-    NAMES.iter().position(|n| *n == name).map(|i| i as u32)
-}
+pub use crate::util::caps::cap_number;
 
 /// Whether this agent can isolate a task: it is root and a child can be cloned into new mount,
 /// PID and IPC namespaces. Probed once at start.
@@ -167,6 +119,40 @@ pub fn path_in_task(destination: &str) -> String {
     }
 }
 
+/// The capabilities an exec task keeps: Nomad's default set without `cap_drop` (`all`: every
+/// one), with `cap_add`, which may only name capabilities of that set (as Nomad's `allow_caps`).
+/// `Err`: the ones `cap_add` names that it may not, comma-separated.
+pub fn task_caps(cap_add: &[String], cap_drop: &[String]) -> Result<Vec<u32>, String> {
+    let allowed: Vec<u32> = DEFAULT_CAPS.iter().filter_map(|c| cap_number(c)).collect();
+    let all = |list: &[String]| list.iter().any(|c| c.eq_ignore_ascii_case("all"));
+    let mut keep: Vec<u32> = if all(cap_drop) {
+        Vec::new()
+    } else {
+        let dropped: Vec<u32> = cap_drop.iter().filter_map(|c| cap_number(c)).collect();
+        allowed
+            .iter()
+            .copied()
+            .filter(|c| !dropped.contains(c))
+            .collect()
+    };
+    if all(cap_add) {
+        return Ok(allowed);
+    }
+    let mut refused = Vec::new();
+    for name in cap_add {
+        match cap_number(name) {
+            Some(n) if allowed.contains(&n) => keep.push(n),
+            _ => refused.push(name.to_ascii_lowercase()),
+        }
+    }
+    if !refused.is_empty() {
+        return Err(refused.join(", "));
+    }
+    keep.sort_unstable();
+    keep.dedup();
+    Ok(keep)
+}
+
 /// The isolation of a task whose directory is `task_dir` and whose allocation's shared directory
 /// is `shared_dir`, with `volumes` bound in: what the keeper builds its root from.
 pub fn isolation(
@@ -174,6 +160,7 @@ pub fn isolation(
     task_dir: &Path,
     shared_dir: &Path,
     volumes: &[super::Bind],
+    keep_caps: Vec<u32>,
 ) -> Isolation {
     let mut binds: Vec<Bind> = settings
         .chroot_env
@@ -200,7 +187,7 @@ pub fn isolation(
     Isolation {
         root: task_dir.to_path_buf(),
         binds,
-        keep_caps: DEFAULT_CAPS.iter().filter_map(|c| cap_number(c)).collect(),
+        keep_caps,
     }
 }
 
@@ -262,6 +249,19 @@ mod tests {
         assert_eq!(caps, [0, 1, 3, 4, 5, 6, 7, 8, 10, 18, 27, 29, 31]);
         assert_eq!(cap_number("CAP_SYS_ADMIN"), Some(21));
         assert_eq!(cap_number("bogus"), None);
+    }
+
+    #[test]
+    fn cap_add_and_cap_drop_work_on_the_default_set() {
+        let s = |v: &[&str]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+        assert_eq!(task_caps(&[], &[]).unwrap().len(), 13);
+        assert_eq!(task_caps(&[], &s(&["all"])).unwrap(), Vec::<u32>::new());
+        assert_eq!(task_caps(&s(&["kill"]), &s(&["ALL"])).unwrap(), [5]);
+        assert_eq!(task_caps(&[], &s(&["CAP_CHOWN"])).unwrap().len(), 12);
+        assert_eq!(
+            task_caps(&s(&["sys_admin", "net_raw"]), &[]).unwrap_err(),
+            "sys_admin, net_raw"
+        );
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub enum DriverError {
     /// The docker driver: the engine's error, or what the node does not allow.
     #[error("{0}")]
     Docker(String),
+    /// The exec driver: a `cap_add` beyond what the driver allows.
+    #[error("driver does not allow the following capabilities: {0}")]
+    CapsNotAllowed(String),
 }
 
 /// What to start.
@@ -108,6 +111,10 @@ pub struct StartSpec {
     pub container: Option<ContainerSpec>,
     /// Host paths an `exec` task sees in its root (its `volume_mount`s); empty for the others.
     pub binds: Vec<Bind>,
+    /// The task's `cap_add` and `cap_drop`: the exec driver applies them (docker reads its own
+    /// config).
+    pub cap_add: Vec<String>,
+    pub cap_drop: Vec<String>,
     /// Where the driver reports progress the task's events show (`Downloading image`).
     pub progress: Option<Progress>,
     /// Either disconnects to cancel a start in progress (an image pull): the task's kill and the

@@ -111,7 +111,13 @@ impl RawExec {
                 .map_err(DriverError::Process)?;
             Ok((program, run_as))
         });
-        let (program, run_as) = match resolved {
+        let resolved = resolved.and_then(|r| match &self.exec {
+            Some(_) => super::exec::task_caps(&spec.cap_add, &spec.cap_drop)
+                .map(|caps| (r, Some(caps)))
+                .map_err(DriverError::CapsNotAllowed),
+            None => Ok((r, None)),
+        });
+        let ((program, run_as), caps) = match resolved {
             Ok(r) => r,
             Err(e) => {
                 if let Some(pid) = forget {
@@ -132,10 +138,10 @@ impl RawExec {
             log_name: spec.task_name.clone(),
             max_files: spec.logs.max_files,
             max_file_size_mb: spec.logs.max_file_size_mb,
-            isolate: self.exec.as_ref().map(|(settings, _)| {
+            isolate: self.exec.as_ref().zip(caps).map(|((settings, _), caps)| {
                 // The log directory is `<alloc_dir>/alloc/logs`: its parent is `/alloc`.
                 let shared = spec.log_dir.parent().unwrap_or(&spec.log_dir);
-                super::exec::isolation(settings, &spec.cwd, shared, &spec.binds)
+                super::exec::isolation(settings, &spec.cwd, shared, &spec.binds, caps)
             }),
         };
         let kept = self.keeper.start(task, forget).map_err(|e| match e {

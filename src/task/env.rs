@@ -188,6 +188,8 @@ pub fn start_spec(
         env,
         container,
         binds: Vec::new(),
+        cap_add: task.config.docker.cap_add.clone(),
+        cap_drop: task.config.docker.cap_drop.clone(),
         progress: None,
         cancel: None,
     }

@@ -275,6 +275,8 @@ mod tests {
         };
         let s = StartSpec {
             binds: Vec::new(),
+            cap_add: Vec::new(),
+            cap_drop: Vec::new(),
             command: "httpd".into(),
             args: vec!["-f".into()],
             env: BTreeMap::from([("A".into(), "1".into())]),

@@ -23,6 +23,20 @@ fn can_isolate(test: &str) -> bool {
     true
 }
 
+/// A host process and a host directory of the test, gone when the test ends, passed or not.
+struct HostThings {
+    sleep: std::process::Child,
+    dir: PathBuf,
+}
+
+impl Drop for HostThings {
+    fn drop(&mut self) {
+        let _ = self.sleep.kill();
+        let _ = self.sleep.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 fn exec_job(name: &str, script: &str) -> String {
     format!(
         r#"
@@ -75,9 +89,12 @@ fn an_exec_task_is_isolated_from_the_host() {
     let dir = TempDir::new("exec-iso");
     let m = unique_marker(700_000);
     // A host process with a unique argument, and a host file outside the chroot.
-    let mut host_sleep = std::process::Command::new("sleep").arg(&m).spawn().unwrap();
+    let host = HostThings {
+        sleep: std::process::Command::new("sleep").arg(&m).spawn().unwrap(),
+        dir: std::env::temp_dir().join(format!("nodeward-secret-{}", unique_marker(0))),
+    };
     // Another marker: the script, which names the secret, is in the task's own command line.
-    let secret_dir = std::env::temp_dir().join(format!("nodeward-secret-{}", unique_marker(0)));
+    let secret_dir = host.dir.clone();
     std::fs::create_dir_all(&secret_dir).unwrap();
     std::fs::write(secret_dir.join("secret"), "host secret").unwrap();
     let agent = TestAgent::start_in(dir.path(), "");
@@ -150,9 +167,7 @@ fn an_exec_task_is_isolated_from_the_host() {
         !mounts.contains(&alloc),
         "a task mount leaked to the host: {mounts}"
     );
-    let _ = host_sleep.kill();
-    let _ = host_sleep.wait();
-    let _ = std::fs::remove_dir_all(&secret_dir);
+    drop(host);
     agent.request("DELETE", "/v1/job/iso", None);
     wait_for(WAIT, "the task to stop", || {
         (!alive(host_pid as i32)).then_some(())

@@ -256,7 +256,12 @@ impl Agent {
             &config.data_dir,
             store.node_id(),
         ));
-        let drivers = Drivers::new(vec![Arc::new(RawExec::new(keeper.clone())), docker.clone()]);
+        let exec = crate::driver::exec::driver(keeper.clone(), config.exec.clone());
+        let drivers = Drivers::new(vec![
+            Arc::new(RawExec::new(keeper.clone())),
+            Arc::new(exec),
+            docker.clone(),
+        ]);
         // The engine is checked before anything is placed: a docker job registered right after
         // the start must not fail to place for want of a first check (it is bounded by the
         // engine call's timeout; an engine that is not there fails at once).

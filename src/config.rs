@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::util::duration;
 
+mod exec;
 mod plugins;
 mod reserved;
 pub use plugins::{DockerSettings, DEFAULT_ALLOW_CAPS, DEFAULT_DOCKER_ENDPOINT};
@@ -89,6 +90,8 @@ pub struct AgentConfig {
     /// `client { cpu_total_compute memory_total_mb }` (Nomad's): the node's CPU (MHz) and memory
     /// (MB) as the operator states them, instead of the fingerprint's.
     pub totals: crate::resources::Totals,
+    /// The exec driver's settings (`client { chroot_env options }`).
+    pub exec: crate::driver::exec::ExecSettings,
     /// What the configuration holds that has no effect (logged when the agent starts).
     pub warnings: Vec<String>,
     /// The `-config` arguments, re-read on SIGHUP.
@@ -197,6 +200,8 @@ struct RawClient {
     memory_total_mb: Option<u64>,
     /// Values may be written as numbers or booleans too; each is kept as its text.
     meta: Option<BTreeMap<String, serde_json::Value>>,
+    chroot_env: Option<BTreeMap<String, String>>,
+    options: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -274,8 +279,12 @@ impl RawConfig {
                 node_class,
                 reserved,
                 cpu_total_compute,
-                memory_total_mb
+                memory_total_mb,
+                chroot_env
             );
+            if let Some(o) = c.options {
+                mine.options.get_or_insert_with(Default::default).extend(o);
+            }
             if let Some(m) = c.meta {
                 mine.meta.get_or_insert_with(Default::default).extend(m);
             }
@@ -443,12 +452,13 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         crate::task::env::check_passthrough(entry)
             .map_err(|e| ConfigError::Invalid(format!("client.task_env_passthrough: {e}")))?;
     }
-    let (docker, warnings) = plugins::validate(raw.plugin.unwrap_or_default())?;
     let reserved = reserved::validate(client.reserved.as_ref())?;
     let totals = crate::resources::Totals {
         cpu_mhz: positive("client.cpu_total_compute", client.cpu_total_compute)?,
         memory_mb: positive("client.memory_total_mb", client.memory_total_mb)?,
     };
+    let (docker, mut warnings) = plugins::validate(raw.plugin.unwrap_or_default())?;
+    let exec = exec::settings(client.chroot_env, client.options, &mut warnings)?;
     let mut host_volumes = BTreeMap::new();
     for (name, v) in client.host_volume.unwrap_or_default() {
         let path = PathBuf::from(&v.path);
@@ -501,6 +511,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         docker,
         reserved,
         totals,
+        exec,
         warnings,
         sources: Vec::new(),
     })
@@ -996,5 +1007,38 @@ plugin "docker" {
             let err = load(&[p], false).unwrap_err().to_string();
             assert!(err.contains(want), "{body}: {err}");
         }
+    }
+
+    /// Nomad's forms of `chroot_env` and `options` configure the exec driver.
+    #[test]
+    fn chroot_env_and_the_denylist_configure_the_exec_driver() {
+        let p = write(
+            "exec.hcl",
+            r#"
+client {
+  chroot_env = { "/usr" = "/usr", "/opt/tools" = "/tools" }
+  options = { "driver.denylist" = "exec" }
+}
+plugin "exec" {
+  config { allow_caps = ["kill"] }
+}
+"#,
+        );
+        let c = load(&[p], false).unwrap();
+        assert!(!c.exec.enabled);
+        assert_eq!(
+            c.exec.chroot_env,
+            [
+                ("/opt/tools".into(), "/tools".into()),
+                ("/usr".into(), "/usr".into())
+            ]
+        );
+        assert_eq!(
+            c.warnings,
+            ["plugin \"exec\" config: allow_caps has no effect"]
+        );
+        let p = write("none.hcl", "client {}\n");
+        let c = load(&[p], false).unwrap();
+        assert_eq!(c.exec, crate::driver::exec::ExecSettings::default());
     }
 }

@@ -26,6 +26,7 @@ mod docker_driver;
 mod docker_engine;
 mod docker_logs;
 mod durability;
+mod exec_driver;
 mod gc;
 mod jobspec_rule;
 mod jobspec_vars;

@@ -86,6 +86,14 @@ pub(super) fn validate(
                     )));
                 }
             }
+            "exec" => {
+                // Nomad's exec plugin keys; nodeward keeps Nomad's defaults for them.
+                if let Value::Object(o) = &config {
+                    for key in o.keys() {
+                        warnings.push(format!("plugin \"exec\" config: {key} has no effect"));
+                    }
+                }
+            }
             "docker" => {
                 let raw: RawDocker = if config.is_null() {
                     RawDocker::default()
@@ -98,8 +106,8 @@ pub(super) fn validate(
             }
             other => {
                 return Err(ConfigError::Invalid(format!(
-                    "plugin {other:?}: nodeward has no such driver (it has raw_exec and docker)"
-                )))
+                "plugin {other:?}: nodeward has no such driver (it has raw_exec, exec and docker)"
+            )))
             }
         }
     }

@@ -9,7 +9,8 @@
 //! - [`handle`]: [`TaskHandle`], the serialisable value that finds a task again.
 //! - [`process`]: the one way to run a child process (process groups, kill with timeout, bounded
 //!   waits, the pidfd waiter, PID identity, leftovers), which drivers and volume plugins share.
-//! - [`raw_exec`]: the `raw_exec` driver; [`logs`]: task log files.
+//! - [`raw_exec`]: the `raw_exec` driver; [`exec`]: the `exec` driver, `raw_exec` isolated;
+//!   [`logs`]: task log files.
 //!
 //! Protocol: the task runner owns the [`RunningTask`]. It selects on
 //! [`RunningTask::exited`] (one [`ExitStatus`] per run, then the channel disconnects) together
@@ -29,6 +30,7 @@
 //! [`Driver::stop_orphan`] before it starts the task again).
 
 pub mod docker;
+pub mod exec;
 pub mod handle;
 pub mod process;
 pub use nodeward_keeper::logs;
@@ -85,6 +87,9 @@ pub enum DriverError {
     /// The docker driver: the engine's error, or what the node does not allow.
     #[error("{0}")]
     Docker(String),
+    /// The exec driver: a `cap_add` beyond what the driver allows.
+    #[error("driver does not allow the following capabilities: {0}")]
+    CapsNotAllowed(String),
 }
 
 /// What to start.
@@ -104,6 +109,12 @@ pub struct StartSpec {
     pub logs: LogConfig,
     /// What a container driver needs besides (docker); `None` for `raw_exec`.
     pub container: Option<ContainerSpec>,
+    /// Host paths an `exec` task sees in its root (its `volume_mount`s); empty for the others.
+    pub binds: Vec<Bind>,
+    /// The task's `cap_add` and `cap_drop`: the exec driver applies them (docker reads its own
+    /// config).
+    pub cap_add: Vec<String>,
+    pub cap_drop: Vec<String>,
     /// Where the driver reports progress the task's events show (`Downloading image`).
     pub progress: Option<Progress>,
     /// Either disconnects to cancel a start in progress (an image pull): the task's kill and the

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::exec::ExecSettings;
 use super::process::keeper::{client::Kept, StartTask};
 use super::process::{self, RunAs};
 use crate::thread::Never;
@@ -29,14 +30,32 @@ pub const NAME: &str = "raw_exec";
 /// How long a stopped task may take to be reaped after SIGKILL before the stop gives up on it.
 const REAP_AFTER_SIGKILL: Duration = process::REAP_AFTER_SIGKILL;
 
-/// The `raw_exec` driver.
+/// The `raw_exec` driver, and the `exec` driver ([`super::exec`]): the same with an isolation.
 pub struct RawExec {
     keeper: Arc<KeeperClient>,
+    /// `exec`'s settings, and whether this node can isolate (else it is not fingerprinted).
+    exec: Option<(ExecSettings, bool)>,
 }
 
 impl RawExec {
     pub fn new(keeper: Arc<KeeperClient>) -> RawExec {
-        RawExec { keeper }
+        RawExec { keeper, exec: None }
+    }
+
+    /// The `exec` driver; `available`: the node can isolate its tasks.
+    pub fn isolated(keeper: Arc<KeeperClient>, settings: ExecSettings, available: bool) -> RawExec {
+        RawExec {
+            keeper,
+            exec: Some((settings, available)),
+        }
+    }
+
+    fn my_name(&self) -> &'static str {
+        if self.exec.is_some() {
+            super::exec::NAME
+        } else {
+            NAME
+        }
     }
 
     fn kept(task: &RunningTask) -> &Kept {
@@ -47,20 +66,20 @@ impl RawExec {
         }
     }
 
-    fn attach(kept: Kept) -> RunningTask {
+    fn attach(&self, kept: Kept) -> RunningTask {
         RunningTask {
-            handle: TaskHandle::kept(NAME, kept.pid, kept.start_ticks),
+            handle: TaskHandle::kept(self.my_name(), kept.pid, kept.start_ticks),
             attached: Attached::Kept(kept),
             started_nanos: None,
         }
     }
 
-    fn check(handle: &TaskHandle) -> Result<(), DriverError> {
-        if handle.driver == NAME && handle.version == super::handle::HANDLE_VERSION {
+    fn check(&self, handle: &TaskHandle) -> Result<(), DriverError> {
+        if handle.driver == self.my_name() && handle.version == super::handle::HANDLE_VERSION {
             return Ok(());
         }
         Err(DriverError::ForeignHandle {
-            driver: NAME,
+            driver: self.my_name(),
             handle_driver: handle.driver.clone(),
             version: handle.version,
         })
@@ -73,20 +92,32 @@ impl RawExec {
         spec: &StartSpec,
         forget: Option<i32>,
     ) -> Result<RunningTask, DriverError> {
-        let resolved = resolve_command(&spec.command, spec.env.get("PATH").map(String::as_str))
-            .ok_or_else(|| DriverError::NotFound {
-                command: spec.command.clone(),
-            })
-            .and_then(|program| {
-                let run_as = spec
-                    .user
-                    .as_deref()
-                    .map(RunAs::user)
-                    .transpose()
-                    .map_err(DriverError::Process)?;
-                Ok((program, run_as))
-            });
-        let (program, run_as) = match resolved {
+        let path = spec.env.get("PATH").map(String::as_str);
+        let resolved = match &self.exec {
+            Some((settings, _)) => {
+                super::exec::resolve_in_task(settings, &spec.cwd, &spec.command, path)
+            }
+            None => resolve_command(&spec.command, path),
+        }
+        .ok_or_else(|| DriverError::NotFound {
+            command: spec.command.clone(),
+        })
+        .and_then(|program| {
+            let run_as = spec
+                .user
+                .as_deref()
+                .map(RunAs::user)
+                .transpose()
+                .map_err(DriverError::Process)?;
+            Ok((program, run_as))
+        });
+        let resolved = resolved.and_then(|r| match &self.exec {
+            Some(_) => super::exec::task_caps(&spec.cap_add, &spec.cap_drop)
+                .map(|caps| (r, Some(caps)))
+                .map_err(DriverError::CapsNotAllowed),
+            None => Ok((r, None)),
+        });
+        let ((program, run_as), caps) = match resolved {
             Ok(r) => r,
             Err(e) => {
                 if let Some(pid) = forget {
@@ -107,6 +138,11 @@ impl RawExec {
             log_name: spec.task_name.clone(),
             max_files: spec.logs.max_files,
             max_file_size_mb: spec.logs.max_file_size_mb,
+            isolate: self.exec.as_ref().zip(caps).map(|((settings, _), caps)| {
+                // The log directory is `<alloc_dir>/alloc/logs`: its parent is `/alloc`.
+                let shared = spec.log_dir.parent().unwrap_or(&spec.log_dir);
+                super::exec::isolation(settings, &spec.cwd, shared, &spec.binds, caps)
+            }),
         };
         let kept = self.keeper.start(task, forget).map_err(|e| match e {
             KeeperError::Refused {
@@ -117,7 +153,7 @@ impl RawExec {
             },
             e => DriverError::Keeper(e),
         })?;
-        Ok(Self::attach(kept))
+        Ok(self.attach(kept))
     }
 
     /// Waits up to `within` for the exit; `None` when it did not come (or was received before).
@@ -131,7 +167,14 @@ impl RawExec {
 
 impl Driver for RawExec {
     fn name(&self) -> &'static str {
-        NAME
+        self.my_name()
+    }
+
+    fn fingerprint(&self) -> std::collections::BTreeMap<String, String> {
+        match &self.exec {
+            Some((_, false)) => Default::default(),
+            _ => [(format!("driver.{}", self.my_name()), "1".to_string())].into(),
+        }
     }
 
     fn start(&self, spec: &StartSpec) -> Result<RunningTask, DriverError> {
@@ -151,10 +194,10 @@ impl Driver for RawExec {
     }
 
     fn recover(&self, handle: &TaskHandle) -> Result<Option<RunningTask>, DriverError> {
-        Self::check(handle)?;
+        self.check(handle)?;
         Ok(match &handle.state {
             &HandleState::Kept { pid, start_ticks } => {
-                self.keeper.claim(pid, start_ticks).map(Self::attach)
+                self.keeper.claim(pid, start_ticks).map(|k| self.attach(k))
             }
             // A child of an agent before the keeper: nothing can reap it or read its output now.
             HandleState::Process { .. } => None,
@@ -164,7 +207,9 @@ impl Driver for RawExec {
     }
 
     fn adopt(&self, alloc_id: &str, task: &str) -> Option<RunningTask> {
-        self.keeper.claim_by_name(alloc_id, task).map(Self::attach)
+        self.keeper
+            .claim_by_name(alloc_id, task)
+            .map(|k| self.attach(k))
     }
 
     fn stop(
@@ -191,7 +236,7 @@ impl Driver for RawExec {
         timeout: Duration,
         cancel: &Receiver<Never>,
     ) -> Result<bool, DriverError> {
-        Self::check(handle)?;
+        self.check(handle)?;
         match &handle.state {
             &HandleState::Process { pid, start_ticks } => {
                 if process::same_process_alive(pid, start_ticks) {
@@ -222,7 +267,7 @@ impl Driver for RawExec {
                             return Err(DriverError::Unkillable { pid: kept.pid });
                         }
                     }
-                    self.destroy(Self::attach(kept));
+                    self.destroy(self.attach(kept));
                 }
             }
             HandleState::Container { .. } => {}
@@ -244,7 +289,7 @@ impl Driver for RawExec {
     }
 
     fn inspect(&self, handle: &TaskHandle) -> TaskRunState {
-        match (Self::check(handle), handle.pid()) {
+        match (self.check(handle), handle.pid()) {
             (Ok(()), Some((pid, ticks))) if process::same_process_alive(pid, ticks) => {
                 TaskRunState::Running
             }
@@ -262,7 +307,7 @@ impl Driver for RawExec {
 
     fn stats(&self, _task: &RunningTask) -> Result<TaskStats, DriverError> {
         Err(DriverError::NotSupported {
-            driver: NAME,
+            driver: self.my_name(),
             operation: "stats",
         })
     }

@@ -312,7 +312,7 @@ impl Walk<'_> {
         let config = self
             .src
             .single(&items, "config")?
-            .map(|b| self.config(&what, b, docker))
+            .map(|b| self.config(&what, b, docker, driver.as_deref() == Some("exec")))
             .transpose()?;
         let env = self
             .src
@@ -374,7 +374,13 @@ impl Walk<'_> {
 
     /// A task's `config`: `command` and `args` for `raw_exec`; for `docker`, every key of the
     /// docker driver ([`super::docker::KEYS`]), read as plain data.
-    fn config(&self, task: &str, block: &Block, docker: bool) -> Result<RawConfig, JobspecError> {
+    fn config(
+        &self,
+        task: &str,
+        block: &Block,
+        docker: bool,
+        exec: bool,
+    ) -> Result<RawConfig, JobspecError> {
         let what = format!("config block of {task}");
         if docker {
             let mut fields = self
@@ -408,16 +414,25 @@ impl Walk<'_> {
                 extra: fields.into_iter().collect(),
             });
         }
-        let items = self
-            .src
-            .items(&what, &block.body, &["command", "args"], &[])?;
+        let keys: &[&str] = if exec {
+            &["command", "args", "cap_add", "cap_drop"]
+        } else {
+            &["command", "args"]
+        };
+        let items = self.src.items(&what, &block.body, keys, &[])?;
+        let mut extra = super::raw::Extra::new();
+        for key in ["cap_add", "cap_drop"] {
+            if let Some(attr) = items.attr(key) {
+                extra.insert(key.to_string(), self.src.strings(&what, attr)?.into());
+            }
+        }
         Ok(RawConfig {
             command: self.src.opt_string(&items, "command")?,
             args: items
                 .attr("args")
                 .map(|attr| self.src.strings(&what, attr))
                 .transpose()?,
-            ..RawConfig::default()
+            extra,
         })
     }
 

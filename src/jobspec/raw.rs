@@ -260,7 +260,12 @@ impl RawJob {
                 }
                 // A docker task's config keys are the docker driver's (an unknown one is refused).
                 if let Some(c) = t.config.as_ref().filter(|_| !t.is_docker()) {
-                    warn_extra(&mut out, &format!("{path}.Config."), &c.extra);
+                    let mut extra = c.extra.clone();
+                    if t.driver.as_deref() == Some("exec") {
+                        extra.remove("cap_add");
+                        extra.remove("cap_drop");
+                    }
+                    warn_extra(&mut out, &format!("{path}.Config."), &extra);
                 }
                 if let Some(l) = &t.log_config {
                     warn_extra(&mut out, &format!("{path}.LogConfig."), &l.extra);
@@ -480,6 +485,34 @@ fn restart(
     })
 }
 
+/// An exec task's `cap_add` and `cap_drop` (Nomad's exec config keys), kept where a docker
+/// task's are; each a capability name or `all`.
+fn exec_caps(task: &str, extra: &Extra) -> Result<super::docker::DockerConfig, JobspecError> {
+    let list = |key: &str| -> Result<Vec<String>, JobspecError> {
+        let Some(v) = extra.get(key) else {
+            return Ok(Vec::new());
+        };
+        let items: Vec<String> = serde_json::from_value(v.clone()).map_err(|_| {
+            JobspecError::Invalid(format!(
+                "task {task:?}: exec config {key} must be a list of strings"
+            ))
+        })?;
+        for c in &items {
+            if !c.eq_ignore_ascii_case("all") && crate::util::caps::cap_number(c).is_none() {
+                return Err(JobspecError::Invalid(format!(
+                    "task {task:?}: exec config {key}: unknown capability {c:?}"
+                )));
+            }
+        }
+        Ok(items)
+    };
+    Ok(super::docker::DockerConfig {
+        cap_add: list("cap_add")?,
+        cap_drop: list("cap_drop")?,
+        ..Default::default()
+    })
+}
+
 fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, JobspecError> {
     let is_docker = raw.is_docker();
     let name = raw.name.unwrap_or_default();
@@ -500,6 +533,8 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
             env.entry(k).or_insert(v);
         }
         docker
+    } else if raw.driver.as_deref() == Some("exec") {
+        exec_caps(&name, &config.extra)?
     } else {
         super::docker::DockerConfig::default()
     };

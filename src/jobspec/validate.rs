@@ -119,7 +119,7 @@ fn validate_group(group: &TaskGroup, job_type: JobType) -> Result<(), JobspecErr
 }
 
 /// The drivers a task may name, for messages.
-const DRIVERS: &str = "\"raw_exec\" and \"docker\"";
+const DRIVERS: &str = "\"raw_exec\", \"exec\" and \"docker\"";
 
 fn validate_task(group: &TaskGroup, task: &Task) -> Result<(), JobspecError> {
     validate_name("task", &task.name)?;
@@ -137,7 +137,7 @@ fn validate_task(group: &TaskGroup, task: &Task) -> Result<(), JobspecError> {
                 "{ctx} must set a driver: one of {DRIVERS}"
             )))
         }
-        "raw_exec" => {
+        "raw_exec" | "exec" => {
             if task.config.command.is_empty() {
                 return Err(invalid(format!(
                     "{ctx}: config must set a non-empty command"
@@ -184,6 +184,11 @@ fn validate_task(group: &TaskGroup, task: &Task) -> Result<(), JobspecError> {
                     mount.destination
                 )));
             }
+        } else if task.driver == "exec"
+            && mount.destination.starts_with('/')
+            && !mount.destination.split('/').any(|c| c == "..")
+        {
+            // A path in the exec task's root, which is its task directory.
         } else if !is_relative_inside(&mount.destination) {
             return Err(invalid(format!(
                 "{ctx}: volume_mount destination {:?} must be a relative path inside the task directory, without \"..\"",
@@ -559,7 +564,7 @@ mod tests {
         j.task_groups[0].tasks[0].driver = "exec2".to_string();
         assert_eq!(
             err(&j),
-            "task \"task\": driver \"exec2\" is not supported, nodeward has \"raw_exec\" and \"docker\""
+            "task \"task\": driver \"exec2\" is not supported, nodeward has \"raw_exec\", \"exec\" and \"docker\""
         );
         j.task_groups[0].tasks[0].driver = "docker".to_string();
         assert_eq!(
@@ -569,7 +574,7 @@ mod tests {
         j.task_groups[0].tasks[0].driver = String::new();
         assert_eq!(
             err(&j),
-            "task \"task\" must set a driver: one of \"raw_exec\" and \"docker\""
+            "task \"task\" must set a driver: one of \"raw_exec\", \"exec\" and \"docker\""
         );
         let mut j = job();
         j.task_groups[0].tasks[0].config.command = String::new();

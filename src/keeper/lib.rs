@@ -43,6 +43,7 @@
 
 pub mod beneath;
 pub mod daemon;
+mod isolate;
 pub mod logs;
 mod poller;
 pub mod procfs;
@@ -95,6 +96,30 @@ pub struct StartTask {
     pub log_name: String,
     pub max_files: u32,
     pub max_file_size_mb: u32,
+    /// The `exec` driver's isolation; `None` for `raw_exec`. Absent from an older agent's
+    /// message, which meant none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolate: Option<Isolation>,
+}
+
+/// How an `exec` task is isolated ([`isolate`]): its namespaces, its root, its capabilities.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Isolation {
+    /// The host directory that becomes the task's `/`: its task directory.
+    pub root: PathBuf,
+    /// What is bound into the root besides what the task directory holds.
+    pub binds: Vec<Bind>,
+    /// The capabilities kept in the bounding set, by number (`CAP_CHOWN` is 0).
+    pub keep_caps: Vec<u32>,
+}
+
+/// A host path bound into an isolated task's root.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bind {
+    pub source: PathBuf,
+    /// Absolute, as the task sees it.
+    pub target: PathBuf,
+    pub read_only: bool,
 }
 
 /// How a task ended, as the keeper saw it.
@@ -169,6 +194,7 @@ mod tests {
                 log_name: "t".into(),
                 max_files: 2,
                 max_file_size_mb: 1,
+                isolate: None,
             }),
         };
         let line = serde_json::to_string(&start).unwrap();

@@ -82,6 +82,8 @@ pub(crate) struct Plan {
     cwd: CString,
     run_as: Option<(u32, u32, Vec<libc::gid_t>)>,
     inherit: Inherit,
+    /// The `exec` driver's namespaces and root ([`crate::isolate`]).
+    isolate: Option<crate::isolate::Prepared>,
 }
 
 impl Plan {
@@ -98,7 +100,18 @@ impl Plan {
             .iter()
             .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(nul))
             .collect::<io::Result<Vec<_>>>()?;
-        let cwd = CString::new(spec.cwd.as_os_str().as_encoded_bytes())
+        let isolate = spec
+            .isolate
+            .as_ref()
+            .map(crate::isolate::Prepared::new)
+            .transpose()?;
+        // An isolated task starts in its root, which is its task directory.
+        let cwd = if isolate.is_some() {
+            "/".as_ref()
+        } else {
+            spec.cwd.as_os_str()
+        };
+        let cwd = CString::new(cwd.as_encoded_bytes())
             .map_err(|_| io::Error::other("task directory path has a NUL byte"))?;
         let argv = args
             .iter()
@@ -119,6 +132,7 @@ impl Plan {
             cwd,
             run_as: spec.run_as.clone(),
             inherit,
+            isolate,
         })
     }
 }
@@ -198,7 +212,14 @@ impl Spawner {
             libc::clone(
                 child_main,
                 top.cast(),
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_FILES | libc::SIGCHLD,
+                libc::CLONE_VM
+                    | libc::CLONE_VFORK
+                    | libc::CLONE_FILES
+                    | libc::SIGCHLD
+                    | plan
+                        .isolate
+                        .as_ref()
+                        .map_or(0, |_| crate::isolate::CLONE_FLAGS),
                 (&mut child as *mut Child).cast(),
             )
         };
@@ -353,6 +374,12 @@ unsafe fn prepare_and_exec(plan: &Plan) -> i32 {
         if libc::setpgid(0, 0) != 0 {
             return errno();
         }
+        if let Some(isolate) = &plan.isolate {
+            let err = isolate.apply();
+            if err != 0 {
+                return err;
+            }
+        }
         // The data directory is 0700, so a task of another user could not enter its directory
         // once it is that user: enter it first, then drop privileges.
         if libc::chdir(plan.cwd.as_ptr()) != 0 {
@@ -380,7 +407,8 @@ unsafe fn prepare_and_exec(plan: &Plan) -> i32 {
             0,
             0,
         ) != 0
-            || libc::getppid() != keeper
+            // An isolated task's parent is outside its PID namespace: getppid says 0.
+            || libc::getppid() != if plan.isolate.is_some() { 0 } else { keeper }
         {
             return libc::ESRCH;
         }

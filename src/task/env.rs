@@ -89,7 +89,9 @@ pub fn passthrough(
 pub fn base_env(ctx: &TaskContext, passed: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     // A container has its image's PATH and locale, not the host's; its directories are where
     // the docker driver binds them (docker.md), as Nomad sets them.
-    let container = ctx.task.driver == crate::jobspec::docker::NAME;
+    // An exec task sees its directories where a container does (Nomad's paths).
+    let container = ctx.task.driver == crate::jobspec::docker::NAME
+        || ctx.task.driver == crate::driver::exec::NAME;
     let mut env = if container {
         BTreeMap::new()
     } else {
@@ -185,6 +187,9 @@ pub fn start_spec(
         logs: task.log_config,
         env,
         container,
+        binds: Vec::new(),
+        cap_add: task.config.docker.cap_add.clone(),
+        cap_drop: task.config.docker.cap_drop.clone(),
         progress: None,
         cancel: None,
     }

@@ -204,10 +204,18 @@ impl TaskHook for VolumeMountHook {
     ) -> Result<Vec<String>, HookError> {
         let mut notes = Vec::new();
         let container = task.task.driver == crate::jobspec::docker::NAME;
+        let exec = task.task.driver == crate::driver::exec::NAME;
         for (mount, request, volume) in self.resolve(task)? {
-            if container {
-                // Bound at its destination by the docker driver (`container_binds`).
-                env.insert(volume_env_name(&mount.volume), mount.destination.clone());
+            if container || exec {
+                // Bound at its destination by the docker driver, or in an exec task's root by
+                // the keeper (`container_binds`): a link would not resolve there.
+                let shown = crate::driver::exec::path_in_task(&mount.destination);
+                let shown = if exec {
+                    shown
+                } else {
+                    mount.destination.clone()
+                };
+                env.insert(volume_env_name(&mount.volume), shown);
                 if !request.is_csi() {
                     self.volumes.claim(&request.source, &task.alloc_id);
                 }

@@ -389,6 +389,13 @@ impl TaskRunner {
                 self.emit(TaskEvent::setup_failure(now_nanos(), &e.0, true));
                 None
             })?);
+        } else if self.ctx.task.driver == driver::exec::NAME {
+            // Bound in its root by the keeper, as a container's are by the engine.
+            spec.binds =
+                crate::task::hooks::container_binds(&self.hooks, &self.ctx).map_err(|e| {
+                    self.emit(TaskEvent::setup_failure(now_nanos(), &e.0, true));
+                    None
+                })?;
         }
         let (state, store) = (self.state.clone(), self.deps.store.clone());
         spec.cancel = Some([self.killed.clone(), self.deps.shutdown.clone()]);

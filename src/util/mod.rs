@@ -1,6 +1,7 @@
 //! Small helpers shared by every module.
 
 pub mod allocdir;
+pub mod caps;
 pub mod duration;
 pub mod logging;
 pub mod netif;

@@ -274,6 +274,9 @@ mod tests {
             ports: Vec::new(),
         };
         let s = StartSpec {
+            binds: Vec::new(),
+            cap_add: Vec::new(),
+            cap_drop: Vec::new(),
             command: "httpd".into(),
             args: vec!["-f".into()],
             env: BTreeMap::from([("A".into(), "1".into())]),

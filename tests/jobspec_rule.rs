@@ -345,3 +345,76 @@ job "delay" {
         3_000_000_000u64
     );
 }
+
+/// The forms the real-world figure found refused (docs/jobspec.md "Measured"), written as
+/// Nomad's own e2e jobspecs write them: a number as a string, `memory_max` and the deprecated
+/// `disk` in `resources`, and a parameterized sysbatch job.
+const NOMADS_OWN_FORMS: &str = r#"
+job "forms" {
+  type = "batch"
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo ran"]
+      }
+      resources {
+        cpu        = "500"
+        memory     = 64
+        memory_max = 128
+        disk       = 50
+      }
+    }
+  }
+}
+"#;
+
+#[test]
+fn forms_found_in_nomads_own_jobspecs_run() {
+    let dir = TempDir::new("forms");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let spec = dir.path().join("forms.nomad");
+    std::fs::write(&spec, NOMADS_OWN_FORMS).unwrap();
+    let out = agent.cli(&["job", "run", spec.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for w in [
+        "\"memory_max\" has no effect on one node",
+        "\"disk\" has no effect on one node",
+    ] {
+        assert_eq!(stdout.matches(w).count(), 1, "{w} once in:\n{stdout}");
+    }
+    let job = agent.get("/v1/job/forms");
+    assert_eq!(job["TaskGroups"][0]["Tasks"][0]["Resources"]["CPU"], 500);
+    let allocs = agent.allocs("forms");
+    let id = allocs[0]["ID"].as_str().unwrap();
+    complete(&agent, id);
+    assert_eq!(stdout_of(&agent, id, "t"), "ran\n");
+
+    // A sysbatch job is a template of dispatched children, as in Nomad; a service job is not.
+    let sysbatch = NOMADS_OWN_FORMS.replace("\"forms\"", "\"sb\"").replace(
+        "type = \"batch\"",
+        "type = \"sysbatch\"\n  parameterized {}",
+    );
+    let spec = dir.path().join("sb.nomad");
+    std::fs::write(&spec, &sysbatch).unwrap();
+    let out = agent.cli(&["job", "run", spec.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(agent.allocs("sb").is_empty());
+    std::fs::write(&spec, sysbatch.replace("sysbatch", "service")).unwrap();
+    let out = agent.cli(&["job", "run", spec.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains(
+            "Parameterized job can only be used with \"batch\" or \"sysbatch\" scheduler"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+}

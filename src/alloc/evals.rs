@@ -14,7 +14,7 @@
 //! Threads: `reevaluate` runs on the caller's thread (the agent's `docker-fingerprint` thread or a
 //! reload worker); it takes the state file's write lock and the registry lock as an API write does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::capacity;
@@ -226,8 +226,10 @@ impl AllocManager {
                     .filter(|a| a.job.id == id && a.desired() == DesiredStatus::Run)
                     .collect();
                 let mut existing = BTreeMap::<String, u32>::new();
+                let mut taken = BTreeMap::<String, BTreeSet<u32>>::new();
                 for a in &mine {
                     *existing.entry(a.group.clone()).or_default() += 1;
+                    taken.entry(a.group.clone()).or_default().insert(a.index);
                 }
                 let node = self.engine.node.node();
                 let mut placement = capacity::place(reg, &record.job, &node, &existing, &[]);
@@ -245,7 +247,7 @@ impl AllocManager {
                     .map(|a| a.job.clone())
                     .unwrap_or_else(|| Arc::new(record.job.clone()));
                 let now = now_nanos();
-                let add = new_allocations(&job, &placement.place, &existing, ports, now);
+                let add = new_allocations(&job, &placement.place, &taken, ports, now);
                 Ok(Some(Change {
                     put_job: Some(JobRecord {
                         evaluations: after_reevaluation(
@@ -294,20 +296,26 @@ pub(super) fn assign_ports(
 }
 
 /// The allocations a placement adds, in the job's group order, with the ports
-/// [`assign_ports`] gave them; each group's indexes go on from those `existing` holds.
+/// [`assign_ports`] gave them. Each new allocation gets the lowest index of its group that no
+/// live allocation in `taken` holds, as Nomad names them: counting the live ones instead gave
+/// `[1]` twice once `[1]` of three had ended and was placed again beside `[2]`.
 pub(super) fn new_allocations(
     job: &Arc<crate::jobspec::Job>,
     place: &BTreeMap<String, u32>,
-    existing: &BTreeMap<String, u32>,
+    taken: &BTreeMap<String, BTreeSet<u32>>,
     mut ports: BTreeMap<String, Vec<Vec<AllocatedPort>>>,
     now: i64,
 ) -> Vec<Arc<Allocation>> {
     let mut out = Vec::new();
     for group in &job.task_groups {
-        let from = existing.get(&group.name).copied().unwrap_or(0);
+        let mut used = taken.get(&group.name).cloned().unwrap_or_default();
         let n = place.get(&group.name).copied().unwrap_or(0);
         let mut given = ports.remove(&group.name).unwrap_or_default().into_iter();
-        for i in from..from + n {
+        for _ in 0..n {
+            let i = (0..)
+                .find(|i| !used.contains(i))
+                .expect("u32 indexes are not all taken");
+            used.insert(i);
             let p = given.next().unwrap_or_default();
             out.push(Arc::new(Allocation::new(job, group, i, p, now)));
         }
@@ -318,6 +326,18 @@ pub(super) fn new_allocations(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// New allocations fill the lowest free indexes of their group, around the live ones.
+    #[test]
+    fn new_allocations_take_the_lowest_free_indexes() {
+        let job = Arc::new(crate::alloc::testing::gated_job("j", 3));
+        let group = job.task_groups[0].name.clone();
+        let taken = BTreeMap::from([(group.clone(), BTreeSet::from([0, 2]))]);
+        let place = BTreeMap::from([(group, 2)]);
+        let add = new_allocations(&job, &place, &taken, BTreeMap::new(), 0);
+        let indexes: Vec<u32> = add.iter().map(|a| a.index).collect();
+        assert_eq!(indexes, [1, 3]);
+    }
 
     fn failure(group: &str, failed: u32) -> PlacementFailure {
         PlacementFailure {

@@ -53,6 +53,7 @@ mod model;
 pub mod periodic;
 pub mod placement;
 mod ports;
+mod regexps;
 mod restore;
 #[cfg(test)]
 pub(crate) mod testing;

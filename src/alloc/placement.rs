@@ -354,9 +354,8 @@ pub fn meets(c: &Constraint, node: &Node) -> bool {
                 _ => false,
             }
         }),
-        Operator::Regexp => {
-            both().is_some_and(|(l, r)| regex::Regex::new(r).is_ok_and(|re| re.is_match(l)))
-        }
+        Operator::Regexp => both()
+            .is_some_and(|(l, r)| super::regexps::compiled(r).is_some_and(|re| re.is_match(l))),
         Operator::SetContains | Operator::SetContainsAll => {
             both().is_some_and(|(l, r)| items(r).all(|want| items(l).any(|have| have == want)))
         }

@@ -91,6 +91,12 @@ impl Source {
                 .as_u64()
                 .and_then(|v| u32::try_from(v).ok())
                 .ok_or_else(|| self.wrong_type(what, attr, expected)),
+            // HCL2 converts a string to the number an attribute wants, as Nomad's decoder does:
+            // Nomad's own jobspecs write `cpu = "500"`.
+            Expression::String(s) => s
+                .value()
+                .parse::<u32>()
+                .map_err(|_| self.wrong_type(what, attr, expected)),
             _ => Err(self.wrong_type(what, attr, expected)),
         }
     }
@@ -98,6 +104,9 @@ impl Source {
     pub fn bool(&self, what: &str, attr: &Attribute) -> Result<bool, Error> {
         match &attr.value {
             Expression::Bool(b) => Ok(*b.value()),
+            // HCL2's string to bool conversion takes exactly these two.
+            Expression::String(s) if s.value() == "true" => Ok(true),
+            Expression::String(s) if s.value() == "false" => Ok(false),
             _ => Err(self.wrong_type(what, attr, "true or false")),
         }
     }

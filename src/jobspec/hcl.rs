@@ -839,8 +839,8 @@ EOT
                 "unknown block \"inner\" in env block of task \"web\" at line 8",
             ),
             (
-                job_with("", "      resources {\n        memory_max = 5\n      }"),
-                "unknown attribute \"memory_max\" in resources block of task \"web\" at line 8",
+                job_with("", "      resources {\n        memroy = 5\n      }"),
+                "unknown attribute \"memroy\" in resources block of task \"web\" at line 8",
             ),
         ];
         for (src, want) in cases {
@@ -901,7 +901,7 @@ EOT
     fn wrong_types_and_shapes() {
         let invalid = |s: &str| JobspecError::Invalid(s.to_string());
         assert_eq!(
-            err(&job_with("    count = \"2\"", "")),
+            err(&job_with("    count = \"two\"", "")),
             invalid("attribute \"count\" in group \"g\" at line 3 must be a whole number from 0 to 4294967295")
         );
         assert_eq!(
@@ -1208,6 +1208,44 @@ job "docs" {
     }
 
     /// Seed 1's plugin job as docker.md gives it: a docker task's config is the docker driver's.
+    #[test]
+    fn numbers_and_bools_written_as_strings_are_converted_as_hcl2_does() {
+        let job = parse(&job_with(
+            "",
+            "      resources {\n        cpu = \"500\"\n        memory = 64\n      }\n      leader = \"true\"",
+        ))
+        .unwrap();
+        let task = &job.task_groups[0].tasks[0];
+        assert_eq!((task.resources.cpu, task.leader), (500, true));
+        assert_eq!(
+            err(&job_with("", "      resources {\n        cpu = \"lots\"\n      }")),
+            invalid("attribute \"cpu\" in resources block of task \"web\" at line 8 must be a whole number from 0 to 4294967295")
+        );
+    }
+
+    #[test]
+    fn resources_memory_max_and_disk_have_no_effect_and_are_warned() {
+        let src = job_with(
+            "",
+            "      resources {\n        cpu = 100\n        memory_max = 512\n        disk = 300\n      }",
+        );
+        let parsed = parse_job(&src).unwrap();
+        assert_eq!(parsed.job.task_groups[0].tasks[0].resources.cpu, 100);
+        assert_eq!(
+            parsed.warnings,
+            vec![
+                super::super::schema::warning(
+                    "memory_max",
+                    super::super::schema::RESOURCES_NO_EFFECT[0].1
+                ),
+                super::super::schema::warning(
+                    "disk",
+                    super::super::schema::RESOURCES_NO_EFFECT[1].1
+                ),
+            ]
+        );
+    }
+
     #[test]
     fn a_docker_task_reads_the_docker_config() {
         let src = r#"

@@ -442,9 +442,12 @@ job "report" {
         let service = PERIODIC.replace("type = \"batch\"", "type = \"service\"");
         let e = parse_job(&service).unwrap_err().to_string();
         assert!(
-            e.contains("Periodic can only be used with \"batch\" scheduler"),
+            e.contains("Periodic can only be used with \"batch\" or \"sysbatch\" scheduler"),
             "{e}"
         );
+        // A sysbatch job may be a template of children too, as in Nomad since 1.2.
+        let sysbatch = PERIODIC.replace("type = \"batch\"", "type = \"sysbatch\"");
+        assert!(parse_job(&sysbatch).is_ok());
     }
 
     #[test]

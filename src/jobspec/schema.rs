@@ -71,6 +71,16 @@ pub const REFUSED: &[(&[Level], &str, &str)] = {
     ]
 };
 
+/// Attributes of a task's `resources` accepted with no effect, as the JSON front-end ignores
+/// `MemoryMaxMB` and `DiskMB` (Nomad's own jobspecs write both).
+pub const RESOURCES_NO_EFFECT: &[(&str, &str)] = &[
+    (
+        "memory_max",
+        "memory oversubscription is not offered on this node; the task's limit is its memory",
+    ),
+    ("disk", "deprecated in Nomad; disk is not reserved per task"),
+];
+
 /// The one line of a no-effect name's warning.
 pub fn warning(name: &str, reason: &str) -> String {
     format!("{name:?} has no effect on one node: {reason}")
@@ -101,10 +111,33 @@ pub fn prepare_hcl(body: &mut Body, src: &Source) -> Result<Vec<String>, Jobspec
             for task in group.body.get_blocks_mut("task") {
                 let task_what = what("task", task);
                 strip(&mut task.body, src, Level::Task, &task_what, &mut out)?;
+                for resources in task.body.get_blocks_mut("resources") {
+                    strip_resources(&mut resources.body, &mut out);
+                }
             }
         }
     }
     Ok(out.list)
+}
+
+/// Takes [`RESOURCES_NO_EFFECT`]'s attributes out of a `resources` body, warned.
+fn strip_resources(body: &mut Body, out: &mut Warnings) {
+    let mut i = 0;
+    while i < body.len() {
+        let found = match body.get(i) {
+            Some(Structure::Attribute(a)) => RESOURCES_NO_EFFECT
+                .iter()
+                .find(|(n, _)| *n == a.key.as_str()),
+            _ => None,
+        };
+        match found {
+            Some((n, reason)) => {
+                out.add(n, reason);
+                body.remove(i);
+            }
+            None => i += 1,
+        }
+    }
 }
 
 /// Warnings named once each.

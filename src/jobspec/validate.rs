@@ -55,16 +55,16 @@ pub fn validate_job(job: &Job) -> Result<(), JobspecError> {
             job.id
         )));
     }
-    // Nomad's `Job.Validate`: only batch jobs are templates of children.
-    if job.periodic.as_ref().is_some_and(|p| p.enabled) && job.job_type != JobType::Batch {
+    // Nomad's `Job.Validate`: only batch and sysbatch jobs are templates of children.
+    if job.periodic.as_ref().is_some_and(|p| p.enabled) && !job.job_type.runs_to_completion() {
         return Err(invalid(format!(
-            "job {:?}: Periodic can only be used with \"batch\" scheduler",
+            "job {:?}: Periodic can only be used with \"batch\" or \"sysbatch\" scheduler",
             job.id
         )));
     }
-    if job.parameterized_job.is_some() && job.job_type != JobType::Batch {
+    if job.parameterized_job.is_some() && !job.job_type.runs_to_completion() {
         return Err(invalid(format!(
-            "job {:?}: Parameterized job can only be used with \"batch\" scheduler",
+            "job {:?}: Parameterized job can only be used with \"batch\" or \"sysbatch\" scheduler",
             job.id
         )));
     }

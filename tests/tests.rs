@@ -15,6 +15,7 @@ mod agent_ops;
 mod agent_tasks;
 mod api_agent;
 mod api_server;
+mod cgroups;
 mod cli;
 mod crash_storm;
 mod csi_agent;

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use super::process::keeper::{client::Kept, StartTask};
 use super::process::{self, RunAs};
+use crate::cgroup::{Cgroups, Limits, TaskCgroup};
 use crate::thread::Never;
 
 use super::{
@@ -32,11 +33,28 @@ const REAP_AFTER_SIGKILL: Duration = process::REAP_AFTER_SIGKILL;
 /// The `raw_exec` driver.
 pub struct RawExec {
     keeper: Arc<KeeperClient>,
+    /// The node's cgroups; `None` runs tasks unconfined (docs/resources.md).
+    cgroups: Option<Arc<Cgroups>>,
 }
 
 impl RawExec {
     pub fn new(keeper: Arc<KeeperClient>) -> RawExec {
-        RawExec { keeper }
+        RawExec {
+            keeper,
+            cgroups: None,
+        }
+    }
+
+    /// Confines every task it starts to a cgroup of its own, with its limits.
+    pub fn with_cgroups(mut self, cgroups: Option<Cgroups>) -> RawExec {
+        self.cgroups = cgroups.map(Arc::new);
+        self
+    }
+
+    /// A task's cgroup, by the naming rule: an agent that restarted finds the cgroups of the
+    /// tasks it re-attached to the same way.
+    fn cgroup(&self, alloc_id: &str, task: &str) -> Option<TaskCgroup> {
+        self.cgroups.as_ref().map(|c| c.task(alloc_id, task))
     }
 
     fn kept(task: &RunningTask) -> &Kept {
@@ -84,9 +102,15 @@ impl RawExec {
                     .map(RunAs::user)
                     .transpose()
                     .map_err(DriverError::Process)?;
-                Ok((program, run_as))
+                // Made (or a restart's reused) and its limits written before the process exists.
+                let cgroup = self
+                    .cgroup(&spec.alloc_id, &spec.task_name)
+                    .map(|cg| cg.create(&Limits::of(&spec.resources)).map(|()| cg.paths()))
+                    .transpose()
+                    .map_err(DriverError::Cgroup)?;
+                Ok((program, run_as, cgroup))
             });
-        let (program, run_as) = match resolved {
+        let (program, run_as, cgroup) = match resolved {
             Ok(r) => r,
             Err(e) => {
                 if let Some(pid) = forget {
@@ -107,6 +131,7 @@ impl RawExec {
             log_name: spec.task_name.clone(),
             max_files: spec.logs.max_files,
             max_file_size_mb: spec.logs.max_file_size_mb,
+            cgroup,
         };
         let kept = self.keeper.start(task, forget).map_err(|e| match e {
             KeeperError::Refused {
@@ -241,6 +266,13 @@ impl Driver for RawExec {
             }
         }
         self.keeper.forget(kept.pid);
+        // The task is gone for good (a restart after a crash reuses its cgroup and does not come
+        // here): whatever is left in its cgroup dies with it, and the cgroup goes.
+        if let Some(cg) = self.cgroup(&kept.alloc_id, &kept.task) {
+            if let Err(e) = cg.remove() {
+                log::warn!("task {} of alloc {}: {e}", kept.task, kept.alloc_id);
+            }
+        }
     }
 
     fn inspect(&self, handle: &TaskHandle) -> TaskRunState {

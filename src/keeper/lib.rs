@@ -42,6 +42,7 @@
 //!   failed.
 
 pub mod beneath;
+pub mod cgroup;
 pub mod daemon;
 pub mod logs;
 mod poller;
@@ -95,6 +96,10 @@ pub struct StartTask {
     pub log_name: String,
     pub max_files: u32,
     pub max_file_size_mb: u32,
+    /// The cgroup the agent made for the task, which its process joins before it execs; `None`
+    /// runs it unconfined (no cgroups on the node, or an agent before them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<cgroup::CgroupPaths>,
 }
 
 /// How a task ended, as the keeper saw it.
@@ -104,6 +109,9 @@ pub struct Exit {
     pub signal: i32,
     /// When it was reaped, in nanoseconds since the Unix epoch.
     pub at_nanos: i64,
+    /// Killed by the kernel for its cgroup's memory limit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oom_killed: bool,
 }
 
 /// A task the keeper holds.
@@ -169,6 +177,7 @@ mod tests {
                 log_name: "t".into(),
                 max_files: 2,
                 max_file_size_mb: 1,
+                cgroup: None,
             }),
         };
         let line = serde_json::to_string(&start).unwrap();
@@ -181,6 +190,7 @@ mod tests {
                 exit_code: 7,
                 signal: 0,
                 at_nanos: 1,
+                oom_killed: false,
             },
         };
         let line = serde_json::to_string(&ev).unwrap();

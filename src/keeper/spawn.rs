@@ -82,6 +82,7 @@ pub(crate) struct Plan {
     cwd: CString,
     run_as: Option<(u32, u32, Vec<libc::gid_t>)>,
     inherit: Inherit,
+    cgroup: crate::cgroup::Join,
 }
 
 impl Plan {
@@ -119,6 +120,7 @@ impl Plan {
             cwd,
             run_as: spec.run_as.clone(),
             inherit,
+            cgroup: crate::cgroup::Join::new(spec.cgroup.as_ref())?,
         })
     }
 }
@@ -352,6 +354,10 @@ unsafe fn prepare_and_exec(plan: &Plan) -> i32 {
         }
         if libc::setpgid(0, 0) != 0 {
             return errno();
+        }
+        // Before anything of the task runs, and while still root (cgroup files are root's).
+        if let Err(e) = plan.cgroup.join() {
+            return e;
         }
         // The data directory is 0700, so a task of another user could not enter its directory
         // once it is that user: enter it first, then drop privileges.

@@ -82,7 +82,17 @@ pub struct AgentNode {
 }
 
 impl AgentNode {
-    fn new(config: &AgentConfig, id: &str, drivers: Drivers, volumes: Arc<VolumeManager>) -> Self {
+    fn new(
+        config: &AgentConfig,
+        id: &str,
+        drivers: Drivers,
+        volumes: Arc<VolumeManager>,
+        cgroups_version: Option<&str>,
+    ) -> Self {
+        let mut attributes = host_attributes(&config.name);
+        if let Some(v) = cgroups_version {
+            attributes.insert("os.cgroups.version".to_string(), v.to_string());
+        }
         AgentNode {
             base: Node {
                 id: id.to_string(),
@@ -90,7 +100,7 @@ impl AgentNode {
                 datacenter: config.datacenter.clone(),
                 node_class: config.node_class.clone(),
                 node_pool: config.node_pool.clone(),
-                attributes: host_attributes(&config.name),
+                attributes,
                 meta: config.meta.clone(),
                 capacity: None,
             },
@@ -256,12 +266,12 @@ impl Agent {
             &config.data_dir,
             store.node_id(),
         ));
-        let exec = crate::driver::exec::driver(keeper.clone(), config.exec.clone());
-        let drivers = Drivers::new(vec![
-            Arc::new(RawExec::new(keeper.clone())),
-            Arc::new(exec),
-            docker.clone(),
-        ]);
+        let cgroups = crate::cgroup::Cgroups::for_agent(config.cgroups, &config.cgroup_parent);
+        let cgroups_version = cgroups.as_ref().map(|c| c.version().attribute());
+        let exec = crate::driver::exec::driver(keeper.clone(), config.exec.clone())
+            .with_cgroups(cgroups.clone());
+        let raw_exec = RawExec::new(keeper.clone()).with_cgroups(cgroups);
+        let drivers = Drivers::new(vec![Arc::new(raw_exec), Arc::new(exec), docker.clone()]);
         // The engine is checked before anything is placed: a docker job registered right after
         // the start must not fail to place for want of a first check (it is bounded by the
         // engine call's timeout; an engine that is not there fails at once).
@@ -271,6 +281,7 @@ impl Agent {
             store.node_id(),
             drivers.clone(),
             host_volumes.clone(),
+            cgroups_version,
         ));
         let node = {
             let mut n = Arc::into_inner(node).expect("the node was just made");

@@ -83,6 +83,10 @@ pub struct AgentConfig {
     /// Nomad's names and defaults), both ends included.
     pub min_dynamic_port: u16,
     pub max_dynamic_port: u16,
+    /// `client { cgroups = false }` runs tasks unconfined; `cgroup_parent` (default `nodeward`)
+    /// is the cgroup the task cgroups are made under (docs/resources.md).
+    pub cgroups: bool,
+    pub cgroup_parent: String,
     /// The docker driver's settings (`plugin "docker" { config { ... } }`).
     pub docker: DockerSettings,
     /// `client { reserved { } }`: what placement leaves to the host (resources.md).
@@ -198,6 +202,8 @@ struct RawClient {
     reserved: Option<reserved::RawReserved>,
     cpu_total_compute: Option<u64>,
     memory_total_mb: Option<u64>,
+    cgroups: Option<bool>,
+    cgroup_parent: Option<String>,
     /// Values may be written as numbers or booleans too; each is kept as its text.
     meta: Option<BTreeMap<String, serde_json::Value>>,
     chroot_env: Option<BTreeMap<String, String>>,
@@ -280,7 +286,9 @@ impl RawConfig {
                 reserved,
                 cpu_total_compute,
                 memory_total_mb,
-                chroot_env
+                chroot_env,
+                cgroups,
+                cgroup_parent
             );
             if let Some(o) = c.options {
                 mine.options.get_or_insert_with(Default::default).extend(o);
@@ -441,6 +449,12 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
     let (gc, max_allocs) = validate_gc(&client)?;
     let (min_dynamic_port, max_dynamic_port) = dynamic_ports(&client)?;
     let (datacenter, node_class, meta) = validate_node(&raw.datacenter, &client)?;
+    let cgroup_parent = client
+        .cgroup_parent
+        .clone()
+        .unwrap_or_else(|| crate::cgroup::DEFAULT_PARENT.to_string());
+    crate::cgroup::check_parent(&cgroup_parent)
+        .map_err(|e| ConfigError::Invalid(format!("client.cgroup_parent: {e}")))?;
     let task_env_passthrough = match client.task_env_passthrough {
         Some(list) => list,
         None => crate::task::env::DEFAULT_PASSTHROUGH
@@ -477,6 +491,8 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         );
     }
     Ok(AgentConfig {
+        cgroups: client.cgroups.unwrap_or(true),
+        cgroup_parent,
         host_volume_plugin_dir: client
             .host_volume_plugin_dir
             .map(PathBuf::from)

@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod alloc;
 pub mod api;
+pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod csi;

@@ -298,20 +298,20 @@ fn a_killed_keeper_takes_its_tasks_down_and_the_agent_reports_it() {
             .parse()
             .unwrap()
     };
-    let agent_oom = oom(agent.pid());
-    assert_eq!(oom(pid), agent_oom, "the task's OOM score adjustment");
+    // Tasks get 0 back, whatever the agent's and the keeper's are (docs/resources.md).
+    assert_eq!(oom(pid), 0, "the task's OOM score adjustment");
     // Lowering it needs CAP_SYS_RESOURCE, which some containers withhold even from root.
     let can_lower = std::process::Command::new("/bin/sh")
         .arg("-c")
-        .arg(format!("echo {} > /proc/self/oom_score_adj", agent_oom - 1))
+        .arg("echo -1 > /proc/self/oom_score_adj")
         .stderr(std::process::Stdio::null())
         .status()
         .unwrap()
         .success();
     if can_lower {
-        assert_eq!(oom(keeper), (agent_oom - 900).max(-1000), "the keeper's");
+        assert_eq!(oom(agent.pid()), -999, "the agent's");
+        assert_eq!(oom(keeper), -500, "the keeper's");
     } else {
-        assert_eq!(oom(keeper), agent_oom, "the keeper's");
         println!("SKIPPED the keeper's OOM protection: this process may not lower oom_score_adj (no CAP_SYS_RESOURCE)");
     }
     unsafe { libc::kill(keeper, libc::SIGKILL) };

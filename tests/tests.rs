@@ -16,6 +16,7 @@ mod agent_tasks;
 mod api_agent;
 mod api_server;
 mod capacity;
+mod cgroups;
 mod cli;
 mod crash_storm;
 mod csi_agent;

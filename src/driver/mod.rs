@@ -84,6 +84,9 @@ pub enum DriverError {
     Keeper(KeeperError),
     #[error("driver {driver:?} is not available on this node")]
     Unavailable { driver: String },
+    /// The task's cgroup could not be made or its limits written.
+    #[error("task cgroup: {0}")]
+    Cgroup(crate::cgroup::CgroupError),
     /// The docker driver: the engine's error, or what the node does not allow.
     #[error("{0}")]
     Docker(String),
@@ -107,6 +110,8 @@ pub struct StartSpec {
     pub log_dir: PathBuf,
     pub task_name: String,
     pub logs: LogConfig,
+    /// The task's `resources`: its cgroup's limits.
+    pub resources: crate::jobspec::Resources,
     /// What a container driver needs besides (docker); `None` for `raw_exec`.
     pub container: Option<ContainerSpec>,
     /// Host paths an `exec` task sees in its root (its `volume_mount`s); empty for the others.
@@ -154,8 +159,10 @@ pub struct ContainerSpec {
     /// directory at `/alloc`, the task's `local` and `secrets` at `/local` and `/secrets`, a CSI
     /// plugin's socket directory at its `mount_dir`.
     pub binds: Vec<Bind>,
-    /// `resources { memory }` in MiB and `cpu` in MHz (CPU shares).
+    /// `resources { memory }` in MiB and `cpu` in MHz (CPU shares); `memory_max` in MiB, 0 when
+    /// not set.
     pub memory_mb: u32,
+    pub memory_max_mb: u32,
     pub cpu: u32,
 }
 
@@ -256,6 +263,7 @@ impl TaskExit {
     /// the docker driver's (docker.md).
     pub fn message(&self) -> std::borrow::Cow<'static, str> {
         match self {
+            TaskExit::Exited(e) if e.oom_killed => "OOM Killed".into(),
             TaskExit::Exited(_) | TaskExit::Unknown => "".into(),
             TaskExit::KeeperDied => KEEPER_DIED.into(),
             TaskExit::LostWhileAway => LOST_WHILE_AWAY.into(),

@@ -17,6 +17,7 @@ use std::time::Duration;
 use super::exec::ExecSettings;
 use super::process::keeper::{client::Kept, StartTask};
 use super::process::{self, RunAs};
+use crate::cgroup::{Cgroups, Limits, TaskCgroup};
 use crate::thread::Never;
 
 use super::{
@@ -35,11 +36,17 @@ pub struct RawExec {
     keeper: Arc<KeeperClient>,
     /// `exec`'s settings, and whether this node can isolate (else it is not fingerprinted).
     exec: Option<(ExecSettings, bool)>,
+    /// The node's cgroups; `None` runs tasks unconfined (docs/resources.md).
+    cgroups: Option<Arc<Cgroups>>,
 }
 
 impl RawExec {
     pub fn new(keeper: Arc<KeeperClient>) -> RawExec {
-        RawExec { keeper, exec: None }
+        RawExec {
+            keeper,
+            exec: None,
+            cgroups: None,
+        }
     }
 
     /// The `exec` driver; `available`: the node can isolate its tasks.
@@ -47,6 +54,7 @@ impl RawExec {
         RawExec {
             keeper,
             exec: Some((settings, available)),
+            cgroups: None,
         }
     }
 
@@ -56,6 +64,18 @@ impl RawExec {
         } else {
             NAME
         }
+    }
+
+    /// Confines every task it starts to a cgroup of its own, with its limits.
+    pub fn with_cgroups(mut self, cgroups: Option<Cgroups>) -> RawExec {
+        self.cgroups = cgroups.map(Arc::new);
+        self
+    }
+
+    /// A task's cgroup, by the naming rule: an agent that restarted finds the cgroups of the
+    /// tasks it re-attached to the same way.
+    fn cgroup(&self, alloc_id: &str, task: &str) -> Option<TaskCgroup> {
+        self.cgroups.as_ref().map(|c| c.task(alloc_id, task))
     }
 
     fn kept(task: &RunningTask) -> &Kept {
@@ -117,7 +137,16 @@ impl RawExec {
                 .map_err(DriverError::CapsNotAllowed),
             None => Ok((r, None)),
         });
-        let ((program, run_as), caps) = match resolved {
+        // Made (or a restart's reused) and its limits written before the process exists.
+        let resolved = resolved.and_then(|(r, caps)| {
+            let cgroup = self
+                .cgroup(&spec.alloc_id, &spec.task_name)
+                .map(|cg| cg.create(&Limits::of(&spec.resources)).map(|()| cg.paths()))
+                .transpose()
+                .map_err(DriverError::Cgroup)?;
+            Ok((r, caps, cgroup))
+        });
+        let ((program, run_as), caps, cgroup) = match resolved {
             Ok(r) => r,
             Err(e) => {
                 if let Some(pid) = forget {
@@ -143,6 +172,7 @@ impl RawExec {
                 let shared = spec.log_dir.parent().unwrap_or(&spec.log_dir);
                 super::exec::isolation(settings, &spec.cwd, shared, &spec.binds, caps)
             }),
+            cgroup,
         };
         let kept = self.keeper.start(task, forget).map_err(|e| match e {
             KeeperError::Refused {
@@ -286,6 +316,13 @@ impl Driver for RawExec {
             }
         }
         self.keeper.forget(kept.pid);
+        // The task is gone for good (a restart after a crash reuses its cgroup and does not come
+        // here): whatever is left in its cgroup dies with it, and the cgroup goes.
+        if let Some(cg) = self.cgroup(&kept.alloc_id, &kept.task) {
+            if let Err(e) = cg.remove() {
+                log::warn!("task {} of alloc {}: {e}", kept.task, kept.alloc_id);
+            }
+        }
     }
 
     fn inspect(&self, handle: &TaskHandle) -> TaskRunState {

@@ -535,10 +535,11 @@ impl Walk<'_> {
         let what = format!("resources block of {task}");
         let items = self
             .src
-            .items(&what, &block.body, &["cpu", "memory"], &[])?;
+            .items(&what, &block.body, &["cpu", "memory", "memory_max"], &[])?;
         Ok(RawResources {
             cpu: self.src.opt_u32(&items, "cpu")?,
             memory_mb: self.src.opt_u32(&items, "memory")?,
+            memory_max_mb: self.src.opt_u32(&items, "memory_max")?,
             ..RawResources::default()
         })
     }
@@ -667,6 +668,7 @@ job "example" {
                     resources: Resources {
                         cpu: 100,
                         memory_mb: 100,
+                        memory_max_mb: 0,
                     },
                     lifecycle: None,
                     leader: false,
@@ -1119,6 +1121,26 @@ job "docs" {
         assert_eq!(task.kill_signal, "SIGTERM");
         assert_eq!(task.kill_timeout, Duration::from_secs(20));
         assert_eq!(task.resources.memory_mb, 256);
+    }
+
+    #[test]
+    fn memory_max_is_a_hard_limit_above_memory() {
+        let res = |body: &str| {
+            parse(&job_with(
+                "",
+                &format!("      resources {{\n        {body}\n      }}"),
+            ))
+            .map(|j| j.task_groups[0].tasks[0].resources)
+        };
+        let r = res("memory = 32\n        memory_max = 64").unwrap();
+        assert_eq!((r.memory_mb, r.memory_max_mb), (32, 64));
+        assert_eq!(res("memory = 32").unwrap().memory_max_mb, 0, "not set");
+        assert_eq!(
+            res("memory = 64\n        memory_max = 32").unwrap_err(),
+            JobspecError::Invalid(
+                "task \"web\": memory_max (32) should be larger than memory (64)".into()
+            )
+        );
     }
 
     #[test]

@@ -210,7 +210,8 @@ mod tests {
         job["TaskGroups"][0]["Networks"] = json!([{"Mode": "host", "MBits": 10}]);
         job["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{"Name": "web"}]);
         job["TaskGroups"][0]["Tasks"][0]["Config"]["pid_mode"] = json!("host");
-        job["TaskGroups"][0]["Tasks"][0]["Resources"] = json!({"CPU": 200, "MemoryMaxMB": 512});
+        job["TaskGroups"][0]["Tasks"][0]["Resources"] =
+            json!({"CPU": 200, "MemoryMaxMB": 512, "IOPS": 1});
         job["TaskGroups"][0]["Tasks"][0]["Templates"] = json!(null);
         let parsed = parse(&json!({"Job": job, "EnforceIndex": true})).unwrap();
         let field = |f: &str| format!("field \"{f}\" is not supported by nodeward and was ignored");
@@ -222,10 +223,14 @@ mod tests {
                 field("TaskGroups[0].Networks[0].MBits"),
                 field("TaskGroups[0].Tasks[0].Services"),
                 field("TaskGroups[0].Tasks[0].Config.pid_mode"),
-                field("TaskGroups[0].Tasks[0].Resources.MemoryMaxMB"),
+                field("TaskGroups[0].Tasks[0].Resources.IOPS"),
             ]
         );
         assert_eq!(parsed.job.task_groups[0].tasks[0].resources.cpu, 200);
+        assert_eq!(
+            parsed.job.task_groups[0].tasks[0].resources.memory_max_mb,
+            512
+        );
     }
 
     #[test]

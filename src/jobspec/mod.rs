@@ -475,6 +475,15 @@ pub struct Resources {
     pub cpu: u32,
     #[serde(rename = "MemoryMB")]
     pub memory_mb: u32,
+    /// `memory_max`: the hard limit when set (then `memory` is the soft one); 0 when not set, as
+    /// Nomad encodes it.
+    #[serde(rename = "MemoryMaxMB", default, skip_serializing_if = "is_zero")]
+    pub memory_max_mb: u32,
+}
+
+/// An unset `memory_max` is left out of the job's JSON, which stays as it was before it existed.
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Default for Resources {
@@ -482,6 +491,7 @@ impl Default for Resources {
         Resources {
             cpu: 100,
             memory_mb: 300,
+            memory_max_mb: 0,
         }
     }
 }

@@ -198,6 +198,8 @@ pub(crate) struct RawResources {
     pub cpu: Option<u32>,
     #[serde(rename = "MemoryMB")]
     pub memory_mb: Option<u32>,
+    #[serde(rename = "MemoryMaxMB")]
+    pub memory_max_mb: Option<u32>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -556,6 +558,14 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
         .transpose()?;
     let resource_defaults = Resources::default();
     let resources = raw.resources.unwrap_or_default();
+    let memory_mb = resources.memory_mb.unwrap_or(resource_defaults.memory_mb);
+    let memory_max_mb = resources.memory_max_mb.unwrap_or(0);
+    // Nomad's check (structs.Resources.Validate): a hard limit below the soft one means nothing.
+    if memory_max_mb != 0 && memory_max_mb < memory_mb {
+        return Err(JobspecError::Invalid(format!(
+            "task {name:?}: memory_max ({memory_max_mb}) should be larger than memory ({memory_mb})"
+        )));
+    }
     let lifecycle = raw
         .lifecycle
         .map(|l| super::lifecycle::lifecycle(&name, l))
@@ -593,7 +603,8 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
         csi_plugin,
         resources: Resources {
             cpu: resources.cpu.unwrap_or(resource_defaults.cpu),
-            memory_mb: resources.memory_mb.unwrap_or(resource_defaults.memory_mb),
+            memory_mb,
+            memory_max_mb,
         },
         constraints: constraint::convert(&format!("task {name:?}"), Level::Task, raw.constraints)?,
         name,

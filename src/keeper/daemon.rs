@@ -1,8 +1,8 @@
 //! How the keeper process starts: it binds `<data_dir>/keeper.sock` (0600), forks, and the parent
 //! prints the keeper's PID and exits 0 once the child is ready (exit 1 and a message on stderr
 //! otherwise), so the agent that ran it knows the socket is there and is never the keeper's parent.
-//! The child leaves the agent's session, raises its own open-file limit and lowers its OOM score
-//! (giving tasks the originals back), and serves ([`crate::serve`]).
+//! The child leaves the agent's session, raises its own open-file limit and sets its OOM score
+//! adjustment to -500 (tasks get 0), and serves ([`crate::serve`]).
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -136,19 +136,17 @@ pub(crate) fn raise_nofile() -> libc::rlimit {
     lim
 }
 
-/// How much less likely than a task the kernel's OOM killer is to pick the keeper: a keeper killed
-/// takes every task with it, a task killed takes only itself.
-const OOM_SCORE_PROTECTION: i32 = 900;
+/// The keeper's OOM score adjustment: below every task's (0), so the kernel picks a task before
+/// the keeper (a keeper killed takes every task with it, a task killed takes only itself), and
+/// above the agent's (`-999`), which holds the state and comes back for the tasks.
+pub const KEEPER_OOM_SCORE_ADJ: i32 = -500;
 
-/// Lowers the keeper's OOM score adjustment (needs CAP_SYS_RESOURCE; without it nothing changes)
-/// and answers the value it had, which tasks get back.
+/// Sets the keeper's OOM score adjustment (lowering it needs CAP_SYS_RESOURCE; without it the
+/// keeper keeps what it inherited) and answers what tasks get: 0, whatever the agent's and the
+/// keeper's are, as Nomad's executor resets it, since it is inherited across `execve`.
 pub(crate) fn protect_from_oom() -> Option<([u8; 16], usize)> {
-    let path = "/proc/self/oom_score_adj";
-    let original: i32 = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
-    let lowered = (original - OOM_SCORE_PROTECTION).max(-1000);
-    std::fs::write(path, lowered.to_string()).ok()?;
-    let text = original.to_string();
+    let _ = std::fs::write("/proc/self/oom_score_adj", KEEPER_OOM_SCORE_ADJ.to_string());
     let mut value = [0u8; 16];
-    value[..text.len()].copy_from_slice(text.as_bytes());
-    Some((value, text.len()))
+    value[0] = b'0';
+    Some((value, 1))
 }

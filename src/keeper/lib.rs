@@ -42,6 +42,7 @@
 //!   failed.
 
 pub mod beneath;
+pub mod cgroup;
 pub mod daemon;
 mod isolate;
 pub mod logs;
@@ -96,6 +97,10 @@ pub struct StartTask {
     pub log_name: String,
     pub max_files: u32,
     pub max_file_size_mb: u32,
+    /// The cgroup the agent made for the task, which its process joins before it execs; `None`
+    /// runs it unconfined (no cgroups on the node, or an agent before them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<cgroup::CgroupPaths>,
     /// The `exec` driver's isolation; `None` for `raw_exec`. Absent from an older agent's
     /// message, which meant none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -129,6 +134,9 @@ pub struct Exit {
     pub signal: i32,
     /// When it was reaped, in nanoseconds since the Unix epoch.
     pub at_nanos: i64,
+    /// Killed by the kernel for its cgroup's memory limit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oom_killed: bool,
 }
 
 /// A task the keeper holds.
@@ -195,6 +203,7 @@ mod tests {
                 max_files: 2,
                 max_file_size_mb: 1,
                 isolate: None,
+                cgroup: None,
             }),
         };
         let line = serde_json::to_string(&start).unwrap();
@@ -207,6 +216,7 @@ mod tests {
                 exit_code: 7,
                 signal: 0,
                 at_nanos: 1,
+                oom_killed: false,
             },
         };
         let line = serde_json::to_string(&ev).unwrap();

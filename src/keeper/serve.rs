@@ -543,17 +543,32 @@ impl Keeper {
         if let Some(fd) = t.pidfd.take() {
             self.poller.remove(&fd);
         }
-        // Nothing a task started outlives it.
+        // Nothing a task started outlives it: neither its group nor, where it has one, anything in
+        // its cgroup (a child that called setsid and left the group).
         let _ = signal_group(t.held.pid, libc::SIGKILL);
         let (exit_code, signal) = match (status.code(), status.signal()) {
             (_, Some(sig)) => (128 + sig, sig),
             (Some(code), None) => (code, 0),
             (None, None) => (-1, 0),
         };
+        let mut oom_killed = false;
+        if let Some((cg, base)) = &t.cgroup {
+            if let Err(e) = crate::cgroup::kill_all(cg) {
+                eprintln!(
+                    "nodeward-keeper: cannot kill what is left in {}: {e}",
+                    cg.kill.display()
+                );
+            }
+            // A SIGKILL (or a shell reporting its child's, 137) while the cgroup counted a new
+            // OOM kill: the kernel killed it for its memory limit.
+            oom_killed = (signal == libc::SIGKILL || exit_code == 128 + libc::SIGKILL)
+                && crate::cgroup::oom_kills(cg).is_some_and(|n| n > *base);
+        }
         let exit = Exit {
             exit_code,
             signal,
             at_nanos: now_nanos(),
+            oom_killed,
         };
         t.held.exit = Some(exit);
         t.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);

@@ -84,6 +84,7 @@ pub(crate) struct Plan {
     inherit: Inherit,
     /// The `exec` driver's namespaces and root ([`crate::isolate`]).
     isolate: Option<crate::isolate::Prepared>,
+    cgroup: crate::cgroup::Join,
 }
 
 impl Plan {
@@ -133,6 +134,7 @@ impl Plan {
             run_as: spec.run_as.clone(),
             inherit,
             isolate,
+            cgroup: crate::cgroup::Join::new(spec.cgroup.as_ref())?,
         })
     }
 }
@@ -373,6 +375,10 @@ unsafe fn prepare_and_exec(plan: &Plan) -> i32 {
         }
         if libc::setpgid(0, 0) != 0 {
             return errno();
+        }
+        // Before anything of the task runs, and while still root (cgroup files are root's).
+        if let Err(e) = plan.cgroup.join() {
+            return e;
         }
         if let Some(isolate) = &plan.isolate {
             let err = isolate.apply();

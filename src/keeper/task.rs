@@ -27,6 +27,9 @@ pub(crate) struct Task {
     pub inodes: Vec<u64>,
     pub drain_until: Option<Instant>,
     pub hunted: bool,
+    /// Its cgroup, and the OOM kills counted there before it started (the cgroup is kept across
+    /// restarts, so only a kill after this start is this run's).
+    pub cgroup: Option<(crate::cgroup::CgroupPaths, u64)>,
     /// The agent has taken its status: dropped once its pipes are drained.
     pub forgotten: bool,
 }
@@ -53,6 +56,11 @@ impl Task {
             .map_err(|e| io::Error::other(format!("cannot open the task's log directory: {e}")))?;
         let out_dir = logs.try_clone()?;
         let plan = Plan::new(spec, inherit)?;
+        let oom_base = spec
+            .cgroup
+            .as_ref()
+            .and_then(crate::cgroup::oom_kills)
+            .unwrap_or(0);
         let (out, out_w) = pipe()?;
         let (err, err_w) = pipe()?;
         let pid = spawner.spawn(&plan, out_w, err_w)?;
@@ -97,6 +105,7 @@ impl Task {
             inodes,
             drain_until: None,
             hunted: false,
+            cgroup: spec.cgroup.clone().map(|c| (c, oom_base)),
             forgotten: false,
         })
     }

@@ -129,6 +129,13 @@ pub fn base_env(ctx: &TaskContext, passed: &BTreeMap<String, String>) -> BTreeMa
     if !ctx.job.parent_id.is_empty() {
         env.insert("NOMAD_JOB_PARENT_ID".into(), ctx.job.parent_id.clone());
     }
+    // The limits the task's cgroup enforces (Nomad's taskenv: the max only when set).
+    let r = &ctx.task.resources;
+    env.insert("NOMAD_MEMORY_LIMIT".into(), r.memory_mb.to_string());
+    if r.memory_max_mb > 0 {
+        env.insert("NOMAD_MEMORY_MAX_LIMIT".into(), r.memory_max_mb.to_string());
+    }
+    env.insert("NOMAD_CPU_LIMIT".into(), r.cpu.to_string());
     // `NOMAD_PORT_<label>` and the rest of the family (jobspec::network::port_env).
     env.extend(crate::jobspec::network::port_env(&ctx.ports));
     let meta = crate::jobspec::meta::merged(&ctx.job, &ctx.group, &ctx.task);
@@ -185,6 +192,7 @@ pub fn start_spec(
         alloc_id: ctx.alloc_id.clone(),
         task_name: task.name.clone(),
         logs: task.log_config,
+        resources: task.resources,
         env,
         container,
         binds: Vec::new(),
@@ -236,6 +244,7 @@ fn container_spec(ctx: &TaskContext) -> ContainerSpec {
         task_dir: ctx.task_dir.clone(),
         binds,
         memory_mb: ctx.task.resources.memory_mb,
+        memory_max_mb: ctx.task.resources.memory_max_mb,
         cpu: ctx.task.resources.cpu,
     }
 }

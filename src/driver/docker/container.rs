@@ -6,7 +6,8 @@
 //! - the config's `volumes` and bind `mount`s: host paths relative to the task directory, and
 //!   confined to it unless the agent enables `volumes`;
 //! - `privileged` and `cap_add` only where the agent allows them;
-//! - `resources`: `memory` → memory limit, `cpu` → CPU shares;
+//! - `resources`: `memory` → memory limit (with `memory_max`: `memory_max` → limit, `memory` →
+//!   reservation), `cpu` → CPU shares;
 //! - `ports`: each named port of the group's network published on its host IP and host port,
 //!   from the container port (`to`, else the host port), for TCP and UDP, as Nomad's driver does.
 
@@ -137,7 +138,13 @@ pub fn create(
         })
         .collect();
     let (exposed_ports, port_bindings) = published_ports(&c.ports);
-    let memory = (c.memory_mb > 0).then(|| (i64::from(c.memory_mb) << 20).max(MIN_MEMORY_BYTES));
+    // As Nomad's docker driver: with `memory_max`, it is the limit and `memory` the reservation.
+    let bytes = |mb: u32| (mb > 0).then(|| (i64::from(mb) << 20).max(MIN_MEMORY_BYTES));
+    let (memory, memory_reservation) = if c.memory_max_mb > 0 {
+        (bytes(c.memory_max_mb), bytes(c.memory_mb))
+    } else {
+        (bytes(c.memory_mb), None)
+    };
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
     // `command` replaces the image's CMD, with `args` after it (Nomad's docker driver); `args`
     // alone are the CMD, after the image's ENTRYPOINT.
@@ -168,6 +175,7 @@ pub fn create(
             port_bindings,
             network_mode: Some(non_empty(&d.network_mode).unwrap_or_else(|| "bridge".into())),
             memory,
+            memory_reservation,
             // No swap beyond the limit: a task that outgrows its memory is OOM-killed.
             memory_swap: memory,
             cpu_shares: (c.cpu > 0).then(|| i64::from(c.cpu).max(2)),
@@ -270,6 +278,7 @@ mod tests {
                 read_only: false,
             }],
             memory_mb: 64,
+            memory_max_mb: 0,
             cpu: 100,
             ports: Vec::new(),
         };
@@ -286,6 +295,7 @@ mod tests {
             log_dir: PathBuf::from("/d/alloc/a1/alloc/logs"),
             task_name: "web".into(),
             logs: LogConfig::default(),
+            resources: Default::default(),
             container: Some(c.clone()),
             progress: None,
             cancel: None,
@@ -317,7 +327,20 @@ mod tests {
             ("/d/alloc/a1/web/data", "/data", true)
         );
         assert_eq!(req.host_config.memory, Some(64 << 20));
+        assert_eq!(req.host_config.memory_reservation, None);
         assert_eq!(req.host_config.cpu_shares, Some(100));
+        let (s, mut c) = spec(DockerConfig {
+            image: "busybox:1".into(),
+            ..Default::default()
+        });
+        c.memory_max_mb = 128;
+        let req = create(&s, &c, &DockerSettings::default()).unwrap();
+        let h = &req.host_config;
+        assert_eq!(
+            (h.memory, h.memory_reservation),
+            (Some(128 << 20), Some(64 << 20))
+        );
+        assert_eq!(h.memory_swap, Some(128 << 20));
         assert_eq!(req.host_config.network_mode.as_deref(), Some("bridge"));
         assert_eq!(name("web", "a1"), "web-a1");
         let labels = BTreeMap::from([(LABEL_LOGS.to_string(), "3:1".to_string())]);

@@ -76,6 +76,7 @@ pub(super) fn wait_for_exit(
             exit_code: i32::try_from(exit_code).unwrap_or(-1),
             signal: 0,
             at_nanos,
+            oom_killed,
         };
         let _ = exit_tx.send(TaskExit::Container { exit, oom_killed });
         return;

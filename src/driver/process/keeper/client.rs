@@ -122,6 +122,9 @@ pub struct Kept {
     pub pid: i32,
     pub start_ticks: u64,
     pub exited: Receiver<TaskExit>,
+    /// The allocation and the task it is a run of (its cgroup is named by them).
+    pub alloc_id: String,
+    pub task: String,
 }
 
 impl KeeperClient {
@@ -246,14 +249,16 @@ impl KeeperClient {
             Watch {
                 tx,
                 exited: held.exit.is_some(),
-                alloc_id: held.alloc_id,
-                task: held.task,
+                alloc_id: held.alloc_id.clone(),
+                task: held.task.clone(),
             },
         );
         Kept {
             pid: held.pid,
             start_ticks: held.start_ticks,
             exited: rx,
+            alloc_id: held.alloc_id,
+            task: held.task,
         }
     }
 
@@ -300,6 +305,7 @@ impl KeeperClient {
     /// the start; it is forgotten whether the start succeeds or not.
     pub fn start(&self, spec: StartTask, forget: Option<i32>) -> Result<Kept, KeeperError> {
         let name = (spec.alloc_id.clone(), spec.task.clone());
+        let (alloc_id, task) = name.clone();
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let req = Request::Start {
             seq,
@@ -319,6 +325,8 @@ impl KeeperClient {
                 pid,
                 start_ticks,
                 exited,
+                alloc_id,
+                task,
             }),
             (Event::Failed { errno, message, .. }, _) => {
                 Err(KeeperError::Refused { errno, message })

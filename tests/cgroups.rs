@@ -1,0 +1,233 @@
+//! cgroups (resources.md, "cgroups"): a task's memory limit is enforced and its OOM kill reported,
+//! and every process a task left behind dies with it, across an agent restart too. Real agent,
+//! real keeper, real tasks in real (v1 or v2) cgroups; each test prints a SKIPPED line where the
+//! machine has none it may use.
+
+use crate::common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+const MIB: u64 = 1024 * 1024;
+
+fn marker() -> String {
+    unique_marker(900_000)
+}
+
+/// An agent whose node has cgroups, or `None` after the SKIPPED line.
+fn agent_with_cgroups(test: &str, dir: &Path) -> Option<(TestAgent, String)> {
+    if !is_root() {
+        println!("SKIPPED {test}: cgroups need root");
+        return None;
+    }
+    let agent = TestAgent::start_in(dir, "");
+    let id = agent.get("/v1/nodes")[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let attrs = agent.get(&format!("/v1/node/{id}"))["Attributes"].clone();
+    match attrs["os.cgroups.version"].as_str() {
+        Some(v) => Some((agent, v.to_string())),
+        None => {
+            println!("SKIPPED {test}: the agent found no cgroups it may use on this machine");
+            None
+        }
+    }
+}
+
+/// The task's memory cgroup directory, by the naming rule (`<parent>/<alloc_id>.<task>`).
+fn memory_dir(version: &str, alloc: &str) -> PathBuf {
+    let root = Path::new("/sys/fs/cgroup");
+    let name = format!("nodeward/{alloc}.t");
+    if version == "2" {
+        root.join(name)
+    } else {
+        root.join("memory").join(name)
+    }
+}
+
+fn limit_bytes(version: &str, dir: &Path) -> u64 {
+    let file = if version == "2" {
+        "memory.max"
+    } else {
+        "memory.limit_in_bytes"
+    };
+    std::fs::read_to_string(dir.join(file))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn job(name: &str, command: &str, args: &[&str]) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  group "g" {{
+    restart {{ attempts = 0  mode = "fail" }}
+    task "t" {{
+      driver = "raw_exec"
+      kill_timeout = "1s"
+      config {{
+        command = {command:?}
+        args = {args:?}
+      }}
+      resources {{ memory = 32 }}
+    }}
+  }}
+}}"#
+    )
+}
+
+fn wait_dead(agent: &TestAgent, alloc: &str) -> Value {
+    wait_for(WAIT, "the task dead", || {
+        let s = agent.task_state(alloc, "t");
+        (s["State"] == "dead").then_some(s)
+    })
+}
+
+/// A shell that leaves a child behind which called `setsid`, closed its output and so left the
+/// task's process group and pipes: only its cgroup still holds it. The child writes its PID to
+/// `pidfile` before it becomes `sleep <m>`; the shell then runs `then`.
+fn escaper(m: &str, pidfile: &Path, then: &str) -> String {
+    format!(
+        "setsid sh -c 'echo $$ > {p}; exec sleep {m}' </dev/null >/dev/null 2>&1 & \
+         while [ ! -s {p} ]; do sleep 0.05; done; {then}",
+        p = pidfile.display()
+    )
+}
+
+fn pid_in(pidfile: &Path) -> i32 {
+    wait_for(WAIT, "the child's PID", || {
+        std::fs::read_to_string(pidfile).ok()?.trim().parse().ok()
+    })
+}
+
+#[test]
+fn a_task_over_its_memory_limit_is_oom_killed_and_reported() {
+    let test = "a_task_over_its_memory_limit_is_oom_killed_and_reported";
+    let dir = TempDir::new("cg-oom");
+    let Some((agent, version)) = agent_with_cgroups(test, dir.path()) else {
+        return;
+    };
+    let python = Path::new("/usr/bin/python3");
+    if !python.exists() {
+        println!("SKIPPED {test}: no /usr/bin/python3 to allocate memory with");
+        return;
+    }
+    // 100 MiB written (not only reserved: `bytes * n` fills it), then a pause that an OOM kill
+    // cuts short; a task that is not killed exits 0.
+    let alloc = agent.alloc_id(&agent.run_hcl(&job(
+        "oom",
+        "/usr/bin/python3",
+        &[
+            "-c",
+            "import time\nb = b'x' * (100 * 1024 * 1024)\ntime.sleep(2)",
+        ],
+    )));
+    let state = wait_dead(&agent, &alloc);
+    assert_eq!(state["Failed"], true, "{state:#}");
+    let events = agent.events(&alloc, "t");
+    assert!(
+        events.contains(&(
+            "Terminated".to_string(),
+            "Exit Code: 137, Signal: 9, Exit Message: \"OOM Killed\"".to_string()
+        )),
+        "{version}: {events:#?}"
+    );
+    // The agent is not the victim: it answers, and its OOM score is the lowest there is.
+    assert!(alive(agent.pid()));
+    assert_eq!(agent.task_state(&alloc, "t")["State"], "dead");
+}
+
+#[test]
+fn a_task_runs_in_its_cgroup_and_what_it_leaves_behind_dies_with_it() {
+    let test = "a_task_runs_in_its_cgroup_and_what_it_leaves_behind_dies_with_it";
+    let dir = TempDir::new("cg-exit");
+    let Some((agent, _)) = agent_with_cgroups(test, dir.path()) else {
+        return;
+    };
+    let m = marker();
+    let pidfile = dir.path().join("child.pid");
+    let alloc = agent.alloc_id(&agent.run_hcl(&job(
+        "leaver",
+        "/bin/sh",
+        &["-c", &escaper(&m, &pidfile, "exit 0")],
+    )));
+    wait_dead(&agent, &alloc);
+    let events = agent.events(&alloc, "t");
+    assert!(
+        events.contains(&("Terminated".to_string(), "Exit Code: 0".to_string())),
+        "{events:#?}"
+    );
+    let child = pid_in(&pidfile);
+    wait_for(WAIT, "the task's escaped child to die", || {
+        (!alive(child)).then_some(())
+    });
+    assert_eq!(pids_with(&m), Vec::<i32>::new());
+}
+
+/// Where `pid` is, as `/proc/<pid>/cgroup` says: its lines joined.
+fn cgroup_of(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default()
+}
+
+/// A running task with an escaped child: its limit file reads 32 MiB, the child is in the task's
+/// cgroup; then (after an agent killed with SIGKILL and started again, when `restart`) `job stop`
+/// kills the child too and the cgroup is removed.
+fn stop_kills_the_whole_tree(test: &str, restart: bool) {
+    let dir = TempDir::new("cg-stop");
+    let Some((mut agent, version)) = agent_with_cgroups(test, dir.path()) else {
+        return;
+    };
+    let m = marker();
+    let pidfile = dir.path().join("child.pid");
+    let job_name = if restart { "kept" } else { "stopped" };
+    let alloc = agent.alloc_id(&agent.run_hcl(&job(
+        job_name,
+        "/bin/sh",
+        &["-c", &escaper(&m, &pidfile, "exec sleep 9999")],
+    )));
+    let child = pid_in(&pidfile);
+    let mem = memory_dir(&version, &alloc);
+    let name = format!("{alloc}.t");
+    let check = |when: &str| {
+        assert_eq!(limit_bytes(&version, &mem), 32 * MIB, "{when}");
+        assert!(
+            cgroup_of(child).contains(&name),
+            "{when}: {}",
+            cgroup_of(child)
+        );
+        assert!(alive(child), "{when}");
+    };
+    check("running");
+    if restart {
+        agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+        agent.restart();
+        wait_for(WAIT, "the task re-attached", || {
+            (agent.task_state(&alloc, "t")["State"] == "running").then_some(())
+        });
+        check("after the agent's restart");
+    }
+    let out = agent.cli(&["job", "stop", job_name]);
+    assert!(out.status.success(), "{out:?}");
+    wait_dead(&agent, &alloc);
+    wait_for(WAIT, "the task's escaped child to die", || {
+        (!alive(child)).then_some(())
+    });
+    assert_eq!(pids_with(&m), Vec::<i32>::new());
+    wait_for(WAIT, "the task's cgroup removed", || {
+        (!mem.exists()).then_some(())
+    });
+}
+
+#[test]
+fn stopping_a_task_kills_every_process_in_its_cgroup() {
+    stop_kills_the_whole_tree("stopping_a_task_kills_every_process_in_its_cgroup", false);
+}
+
+#[test]
+fn cgroups_and_their_limits_survive_an_agent_restart() {
+    stop_kills_the_whole_tree("cgroups_and_their_limits_survive_an_agent_restart", true);
+}

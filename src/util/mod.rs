@@ -3,6 +3,7 @@
 pub mod allocdir;
 pub mod duration;
 pub mod logging;
+pub mod mounts;
 pub mod netif;
 pub mod systemd;
 pub mod version;

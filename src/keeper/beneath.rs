@@ -56,6 +56,14 @@ impl fmt::Debug for Dir {
     }
 }
 
+/// The descriptor, for a call that takes a path where `/proc/self/fd/<fd>` names this
+/// directory without a lookup a link could redirect (the agent's bind mounts of volumes).
+impl AsRawFd for Dir {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 /// A symbolic link (or other non-directory, non-file entry) nodeward removed to put its own
 /// directory or file in its place.
 #[derive(Debug, Clone, PartialEq, Eq)]

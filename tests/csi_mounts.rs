@@ -646,3 +646,50 @@ fn a_plugin_restart_keeps_published_volumes() {
     });
     assert!(mounts_under(&csi_dir(&p)).is_empty());
 }
+
+/// A raw_exec task that restarts finds its bind in place and gets no second mount over it; a
+/// read-only request makes the bind itself read-only in the mount table.
+#[test]
+fn a_restarted_task_keeps_one_read_only_bind() {
+    if skip("a_restarted_task_keeps_one_read_only_bind") {
+        return;
+    }
+    let p = PluginAgent::start("csi-bind-restart", "", "");
+    create_volume(&p, "data");
+    let script = "if [ -f ${NOMAD_ALLOC_DIR}/ran ]; then exec sleep 3600; fi; \
+                  touch ${NOMAD_ALLOC_DIR}/ran; exit 1";
+    let spec = job("ro", "data", script)
+        .replace(
+            "attachment_mode = \"file-system\"",
+            "attachment_mode = \"file-system\"\n      read_only       = true",
+        )
+        .replace(
+            "destination = \"data\"",
+            "destination = \"data\"  read_only = true",
+        )
+        .replace(
+            "driver = \"raw_exec\"",
+            "driver = \"raw_exec\"\n      restart { attempts = 2  interval = \"1m\"  delay = \"100ms\"  mode = \"fail\" }",
+        );
+    let ro = p.agent.run_hcl(&spec);
+    let alloc = p.agent.alloc_id(&ro);
+    wait_for(WAIT, "the task running again after one restart", || {
+        let s = p.agent.task_state(&alloc, "t");
+        (s["State"] == "running" && s["Restarts"] == 1).then_some(())
+    });
+    let dest = p.agent.data_dir.join(format!("alloc/{alloc}/t/data"));
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let binds: Vec<&str> = info
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == dest.to_str())
+        .collect();
+    assert_eq!(binds.len(), 1, "mounted once: {binds:?}");
+    let options = binds[0].split(' ').nth(5).unwrap();
+    assert!(options.split(',').any(|o| o == "ro"), "{}", binds[0]);
+    stop_job(&p, &ro);
+    wait_for(WAIT, "the claim released", || {
+        (claims(&p, "data") == 0).then_some(())
+    });
+    assert!(mounts_under(&dest).is_empty());
+    assert!(mounts_under(&csi_dir(&p)).is_empty());
+}

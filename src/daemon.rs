@@ -186,7 +186,8 @@ pub fn run(config: AgentConfig, fresh_state: bool) -> Result<(), AgentError> {
     signal_thread.join();
     if agent.config.throwaway_data_dir {
         // Throw-away, as Nomad's dev mode: its tasks were stopped, its data goes with it.
-        match std::fs::remove_dir_all(&agent.config.data_dir) {
+        // Unmounts what is still mounted inside first, so no volume's data goes with it.
+        match crate::util::mounts::remove_tree(&agent.config.data_dir) {
             Ok(()) => log::info!("dev mode: removed {}", agent.config.data_dir.display()),
             Err(e) => log::warn!(
                 "dev mode: cannot remove {}: {e}",

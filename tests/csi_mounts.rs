@@ -4,7 +4,8 @@
 //! starts, the reverse when it stops, claims that make a second writer wait, a plugin that is not
 //! there yet, a plugin whose NodePublish fails, an agent killed while a task uses a volume, and
 //! a plugin of Python's grpcio publishing through the same path, and a docker task's container
-//! bind (with the suite's private dockerd; SKIPPED without one).
+//! bind (with the suite's private dockerd; SKIPPED without one). As root a raw_exec task gets a
+//! bind mount at its destination, checked in the mount table too.
 //! Every test needs root (bind mounts); without it each prints a SKIPPED line.
 
 use std::path::{Path, PathBuf};
@@ -154,6 +155,10 @@ fn a_volume_written_by_one_job_is_read_by_the_next_and_deleted() {
         std::fs::read_to_string(p.root.join("hp-data/file")).ok()
     });
     assert_eq!(mounts_under(&target), std::slice::from_ref(&target));
+    // As root a raw_exec task gets a bind mount at its destination, not a link.
+    let dest = p.agent.data_dir.join(format!("alloc/{alloc}/t/data"));
+    assert_eq!(mounts_under(&dest), std::slice::from_ref(&dest));
+    assert!(std::fs::symlink_metadata(&dest).unwrap().is_dir());
     assert_eq!(mounts_under(&staging(&p, "data")).len(), 1);
     assert_eq!(claims(&p, "data"), 1);
     let v = p.agent.get("/v1/volume/csi/data");
@@ -168,19 +173,50 @@ fn a_volume_written_by_one_job_is_read_by_the_next_and_deleted() {
         mounts_under(&csi_dir(&p)).is_empty(),
         "unpublished and unstaged"
     );
+    assert!(mounts_under(&dest).is_empty(), "the task's bind is gone");
     assert!(!target.exists(), "the plugin removed the target");
 
-    let batch = job("reader", "data", "cat data/file > ${NOMAD_ALLOC_DIR}/read")
-        .replace("job \"reader\" {", "job \"reader\" {\n  type = \"batch\"");
+    // A read-only request: the task reads the data and cannot write into the volume.
+    let script = "cat data/file > ${NOMAD_ALLOC_DIR}/read; \
+                  if echo x > data/ro; then echo written; else echo refused; fi > ${NOMAD_ALLOC_DIR}/ro";
+    let batch = job("reader", "data", script)
+        .replace("job \"reader\" {", "job \"reader\" {\n  type = \"batch\"")
+        .replace(
+            "attachment_mode = \"file-system\"",
+            "attachment_mode = \"file-system\"\n      read_only       = true",
+        )
+        .replace(
+            "destination = \"data\"",
+            "destination = \"data\"  read_only = true",
+        );
     let reader = p.agent.run_hcl(&batch);
     let alloc2 = p.agent.alloc_id(&reader);
     wait_status(&p, &alloc2, "complete");
-    let read = p.agent.data_dir.join(format!("alloc/{alloc2}/alloc/read"));
-    assert_eq!(std::fs::read_to_string(read).unwrap(), "kept\n");
+    let shared = p.agent.data_dir.join(format!("alloc/{alloc2}/alloc"));
+    assert_eq!(
+        std::fs::read_to_string(shared.join("read")).unwrap(),
+        "kept\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(shared.join("ro")).unwrap(),
+        "refused\n"
+    );
+    assert!(!p.root.join("hp-data/ro").exists());
     wait_for(WAIT, "the reader's claim released", || {
         (claims(&p, "data") == 0).then_some(())
     });
     assert!(mounts_under(&csi_dir(&p)).is_empty());
+
+    // Collecting the allocation removes its directory and nothing of the volume.
+    let (code, body) = p
+        .agent
+        .request("PUT", &format!("/v1/client/allocation/{alloc2}/gc"), None);
+    assert_eq!((code, body.as_str()), (200, "{}"));
+    assert!(!shared.exists(), "the collected allocation directory");
+    assert_eq!(
+        std::fs::read_to_string(p.root.join("hp-data/file")).unwrap(),
+        "kept\n"
+    );
 
     let (code, out, err) = p.cli(&["volume", "delete", "data"]);
     assert_eq!((code, err.as_str()), (0, ""), "{out}");
@@ -335,6 +371,12 @@ fn a_published_volume_survives_an_agent_kill_and_the_task_keeps_running() {
         std::slice::from_ref(&target),
         "mounted once"
     );
+    let dest = p.agent.data_dir.join(format!("alloc/{alloc}/t/data"));
+    assert_eq!(
+        mounts_under(&dest),
+        std::slice::from_ref(&dest),
+        "the task's bind kept, once"
+    );
     // The plugin makes a mount that is there already no second time; what it was asked is in
     // its log: one publish.
     let log = p
@@ -362,6 +404,7 @@ fn a_published_volume_survives_an_agent_kill_and_the_task_keeps_running() {
         (claims(&p, "data") == 0).then_some(())
     });
     assert!(mounts_under(&csi_dir(&p)).is_empty());
+    assert!(mounts_under(&dest).is_empty());
 }
 
 /// A plugin of another gRPC stack (Python's grpcio, `tests/support/py_csi_plugin.py` in mode
@@ -601,5 +644,52 @@ fn a_plugin_restart_keeps_published_volumes() {
     wait_for(WAIT, "the claim released", || {
         (claims(&p, "data") == 0).then_some(())
     });
+    assert!(mounts_under(&csi_dir(&p)).is_empty());
+}
+
+/// A raw_exec task that restarts finds its bind in place and gets no second mount over it; a
+/// read-only request makes the bind itself read-only in the mount table.
+#[test]
+fn a_restarted_task_keeps_one_read_only_bind() {
+    if skip("a_restarted_task_keeps_one_read_only_bind") {
+        return;
+    }
+    let p = PluginAgent::start("csi-bind-restart", "", "");
+    create_volume(&p, "data");
+    let script = "if [ -f ${NOMAD_ALLOC_DIR}/ran ]; then exec sleep 3600; fi; \
+                  touch ${NOMAD_ALLOC_DIR}/ran; exit 1";
+    let spec = job("ro", "data", script)
+        .replace(
+            "attachment_mode = \"file-system\"",
+            "attachment_mode = \"file-system\"\n      read_only       = true",
+        )
+        .replace(
+            "destination = \"data\"",
+            "destination = \"data\"  read_only = true",
+        )
+        .replace(
+            "driver = \"raw_exec\"",
+            "driver = \"raw_exec\"\n      restart { attempts = 2  interval = \"1m\"  delay = \"100ms\"  mode = \"fail\" }",
+        );
+    let ro = p.agent.run_hcl(&spec);
+    let alloc = p.agent.alloc_id(&ro);
+    wait_for(WAIT, "the task running again after one restart", || {
+        let s = p.agent.task_state(&alloc, "t");
+        (s["State"] == "running" && s["Restarts"] == 1).then_some(())
+    });
+    let dest = p.agent.data_dir.join(format!("alloc/{alloc}/t/data"));
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let binds: Vec<&str> = info
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == dest.to_str())
+        .collect();
+    assert_eq!(binds.len(), 1, "mounted once: {binds:?}");
+    let options = binds[0].split(' ').nth(5).unwrap();
+    assert!(options.split(',').any(|o| o == "ro"), "{}", binds[0]);
+    stop_job(&p, &ro);
+    wait_for(WAIT, "the claim released", || {
+        (claims(&p, "data") == 0).then_some(())
+    });
+    assert!(mounts_under(&dest).is_empty());
     assert!(mounts_under(&csi_dir(&p)).is_empty());
 }

@@ -500,82 +500,30 @@ fn is_alloc_id(name: &str) -> bool {
     name.len() == 36 && uuid::Uuid::try_parse(name).is_ok()
 }
 
-/// Removes `<root>/<id>` and everything in it, logs and task directories included. The links a
-/// task planted there are removed, never followed: `remove_dir_all` walks with
-/// `openat`/`unlinkat` (CVE-2022-21658; `beneath::tests::remove_dir_all_does_not_follow_links`).
-/// A mount point inside is not walked into: the directory is left, with a warning, since
-/// removing it would empty the mounted file system.
+/// Removes `<root>/<id>` and everything in it, logs and task directories included. What is
+/// mounted inside (a CSI volume bound at a task's destination) is unmounted first, so its data
+/// stays ([`crate::util::mounts::remove_tree`]); the links a task planted there are removed,
+/// never followed. A mount that cannot be unmounted leaves the directory, with a warning.
 fn remove_alloc_dir(root: &Path, id: &str) {
     let dir = root.join(id);
-    match mounts_beneath(&dir) {
-        Ok(mounts) if !mounts.is_empty() => {
-            log::warn!(
-                "garbage collection: left {} in place: {} is mounted inside; unmount it and run \
-                 the collection again",
-                dir.display(),
-                mounts[0].display()
-            );
-            return;
-        }
-        Ok(_) => {}
-        Err(e) => log::debug!("cannot read /proc/self/mountinfo: {e}"),
+    if let Err(e) = crate::util::mounts::remove_tree(&dir) {
+        log::warn!(
+            "garbage collection: left {} in place: {e}; run the collection again",
+            dir.display()
+        );
+        return;
     }
     // The docker driver's log cursors of the allocation go with it.
     let docker = root
         .parent()
         .map(|data_dir| crate::util::allocdir::docker_dir(data_dir, id));
-    for dir in std::iter::once(dir).chain(docker) {
+    if let Some(dir) = docker {
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => log::warn!("garbage collection: cannot remove {}: {e}", dir.display()),
         }
     }
-}
-
-/// The mount points at or beneath `dir`, from this process's mount table.
-fn mounts_beneath(dir: &Path) -> io::Result<Vec<PathBuf>> {
-    let dir = match std::fs::canonicalize(dir) {
-        Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(mount_points(&table)
-        .into_iter()
-        .filter(|m| m.starts_with(&dir))
-        .collect())
-}
-
-/// The mount points of a `/proc/<pid>/mountinfo` text (its fifth field, octal escapes such as
-/// `\040` for a space decoded).
-fn mount_points(mountinfo: &str) -> Vec<PathBuf> {
-    use std::os::unix::ffi::OsStringExt;
-    mountinfo
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|field| {
-            let b = field.as_bytes();
-            let mut out = Vec::with_capacity(b.len());
-            let mut i = 0;
-            while i < b.len() {
-                let octal = b
-                    .get(i + 1..i + 4)
-                    .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-                match octal {
-                    Some(d) => {
-                        out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                        i += 4;
-                    }
-                    None => {
-                        out.push(b[i]);
-                        i += 1;
-                    }
-                }
-            }
-            PathBuf::from(std::ffi::OsString::from_vec(out))
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -647,19 +595,6 @@ mod tests {
         assert_eq!((empty.used_percent, empty.inodes_used_percent), (0.0, 0.0));
         let here = DiskUsage::of(Path::new("/")).unwrap();
         assert!((0.0..=100.0).contains(&here.used_percent), "{here:?}");
-    }
-
-    #[test]
-    fn mount_points_are_read_from_mountinfo() {
-        let table = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
-                     35 22 0:31 / /data/alloc/x/t/local/my\\040disk rw - tmpfs tmpfs rw\n";
-        assert_eq!(
-            mount_points(table),
-            [
-                PathBuf::from("/"),
-                PathBuf::from("/data/alloc/x/t/local/my disk")
-            ]
-        );
     }
 
     fn alloc_of(allocs: &AllocManager, job: &str) -> String {

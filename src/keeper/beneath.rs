@@ -23,9 +23,10 @@
 //! Not `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`: creating directories needs the walk one
 //! level at a time anyway, and one code path on every kernel is the one the tests exercise.
 //!
-//! Removing a whole allocation directory needs nothing of this module: `std::fs::remove_dir_all`
-//! (Rust 1.58.1 and later, CVE-2022-21658) walks with `openat`/`unlinkat` and removes a link
-//! without following it; `remove_dir_all_does_not_follow_links` below holds that.
+//! Removing a whole allocation directory needs nothing of this module: the agent unmounts what is
+//! mounted inside first and removes links without following them (`nodeward::util::mounts`);
+//! `std::fs::remove_dir_all` (Rust 1.58.1 and later, CVE-2022-21658) does not follow them either,
+//! which `remove_dir_all_does_not_follow_links` below holds.
 
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fmt;
@@ -53,6 +54,14 @@ impl fmt::Debug for Dir {
             self.path.display(),
             self.fd.as_raw_fd()
         )
+    }
+}
+
+/// The descriptor, for a call that takes a path where `/proc/self/fd/<fd>` names this
+/// directory without a lookup a link could redirect (the agent's bind mounts of volumes).
+impl AsRawFd for Dir {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
     }
 }
 

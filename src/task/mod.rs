@@ -1,5 +1,6 @@
 //! Tasks: one runner thread per task, its hooks, its restart tracker and its events.
 
+pub mod bind;
 pub mod env;
 pub mod events;
 pub mod hooks;

@@ -1,7 +1,8 @@
 //! The volume mount hook: makes a task's `volume_mount`s visible before every start.
 //!
 //! `raw_exec` has no filesystem isolation, so a mount is a symlink `<task dir>/<destination>` to the
-//! volume's host path, plus `NOMAD_VOLUME_<NAME>` (the host path) in the environment. A volume that
+//! volume's host path, plus `NOMAD_VOLUME_<NAME>` (the host path) in the environment; a CSI
+//! volume is a bind mount there instead where the agent is root ([`crate::task::bind`]). A volume that
 //! vanished between scheduling and start is a `Setup Failure`.
 //!
 //! The task owns its task directory, so the directories on the way to a destination, and the
@@ -227,7 +228,18 @@ impl TaskHook for VolumeMountHook {
                     mount.destination
                 ))
             })?;
-            notes.extend(link_volume(task, &request.source, &rel, &volume.path)?);
+            if request.is_csi() && crate::task::bind::can_bind() {
+                let read_only = mount.read_only || request.read_only || volume.read_only;
+                notes.extend(crate::task::bind::bind_volume(
+                    task,
+                    &request.source,
+                    &rel,
+                    &volume.path,
+                    read_only,
+                )?);
+            } else {
+                notes.extend(link_volume(task, &request.source, &rel, &volume.path)?);
+            }
             env.insert(
                 volume_env_name(&mount.volume),
                 volume.path.display().to_string(),

@@ -4,6 +4,7 @@ pub mod allocdir;
 pub mod caps;
 pub mod duration;
 pub mod logging;
+pub mod mounts;
 pub mod netif;
 pub mod systemd;
 pub mod version;

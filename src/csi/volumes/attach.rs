@@ -313,6 +313,14 @@ impl CsiVolumeManager {
         if others_any {
             steps.retain(|s| *s != Step::ControllerUnpublish);
         }
+        if steps.contains(&Step::NodeUnpublish) {
+            // The binds of raw_exec tasks at their destinations go first: the tasks are all dead
+            // (the unmounter waits for that), and a bind left behind would keep the volume's
+            // data reachable from the allocation directory after the plugin unpublished it.
+            let alloc_dir = crate::util::allocdir::alloc_dir(data_dir, alloc_id);
+            crate::util::mounts::unmount_beneath(&alloc_dir)
+                .map_err(|e| format!("cannot take down the task binds of volume {id:?}: {e}"))?;
+        }
         let paths = Self::paths(data_dir, &record, &claim);
         let stop = [&self.shutdown];
         let t = self.call_timeout;

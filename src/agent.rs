@@ -186,6 +186,8 @@ pub struct Agent {
     pub node: Arc<AgentNode>,
     /// The stats' previous readings (`GET /v1/client/allocation/:id/stats`, `/v1/client/stats`).
     pub stats: crate::resources::Samplers,
+    /// The tasks' cgroups, when the agent confines them (stats are read from them).
+    pub cgroups: Option<crate::cgroup::Cgroups>,
     pub started: std::time::Instant,
     /// Tripped to shut everything down.
     stop: StopSwitch,
@@ -270,7 +272,7 @@ impl Agent {
         let cgroups_version = cgroups.as_ref().map(|c| c.version().attribute());
         let exec = crate::driver::exec::driver(keeper.clone(), config.exec.clone())
             .with_cgroups(cgroups.clone());
-        let raw_exec = RawExec::new(keeper.clone()).with_cgroups(cgroups);
+        let raw_exec = RawExec::new(keeper.clone()).with_cgroups(cgroups.clone());
         let drivers = Drivers::new(vec![Arc::new(raw_exec), Arc::new(exec), docker.clone()]);
         // The engine is checked before anything is placed: a docker job registered right after
         // the start must not fail to place for want of a first check (it is bounded by the
@@ -410,6 +412,7 @@ impl Agent {
             docker,
             node,
             stats: Default::default(),
+            cgroups,
             started: std::time::Instant::now(),
             stop,
             shutting_down: std::sync::atomic::AtomicBool::new(false),

@@ -231,3 +231,63 @@ fn stopping_a_task_kills_every_process_in_its_cgroup() {
 fn cgroups_and_their_limits_survive_an_agent_restart() {
     stop_kills_the_whole_tree("cgroups_and_their_limits_survive_an_agent_restart", true);
 }
+
+/// Stats are read from the task's cgroup: a child that left the task's process tree (a double
+/// fork, then `setsid`) and holds 64 MiB is counted in its task's RSS, which the task's own
+/// `/proc` tree (a `sleep`) could not show.
+#[test]
+fn a_tasks_stats_count_what_its_escaped_children_hold() {
+    let test = "a_tasks_stats_count_what_its_escaped_children_hold";
+    let dir = TempDir::new("cg-stats");
+    let Some((agent, _)) = agent_with_cgroups(test, dir.path()) else {
+        return;
+    };
+    if !Path::new("/usr/bin/python3").exists() {
+        println!("SKIPPED {test}: no /usr/bin/python3 to hold memory with");
+        return;
+    }
+    let m = marker();
+    let ready = dir.path().join("held");
+    let hold = format!(
+        "import time\nb = b'\\x01' * (64 * 1024 * 1024)\nopen({:?}, 'w').write('ok')\ntime.sleep({m})",
+        ready.display().to_string()
+    );
+    let script =
+        format!("(setsid /usr/bin/python3 -c \"$0\" </dev/null >/dev/null 2>&1 &); exec sleep {m}");
+    let hcl = format!(
+        r#"
+job "escaped-stats" {{
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      kill_timeout = "1s"
+      config {{
+        command = "/bin/sh"
+        args = ["-c", {script:?}, {hold:?}]
+      }}
+      resources {{ memory = 256 }}
+    }}
+  }}
+}}"#
+    );
+    let alloc = agent.alloc_id(&agent.run_hcl(&hcl));
+    wait_for(WAIT, "the escaped child holding its memory", || {
+        ready.exists().then_some(())
+    });
+    let stats = agent.get(&format!("/v1/client/allocation/{alloc}/stats"));
+    let memory = &stats["Tasks"]["t"]["ResourceUsage"]["MemoryStats"];
+    let rss = memory["RSS"].as_u64().unwrap();
+    println!("stats: the task's RSS {rss} B with a 64 MiB escaped child");
+    assert!(rss >= 64 * MIB * 9 / 10, "{stats}");
+    assert!(memory["Usage"].as_u64().unwrap() >= rss, "{stats}");
+    assert_eq!(
+        memory["Measured"],
+        serde_json::json!(["RSS", "Cache", "Swap", "Usage", "Max Usage"])
+    );
+    let out = agent.cli(&["job", "stop", "escaped-stats"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_dead(&agent, &alloc);
+    wait_for(WAIT, "the escaped child to die", || {
+        pids_with(&m).is_empty().then_some(())
+    });
+}

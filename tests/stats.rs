@@ -1,5 +1,5 @@
-//! Stats through the real agent: an allocation's task usage read from its process tree (a task
-//! holding a known amount of memory in a child process), the sum over its tasks, CPU percent
+//! Stats through the real agent: an allocation's task usage read from its cgroup, or its process
+//! tree where the node has no cgroups (a task holding a known amount of memory in a child process), the sum over its tasks, CPU percent
 //! from two readings, `alloc status -stats`'s Task Resources, the host's stats and
 //! `node status -stats`.
 
@@ -44,9 +44,9 @@ job "st" {{
 }
 
 #[test]
-fn task_stats_read_the_process_tree_and_the_host_stats_read_the_host() {
+fn task_stats_read_the_cgroup_or_process_tree_and_the_host_stats_read_the_host() {
     if !Path::new(PYTHON).is_file() {
-        println!("SKIPPED task_stats_read_the_process_tree_and_the_host_stats_read_the_host: no {PYTHON}");
+        println!("SKIPPED task_stats_read_the_cgroup_or_process_tree_and_the_host_stats_read_the_host: no {PYTHON}");
         return;
     }
     let dir = TempDir::new("stats");
@@ -79,8 +79,24 @@ fn task_stats_read_the_process_tree_and_the_host_stats_read_the_host() {
         idle + holder,
         "{stats}"
     );
+    // Read from the task's cgroup where the node confines tasks (as root), else from /proc.
+    let node = agent.get("/v1/nodes")[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cgroups =
+        agent.get(&format!("/v1/node/{node}"))["Attributes"]["os.cgroups.version"].is_string();
     let measured = &stats["Tasks"]["holder"]["ResourceUsage"]["MemoryStats"]["Measured"];
-    assert_eq!(measured, &serde_json::json!(["RSS", "Swap"]));
+    let expected = if cgroups {
+        serde_json::json!(["RSS", "Cache", "Swap", "Usage", "Max Usage"])
+    } else {
+        serde_json::json!(["RSS", "Swap"])
+    };
+    println!(
+        "stats: read from {}",
+        if cgroups { "the cgroups" } else { "/proc" }
+    );
+    assert_eq!(measured, &expected, "{stats}");
     assert!(stats["Timestamp"].as_i64().unwrap() > 0);
 
     // The second reading has a percentage; the sleeping tasks use next to none.

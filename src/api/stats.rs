@@ -77,6 +77,24 @@ fn sum(usages: &[Usage]) -> Usage {
     t
 }
 
+/// The reading of a task's cgroup, when the agent confines tasks and this one has a cgroup (a
+/// task started before cgroups were turned on has none: its `/proc` tree is read instead).
+fn task_cgroup_reading(agent: &Agent, alloc_id: &str, task: &str) -> Option<Reading> {
+    let cgroup = agent.cgroups.as_ref()?.task(alloc_id, task);
+    if !cgroup.memory_dir().is_dir() {
+        return None;
+    }
+    match cgroup.usage() {
+        Ok(u) => Some(usage::cgroup(&u)),
+        Err(e) => {
+            log::warn!(
+                "task {task:?} of allocation {alloc_id}: {e}; its /proc tree is read instead"
+            );
+            None
+        }
+    }
+}
+
 fn alloc_stats(agent: &Agent, id: &str) -> Result<Value, ApiError> {
     let alloc = agent.allocs.get(id)?;
     // What to read, copied out of the task states: no lock is held while /proc or the engine
@@ -96,7 +114,9 @@ fn alloc_stats(agent: &Agent, id: &str) -> Result<Value, ApiError> {
                     "reading the stats of task {name:?} of allocation {id}: {e}"
                 ))
             })?),
-            (_, Some(pid)) => usage::proc_tree(pid),
+            (_, Some(pid)) => {
+                task_cgroup_reading(agent, id, &name).or_else(|| usage::proc_tree(pid))
+            }
             _ => None,
         };
         // A task that ended since its state was copied has nothing to read.

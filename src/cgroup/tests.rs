@@ -151,7 +151,10 @@ fn usage_is_read_from_either_hierarchy() {
             memory_max_usage: 32768,
             memory_swap: 0,
             cpu_total_ns: 1_500_000,
+            cpu_user_ns: 1_000_000,
+            cpu_system_ns: 500_000,
             cpu_throttled_ns: 20_000,
+            cpu_throttled_periods: 1,
         }
     );
     let v1 = d.join("v1");
@@ -163,9 +166,11 @@ fn usage_is_read_from_either_hierarchy() {
     put(&v1.join("memory.max_usage_in_bytes"), "200\n");
     put(
         &v1.join("cpu.stat"),
-        "nr_periods 0\nnr_throttled 0\nthrottled_time 77\n",
+        "nr_periods 9\nnr_throttled 2\nthrottled_time 77\n",
     );
     put(&v1.join("cpuacct.usage"), "123456\n");
+    put(&v1.join("cpuacct.usage_user"), "100000\n");
+    put(&v1.join("cpuacct.usage_sys"), "23456\n");
     assert_eq!(
         usage::v1(&v1, &v1, Some(&v1)).unwrap(),
         CgroupUsage {
@@ -175,9 +180,17 @@ fn usage_is_read_from_either_hierarchy() {
             memory_max_usage: 200,
             memory_swap: 30,
             cpu_total_ns: 123456,
+            cpu_user_ns: 100000,
+            cpu_system_ns: 23456,
             cpu_throttled_ns: 77,
+            cpu_throttled_periods: 2,
         }
     );
+    // A kernel that does not split the time: all of it is user time.
+    std::fs::remove_file(v1.join("cpuacct.usage_user")).unwrap();
+    std::fs::remove_file(v1.join("cpuacct.usage_sys")).unwrap();
+    let u = usage::v1(&v1, &v1, Some(&v1)).unwrap();
+    assert_eq!((u.cpu_user_ns, u.cpu_system_ns), (123456, 0));
     std::fs::remove_file(v1.join("memory.usage_in_bytes")).unwrap();
     let e = usage::v1(&v1, &v1, None).unwrap_err().to_string();
     assert!(

@@ -30,6 +30,8 @@ pub struct Reading {
 
 /// What `/proc` measures of a process tree.
 pub const PROC_MEMORY_MEASURED: &[&str] = &["RSS", "Swap"];
+/// What a task's cgroup measures.
+pub const CGROUP_MEMORY_MEASURED: &[&str] = &["RSS", "Cache", "Swap", "Usage", "Max Usage"];
 /// What the docker engine measures.
 pub const DOCKER_MEMORY_MEASURED: &[&str] = &["RSS", "Cache", "Swap", "Usage", "Max Usage"];
 /// The CPU fields every source measures.
@@ -86,6 +88,23 @@ impl UsageTracker {
     /// Forgets the tasks whose keys `keep` does not return true for (allocations gone).
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
         self.previous.lock().retain(|k, _| keep(k));
+    }
+}
+
+/// A reading of a task's cgroup: everything its processes were charged, wherever they went
+/// (a `setsid` child included).
+pub fn cgroup(u: &crate::cgroup::CgroupUsage) -> Reading {
+    Reading {
+        rss: u.memory_rss,
+        cache: u.memory_cache,
+        swap: u.memory_swap,
+        usage: u.memory_usage,
+        max_usage: u.memory_max_usage,
+        user_seconds: u.cpu_user_ns as f64 / 1e9,
+        system_seconds: u.cpu_system_ns as f64 / 1e9,
+        throttled_periods: u.cpu_throttled_periods,
+        throttled_time: u.cpu_throttled_ns,
+        memory_measured: CGROUP_MEMORY_MEASURED,
     }
 }
 

@@ -10,9 +10,13 @@ Starts a release agent on a temporary data directory and, for N in (100, 1000) b
      benchmark SIGKILLs it >= 20 times and measures, from outside, the time from the kill until the
      file names the new process (the new process exists and has run its first instruction);
      the agent's own Terminated -> Started event times are printed too.
+With --cgroups both (the default as root), every size runs twice in the same run, once with
+`client { cgroups = true }` (each task in a cgroup of its own with its limits, joined before it
+execs, the whole cgroup killed when it dies) and once with `cgroups = false`, and the cost of
+confinement is printed as on/off ratios. The "on" run checks that its tasks are in cgroups.
 Prints numbers; asserts nothing about speed.
 
-Usage: scripts/bench/tasks.py [--bin PATH] [--sizes 100,1000] [--kills 30]
+Usage: scripts/bench/tasks.py [--bin PATH] [--sizes 100,1000] [--kills 30] [--cgroups on|off|both]
 """
 import argparse, json, os, signal, statistics, subprocess, tempfile, time, uuid, shutil
 
@@ -37,10 +41,27 @@ def ticks(pid):
     return int(fields[11]) + int(fields[12])
 
 
-def run_size(binary, n, kills):
+def in_task_cgroup(marker):
+    """Whether a process carrying `marker` is in a nodeward task cgroup (`.../nodeward/<alloc>.t`)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker not in f.read():
+                    continue
+            with open(f"/proc/{pid}/cgroup") as f:
+                return any("/nodeward/" in line and line.rstrip().endswith(".t") for line in f)
+        except OSError:
+            pass
+    return False
+
+
+def run_size(binary, n, kills, cgroups="off"):
     tmp = tempfile.mkdtemp(prefix="nodeward-bench-")
-    agent, addr, data = start_agent(binary, tmp)
-    res = {"N": n}
+    on = cgroups == "on"
+    agent, addr, data = start_agent(binary, tmp, f"client {{ cgroups = {'true' if on else 'false'} }}")
+    res = {"N": n, "cgroups": cgroups}
     try:
         time.sleep(1)
         res["baseline"] = memory(agent.pid)
@@ -50,6 +71,9 @@ def run_size(binary, n, kills):
         while procs_with(marker.encode()) < n:
             time.sleep(0.002)
         res["start_s"] = time.perf_counter() - t0
+        confined = in_task_cgroup(marker.encode())
+        if confined != on:
+            raise SystemExit(f"cgroups {cgroups}: a task is {'' if confined else 'not '}in a task cgroup")
         time.sleep(2)
         res.update(memory(agent.pid))
         c0, t0 = cpu_ns(agent.pid), ticks(agent.pid); time.sleep(10); c1, t1 = cpu_ns(agent.pid), ticks(agent.pid)
@@ -103,17 +127,29 @@ def main():
     ap.add_argument("--bin", default=RELEASE_BIN)
     ap.add_argument("--sizes", default="100,1000")
     ap.add_argument("--kills", type=int, default=30)
+    ap.add_argument("--cgroups", choices=["on", "off", "both"], default="both" if os.geteuid() == 0 else "off",
+                    help="run with task cgroups on, off, or both side by side (needs root for on)")
     a = ap.parse_args()
     if not os.path.exists(a.bin):
         raise SystemExit(f"{a.bin} not found: run 'cargo build --release' first")
-    results = [run_size(a.bin, int(n), a.kills) for n in a.sizes.split(",")]
+    if a.cgroups != "off" and os.geteuid() != 0:
+        raise SystemExit("--cgroups on|both needs root (the agent confines tasks only as root)")
+    modes = ["off", "on"] if a.cgroups == "both" else [a.cgroups]
+    results = [run_size(a.bin, int(n), a.kills, m) for n in a.sizes.split(",") for m in modes]
     for r in results:
         b = r["baseline"]
-        print(f"idle agent before the N={r['N']} run: RSS {b['Rss']:.1f} MB, PSS {b['Pss']:.1f} MB, {b['Threads']} threads")
-    print(f"{'N':>5} {'start s':>8} {'restart med ms':>15} {'p90 ms':>7} {'RSS MB':>7} {'PSS MB':>7} {'threads':>8} {'idle CPU ms/10s':>16}")
+        print(f"idle agent before the N={r['N']} cgroups={r['cgroups']} run: RSS {b['Rss']:.1f} MB, PSS {b['Pss']:.1f} MB, {b['Threads']} threads")
+    print(f"{'N':>5} {'cgroups':>7} {'start s':>8} {'restart med ms':>15} {'p90 ms':>7} {'RSS MB':>7} {'PSS MB':>7} {'threads':>8} {'idle CPU ms/10s':>16}")
     for r in results:
-        print(f"{r['N']:>5} {r['start_s']:>8.3f} {r['restart_ms_median']:>15.2f} {r['restart_ms_p90']:>7.2f} "
+        print(f"{r['N']:>5} {r['cgroups']:>7} {r['start_s']:>8.3f} {r['restart_ms_median']:>15.2f} {r['restart_ms_p90']:>7.2f} "
               f"{r['Rss']:>7.1f} {r['Pss']:>7.1f} {r['Threads']:>8} {r['idle_cpu_ms_per_10s']:>16.2f}")
+    if a.cgroups == "both":
+        print("cost of confinement (cgroups on / off, same run):")
+        for n in a.sizes.split(","):
+            off, on = (next(r for r in results if r["N"] == int(n) and r["cgroups"] == m) for m in ("off", "on"))
+            print(f"  N={n}: start {on['start_s'] / off['start_s']:.2f}x, "
+                  f"crash->restarted median {on['restart_ms_median'] / off['restart_ms_median']:.2f}x "
+                  f"(p90 {on['restart_ms_p90'] / off['restart_ms_p90']:.2f}x)")
     print(json.dumps(results, indent=1))
 
 if __name__ == "__main__":

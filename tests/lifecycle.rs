@@ -557,8 +557,53 @@ fn a_poststop_task_runs_once_across_agent_restarts() {
     assert_eq!(agent.task_state(&alloc, "cleanup")["Failed"], false);
 }
 
-/// A poststop task that never ends keeps its stopped allocation running, as in Nomad; purging
-/// the job ends it (killed as a stop kills a task) and the allocation is forgotten.
+/// A poststop task that never ends keeps its stopped allocation running, as in Nomad; stopping
+/// it again (`alloc stop`, or `job stop` of the stopped job) kills it as a stop kills a task, and
+/// the allocation is complete.
+#[test]
+fn a_second_stop_kills_a_poststop_task_that_hangs() {
+    let dir = TempDir::new("lc-stop-again");
+    let agent = TestAgent::start_in(dir.path(), "");
+    for (i, again) in [["alloc", "stop"], ["job", "stop"]].iter().enumerate() {
+        let m = unique_marker(960_000 + 2 * i as u32);
+        let post = unique_marker(961_000 + 2 * i as u32);
+        let pid = dir.path().join(format!("main-pid-{i}"));
+        let job = agent.run_hcl(&service_with_poststop(
+            &format!("again-{i}"),
+            &m,
+            &pid,
+            &format!("exec sleep {post}"),
+        ));
+        let alloc = agent.alloc_id(&job);
+        wait_for(WAIT, "main running", || {
+            (agent.task_state(&alloc, "main")["State"] == "running").then_some(())
+        });
+        cli_ok(&agent, &["job", "stop", &job]);
+        wait_for(WAIT, "cleanup running", || {
+            (agent.task_state(&alloc, "cleanup")["State"] == "running").then_some(())
+        });
+        assert_eq!(sleepers(&post).len(), 1);
+        assert_eq!(client_status(&agent, &alloc), "running");
+
+        let target = if again[0] == "alloc" { &alloc } else { &job };
+        cli_ok(&agent, &[again[0], again[1], target]);
+        wait_status(&agent, &alloc, "complete");
+        assert!(
+            sleepers(&post).is_empty(),
+            "{again:?}: the poststop task lives on"
+        );
+        let kinds = types(&agent, &alloc, "cleanup");
+        assert_eq!(
+            kinds[kinds.len() - 3..],
+            ["Killing", "Terminated", "Killed"],
+            "{again:?}: {kinds:?}"
+        );
+        assert_eq!(agent.task_state(&alloc, "cleanup")["Failed"], false);
+    }
+}
+
+/// Purging the job of a stopped allocation whose poststop task hangs ends that task (killed as a
+/// stop kills a task) and forgets the allocation.
 #[test]
 fn a_purge_kills_a_poststop_task_that_hangs() {
     let dir = TempDir::new("lc-stop-purge");

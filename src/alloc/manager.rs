@@ -386,12 +386,14 @@ impl AllocManager {
 
     /// Stops a job's allocations; `purge` also forgets the job and them. Returns the eval ID.
     pub fn stop_job(&self, id: &str, purge: bool) -> Result<String, AllocError> {
+        let mut again = false;
         self.commit(
             || format!("stopping job {id:?}"),
             |reg| {
                 let record = reg.jobs.get(id).ok_or(AllocError::JobNotFound)?;
                 let stop = running_allocs_of(reg, id);
                 if record.stop && stop.is_empty() && !purge {
+                    again = true;
                     return Ok(None);
                 }
                 let now = now_nanos();
@@ -408,6 +410,14 @@ impl AllocManager {
                 }))
             },
         )?;
+        if again {
+            // Stopped again: what still runs its poststop tasks ends them (every allocation:
+            // counted, where `any` would stop at the first).
+            let allocs = self.allocs_of(id);
+            if allocs.iter().filter(|a| stop::cut_poststop(a)).count() > 0 {
+                self.store.save_soon();
+            }
+        }
         self.jobs_changed();
         Ok(uuid::Uuid::new_v4().to_string())
     }
@@ -563,8 +573,12 @@ impl AllocManager {
         Ok(())
     }
 
-    /// Stops one allocation for good, once the state file records it. Returns the eval ID.
+    /// Stops one allocation for good, once the state file records it. Returns the eval ID. A
+    /// stop of an allocation already stopped kills the poststop tasks it runs ([`stop::cut_poststop`]).
     pub fn stop(&self, id: &str) -> Result<String, AllocError> {
+        if stop::cut_poststop(&*self.get(id)?) {
+            self.store.save_soon();
+        }
         self.commit(
             || format!("stopping allocation {id}"),
             |reg| {

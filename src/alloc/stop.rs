@@ -116,6 +116,36 @@ pub(super) fn stop_alloc(alloc: &Allocation, at: i64, purge: bool) -> Option<Wor
     gate
 }
 
+/// A stop of an allocation that is already stopped and runs its poststop tasks: they are killed
+/// as a stop kills a task (`kill_signal`, then SIGKILL after `kill_timeout`), and one that has not
+/// started is marked dead and never starts. The operator's way out of a poststop task that hangs,
+/// short of a purge. Returns whether there was anything to cut.
+pub(super) fn cut_poststop(alloc: &Allocation) -> bool {
+    let mut inner = alloc.inner.lock();
+    if inner.desired != DesiredStatus::Stop || !inner.run_poststop {
+        return false;
+    }
+    inner.run_poststop = false;
+    let poststop = poststop_names(alloc);
+    for (name, r) in &inner.runners {
+        if poststop.contains(name) {
+            r.send(TaskCommand::Kill);
+        }
+    }
+    drop(inner);
+    for name in &poststop {
+        let mut s = alloc.tasks[name].lock();
+        if never_ran(&s) {
+            s.state = TaskStatus::Dead;
+        }
+    }
+    log::info!(
+        "alloc {}: stopped again, its poststop tasks are killed",
+        alloc.id
+    );
+    true
+}
+
 /// Ends whatever of a stopped allocation still runs, its poststop tasks too (a purge forgets it):
 /// its runners are told to kill and its gate is stopped and returned, to be joined.
 #[must_use = "the gate thread must be joined"]

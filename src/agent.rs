@@ -270,10 +270,11 @@ impl Agent {
         ));
         let cgroups = crate::cgroup::Cgroups::for_agent(config.cgroups, &config.cgroup_parent);
         let cgroups_version = cgroups.as_ref().map(|c| c.version().attribute());
-        let exec = crate::driver::exec::driver(keeper.clone(), config.exec.clone())
+        let exec = crate::driver::exec::driver(keeper.clone(), config.drivers.exec.clone())
             .with_cgroups(cgroups.clone());
         let raw_exec = RawExec::new(keeper.clone()).with_cgroups(cgroups.clone());
-        let drivers = Drivers::new(vec![Arc::new(raw_exec), Arc::new(exec), docker.clone()]);
+        let drivers = Drivers::new(vec![Arc::new(raw_exec), Arc::new(exec), docker.clone()])
+            .with_denied(config.drivers.denied.clone());
         // The engine is checked before anything is placed: a docker job registered right after
         // the start must not fail to place for want of a first check (it is bounded by the
         // engine call's timeout; an engine that is not there fails at once).

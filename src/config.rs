@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::util::duration;
 
-mod exec;
+pub mod exec;
 mod plugins;
 mod reserved;
 pub use plugins::{DockerSettings, DEFAULT_ALLOW_CAPS, DEFAULT_DOCKER_ENDPOINT};
@@ -94,8 +94,8 @@ pub struct AgentConfig {
     /// `client { cpu_total_compute memory_total_mb }` (Nomad's): the node's CPU (MHz) and memory
     /// (MB) as the operator states them, instead of the fingerprint's.
     pub totals: crate::resources::Totals,
-    /// The exec driver's settings (`client { chroot_env options }`).
-    pub exec: crate::driver::exec::ExecSettings,
+    /// The drivers' settings (`client { chroot_env options }`): exec's, and the denylist.
+    pub drivers: exec::DriverSettings,
     /// What the configuration holds that has no effect (logged when the agent starts).
     pub warnings: Vec<String>,
     /// The `-config` arguments, re-read on SIGHUP.
@@ -472,7 +472,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         memory_mb: positive("client.memory_total_mb", client.memory_total_mb)?,
     };
     let (docker, mut warnings) = plugins::validate(raw.plugin.unwrap_or_default())?;
-    let exec = exec::settings(client.chroot_env, client.options, &mut warnings)?;
+    let drivers = exec::settings(client.chroot_env, client.options, &mut warnings)?;
     let mut host_volumes = BTreeMap::new();
     for (name, v) in client.host_volume.unwrap_or_default() {
         let path = PathBuf::from(&v.path);
@@ -527,7 +527,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
         docker,
         reserved,
         totals,
-        exec,
+        drivers,
         warnings,
         sources: Vec::new(),
     })
@@ -1041,9 +1041,9 @@ plugin "exec" {
 "#,
         );
         let c = load(&[p], false).unwrap();
-        assert!(!c.exec.enabled);
+        assert!(!c.drivers.exec.enabled);
         assert_eq!(
-            c.exec.chroot_env,
+            c.drivers.exec.chroot_env,
             [
                 ("/opt/tools".into(), "/tools".into()),
                 ("/usr".into(), "/usr".into())
@@ -1055,6 +1055,6 @@ plugin "exec" {
         );
         let p = write("none.hcl", "client {}\n");
         let c = load(&[p], false).unwrap();
-        assert_eq!(c.exec, crate::driver::exec::ExecSettings::default());
+        assert_eq!(c.drivers, exec::DriverSettings::default());
     }
 }

@@ -69,6 +69,7 @@ fn task_context(
             command: PLUGIN.into(),
             args: vec![],
             docker: Default::default(),
+            opaque: Default::default(),
         },
         env,
         user: None,

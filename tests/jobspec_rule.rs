@@ -419,3 +419,48 @@ fn forms_found_in_nomads_own_jobspecs_run() {
         text(&out.stderr)
     );
 }
+
+/// The docker driver's `auth_soft_fail` is accepted from HCL and JSON and kept (it has no effect:
+/// nodeward pulls without credentials), without a warning.
+#[test]
+fn docker_auth_soft_fail_is_accepted_and_kept() {
+    let dir = TempDir::new("rule-auth");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let hcl = r#"
+job "pub" {
+  group "g" {
+    task "web" {
+      driver = "docker"
+      config {
+        image          = "busybox:1"
+        auth_soft_fail = true
+      }
+    }
+  }
+}
+"#;
+    let (status, parsed) = agent.request(
+        "POST",
+        "/v1/jobs/parse",
+        Some(&json!({ "JobHCL": hcl }).to_string()),
+    );
+    assert_eq!(status, 200, "{parsed}");
+    let parsed: Value = serde_json::from_str(&parsed).unwrap();
+    let config = &parsed["TaskGroups"][0]["Tasks"][0]["Config"];
+    assert_eq!(config["auth_soft_fail"], true, "{config}");
+    let (status, body) = agent.put_json("/v1/jobs", &json!({ "Job": parsed }));
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        !answer["Warnings"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("auth_soft_fail"),
+        "{answer}"
+    );
+    let registered = agent.get("/v1/job/pub");
+    assert_eq!(
+        registered["TaskGroups"][0]["Tasks"][0]["Config"]["auth_soft_fail"],
+        true
+    );
+}

@@ -417,3 +417,221 @@ fn after_an_agent_kill_during_prestart_main_starts_once_it_completes() {
             >= time_of(&agent, &alloc, "init", "Terminated")
     );
 }
+
+/// A service job of one group: `main` runs `exec sleep <m>` (after writing its PID to `pid`);
+/// `cleanup` is a poststop task running `poststop`.
+fn service_with_poststop(name: &str, m: &str, pid: &Path, poststop: &str) -> String {
+    format!(
+        r#"
+job "{name}" {{
+  group "g" {{
+    {}
+    {}
+  }}
+}}"#,
+        task(
+            "main",
+            "",
+            &format!("echo $$ > {} && exec sleep {m}", pid.display())
+        ),
+        task("cleanup", &hook("poststop", false), poststop),
+    )
+}
+
+fn cli_ok(agent: &TestAgent, args: &[&str]) {
+    let out = agent.cli(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `job stop` kills the main task, then runs the poststop task to completion (it finds main
+/// gone), and only then is the allocation complete, as in Nomad.
+#[test]
+fn job_stop_kills_main_then_runs_poststop() {
+    let dir = TempDir::new("lc-stop");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let m = unique_marker(700_000);
+    let pid = dir.path().join("main-pid");
+    let done = dir.path().join("cleanup-done");
+    let job = agent.run_hcl(&service_with_poststop(
+        "stopped",
+        &m,
+        &pid,
+        &format!(
+            "kill -0 $(cat {}) 2>/dev/null && exit 4; echo cleaned > {}",
+            pid.display(),
+            done.display()
+        ),
+    ));
+    let alloc = agent.alloc_id(&job);
+    wait_for(WAIT, "main running", || {
+        (agent.task_state(&alloc, "main")["State"] == "running" && pid.exists()).then_some(())
+    });
+    assert_eq!(agent.task_state(&alloc, "cleanup")["State"], "pending");
+    assert!(!done.exists(), "poststop ran while main runs");
+
+    cli_ok(&agent, &["job", "stop", &job]);
+    wait_status(&agent, &alloc, "complete");
+    assert_eq!(read(&done), "cleaned\n");
+    let cleanup = agent.task_state(&alloc, "cleanup");
+    assert_eq!(
+        (cleanup["State"].as_str(), cleanup["Failed"].as_bool()),
+        (Some("dead"), Some(false)),
+        "{cleanup}"
+    );
+    assert_eq!(
+        types(&agent, &alloc, "cleanup"),
+        ["Received", "Task Setup", "Started", "Terminated"]
+    );
+    assert!(types(&agent, &alloc, "main").contains(&"Killed".to_string()));
+    assert!(
+        time_of(&agent, &alloc, "cleanup", "Received") >= time_of(&agent, &alloc, "main", "Killed")
+    );
+    assert!(sleepers(&m).is_empty(), "main outlived the stop");
+    let a = agent.get(&format!("/v1/allocation/{alloc}"));
+    assert_eq!(a["DesiredStatus"], "stop", "{a}");
+}
+
+/// `alloc stop` with a poststop task that runs across a kill -9 of the agent: the next agent
+/// takes it over (same PID) instead of starting it again, and once it completed, another restart
+/// does not run it again.
+#[test]
+fn a_poststop_task_runs_once_across_agent_restarts() {
+    let dir = TempDir::new("lc-stop-restore");
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    let m = unique_marker(800_000);
+    let pid = dir.path().join("main-pid");
+    let go = dir.path().join("go");
+    let runs = dir.path().join("cleanup-runs");
+    let job = agent.run_hcl(&service_with_poststop(
+        "stop-restore",
+        &m,
+        &pid,
+        &format!(
+            "echo run >> {}; while [ ! -f {} ]; do sleep 0.05; done",
+            runs.display(),
+            go.display()
+        ),
+    ));
+    let alloc = agent.alloc_id(&job);
+    wait_for(WAIT, "main running", || {
+        (agent.task_state(&alloc, "main")["State"] == "running").then_some(())
+    });
+    cli_ok(&agent, &["alloc", "stop", &alloc]);
+    let cleanup = wait_for(WAIT, "cleanup running", || {
+        let s = agent.task_state(&alloc, "cleanup");
+        (s["State"] == "running" && s["PID"].is_i64()).then_some(s)
+    });
+    let cleanup_pid = cleanup["PID"].as_i64().unwrap();
+    assert_eq!(agent.task_state(&alloc, "main")["State"], "dead");
+    assert_eq!(client_status(&agent, &alloc), "running");
+    wait_for(WAIT, "the state file to record cleanup's run", || {
+        let s = state_on_disk(&agent.data_dir)?.to_string();
+        s.contains(&format!("\"PID\":{cleanup_pid}")).then_some(())
+    });
+
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    assert!(
+        alive(cleanup_pid as i32),
+        "the poststop task died with the agent"
+    );
+    agent.restart();
+    wait_for(WAIT, "cleanup re-attached", || {
+        let s = agent.task_state(&alloc, "cleanup");
+        (s["State"] == "running" && s["PID"] == cleanup_pid).then_some(())
+    });
+    std::fs::write(&go, "").unwrap();
+    wait_status(&agent, &alloc, "complete");
+    assert_eq!(read(&runs), "run\n", "the poststop task ran again");
+    let events = agent.events(&alloc, "cleanup");
+
+    agent.stop_with(libc::SIGTERM, Duration::from_secs(30));
+    agent.restart();
+    assert_eq!(client_status(&agent, &alloc), "complete");
+    assert_eq!(agent.events(&alloc, "cleanup"), events);
+    assert_eq!(read(&runs), "run\n", "a completed poststop task ran again");
+    assert_eq!(agent.task_state(&alloc, "cleanup")["Failed"], false);
+}
+
+/// A poststop task that never ends keeps its stopped allocation running, as in Nomad; stopping
+/// it again (`alloc stop`, or `job stop` of the stopped job) kills it as a stop kills a task, and
+/// the allocation is complete.
+#[test]
+fn a_second_stop_kills_a_poststop_task_that_hangs() {
+    let dir = TempDir::new("lc-stop-again");
+    let agent = TestAgent::start_in(dir.path(), "");
+    for (i, again) in [["alloc", "stop"], ["job", "stop"]].iter().enumerate() {
+        let m = unique_marker(960_000 + 2 * i as u32);
+        let post = unique_marker(961_000 + 2 * i as u32);
+        let pid = dir.path().join(format!("main-pid-{i}"));
+        let job = agent.run_hcl(&service_with_poststop(
+            &format!("again-{i}"),
+            &m,
+            &pid,
+            &format!("exec sleep {post}"),
+        ));
+        let alloc = agent.alloc_id(&job);
+        wait_for(WAIT, "main running", || {
+            (agent.task_state(&alloc, "main")["State"] == "running").then_some(())
+        });
+        cli_ok(&agent, &["job", "stop", &job]);
+        wait_for(WAIT, "cleanup running", || {
+            (agent.task_state(&alloc, "cleanup")["State"] == "running").then_some(())
+        });
+        assert_eq!(sleepers(&post).len(), 1);
+        assert_eq!(client_status(&agent, &alloc), "running");
+
+        let target = if again[0] == "alloc" { &alloc } else { &job };
+        cli_ok(&agent, &[again[0], again[1], target]);
+        wait_status(&agent, &alloc, "complete");
+        assert!(
+            sleepers(&post).is_empty(),
+            "{again:?}: the poststop task lives on"
+        );
+        let kinds = types(&agent, &alloc, "cleanup");
+        assert_eq!(
+            kinds[kinds.len() - 3..],
+            ["Killing", "Terminated", "Killed"],
+            "{again:?}: {kinds:?}"
+        );
+        assert_eq!(agent.task_state(&alloc, "cleanup")["Failed"], false);
+    }
+}
+
+/// Purging the job of a stopped allocation whose poststop task hangs ends that task (killed as a
+/// stop kills a task) and forgets the allocation.
+#[test]
+fn a_purge_kills_a_poststop_task_that_hangs() {
+    let dir = TempDir::new("lc-stop-purge");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let m = unique_marker(900_000);
+    let post = unique_marker(950_000);
+    let pid = dir.path().join("main-pid");
+    let job = agent.run_hcl(&service_with_poststop(
+        "stop-purge",
+        &m,
+        &pid,
+        &format!("exec sleep {post}"),
+    ));
+    let alloc = agent.alloc_id(&job);
+    wait_for(WAIT, "main running", || {
+        (agent.task_state(&alloc, "main")["State"] == "running").then_some(())
+    });
+    cli_ok(&agent, &["job", "stop", &job]);
+    wait_for(WAIT, "cleanup running", || {
+        (agent.task_state(&alloc, "cleanup")["State"] == "running").then_some(())
+    });
+    assert_eq!(sleepers(&post).len(), 1);
+    assert_eq!(client_status(&agent, &alloc), "running");
+
+    cli_ok(&agent, &["job", "stop", "-purge", &job]);
+    wait_for(WAIT, "the poststop task killed", || {
+        sleepers(&post).is_empty().then_some(())
+    });
+    let (status, _) = agent.request("GET", &format!("/v1/allocation/{alloc}"), None);
+    assert_eq!(status, 404);
+}

@@ -615,3 +615,146 @@ fn a_bad_constraint_is_refused_and_nothing_is_registered() {
     );
     assert_eq!(agent.get("/v1/jobs"), serde_json::json!([]));
 }
+
+/// A task whose driver this node does not have (`java` in HCL, `qemu` in JSON) is not a jobspec
+/// error: its group is a `missing drivers` placement failure, as on a Nomad node without the
+/// driver, while the group the node can run runs; its `config` is kept as written.
+#[test]
+fn a_driver_the_node_lacks_is_a_placement_failure_and_its_config_is_kept() {
+    let dir = TempDir::new("nodriver");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let hcl = r#"
+job "java" {
+  type = "batch"
+  group "app" {
+    task "jar" {
+      driver = "java"
+      config {
+        jar_path    = "local/app.jar"
+        jvm_options = ["-Xmx512m", "-Xms256m"]
+        args        = ["--port", 8080]
+        extra {
+          flag = true
+        }
+      }
+    }
+  }
+  group "ok" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "true" }
+    }
+  }
+}
+"#;
+    let (code, out, err) = job_run(&agent, &spec(&dir, "java.hcl", hcl));
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert_eq!(
+        failure_lines(&out)[1..],
+        [
+            "    Task Group \"app\" (failed to place 1 allocation):",
+            "      * Constraint \"missing drivers\": 1 nodes excluded by filter",
+            "    Evaluation \"<id>\" waiting for additional capacity to place remainder",
+        ],
+        "{out}"
+    );
+    assert!(allocs_of(&agent, "java", "app").is_empty());
+    wait_complete(&agent, "java", "ok", 1);
+    assert!(job_status(&agent, "java").contains(
+        "Task Group \"app\":\n  * Constraint \"missing drivers\": 1 nodes excluded by filter"
+    ));
+    let task = agent.get("/v1/job/java")["TaskGroups"][0]["Tasks"][0].clone();
+    assert_eq!(task["Driver"], "java");
+    assert_eq!(
+        task["Config"],
+        serde_json::json!({
+            "command": "",
+            "args": ["--port", "8080"],
+            "jar_path": "local/app.jar",
+            "jvm_options": ["-Xmx512m", "-Xms256m"],
+            "extra": [{"flag": true}],
+        }),
+        "{task}"
+    );
+
+    let json = serde_json::json!({"Job": {
+        "ID": "vm",
+        "Type": "batch",
+        "TaskGroups": [{
+            "Name": "vm",
+            "Tasks": [{
+                "Name": "qemu",
+                "Driver": "qemu",
+                "Config": {
+                    "image_path": "/var/lib/vm.img",
+                    "accelerator": "kvm",
+                    "port_map": {"ssh": 22},
+                    "args": ["-nodefaults"],
+                },
+            }],
+        }],
+    }});
+    let (code, out, err) = job_run(&agent, &spec(&dir, "vm.json", &json.to_string()));
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        out.contains("* Constraint \"missing drivers\": 1 nodes excluded by filter"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("Warning"),
+        "an opaque config is kept, not warned of: {out}"
+    );
+    assert!(agent.allocs("vm").is_empty());
+    let config = agent.get("/v1/job/vm")["TaskGroups"][0]["Tasks"][0]["Config"].clone();
+    assert_eq!(config["image_path"], "/var/lib/vm.img", "{config}");
+    assert_eq!(config["port_map"], serde_json::json!({"ssh": 22}));
+    assert_eq!(config["args"], serde_json::json!(["-nodefaults"]));
+}
+
+/// `client { options = { "driver.denylist" = "..." } }` switches a driver off as in Nomad: the
+/// node has no `driver.raw_exec` attribute and a raw_exec job, from HCL or JSON, is the same
+/// `missing drivers` placement failure; a name the node has no driver for changes nothing.
+#[test]
+fn a_denied_driver_is_a_placement_failure() {
+    let dir = TempDir::new("denied");
+    let agent = TestAgent::start_in(
+        dir.path(),
+        "client {\n  options = {\n    \"driver.denylist\" = \"raw_exec, podman\"\n  }\n}\n",
+    );
+    let node_id = agent.get("/v1/nodes")[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let attrs = agent.get(&format!("/v1/node/{node_id}"))["Attributes"].clone();
+    assert!(attrs.get("driver.raw_exec").is_none(), "{attrs}");
+    let hcl = job("denied", &group("g", 1, ""));
+    let (code, out, err) = job_run(&agent, &spec(&dir, "denied.hcl", &hcl));
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert_eq!(
+        failure_lines(&out)[1..],
+        [
+            "    Task Group \"g\" (failed to place 1 allocation):",
+            "      * Constraint \"missing drivers\": 1 nodes excluded by filter",
+            "    Evaluation \"<id>\" waiting for additional capacity to place remainder",
+        ],
+        "{out}"
+    );
+    let json = serde_json::json!({"Job": {
+        "ID": "denied-json",
+        "Type": "batch",
+        "TaskGroups": [{
+            "Name": "g",
+            "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "true"}}],
+        }],
+    }});
+    let (code, out, err) = job_run(&agent, &spec(&dir, "denied.json", &json.to_string()));
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        out.contains("* Constraint \"missing drivers\": 1 nodes excluded by filter"),
+        "{out}"
+    );
+    assert!(agent.allocs("denied").is_empty() && agent.allocs("denied-json").is_empty());
+    assert!(job_status(&agent, "denied-json").contains(
+        "Task Group \"g\":\n  * Constraint \"missing drivers\": 1 nodes excluded by filter"
+    ));
+}

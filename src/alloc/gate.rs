@@ -51,7 +51,8 @@ impl AllocManager {
         }
         {
             let mut inner = alloc.inner.lock();
-            if inner.desired == DesiredStatus::Stop {
+            // A stopped allocation (restored) starts only to run its poststop tasks.
+            if inner.desired == DesiredStatus::Stop && !inner.run_poststop {
                 return;
             }
             inner.pending_reason = missing.as_deref().map(missing_reason);
@@ -70,8 +71,9 @@ impl AllocManager {
             }
         };
         let mut inner = alloc.inner.lock();
-        if inner.desired == DesiredStatus::Stop {
-            // Stopped while the gate started: the stop found no gate to join, so join it here.
+        if inner.desired == DesiredStatus::Stop && !inner.run_poststop {
+            // Stopped while the gate started: the stop found no gate to join, so join it here
+            // (unless the gate is to run the poststop tasks: then it is kept, as the stop would).
             drop(inner);
             gate.join();
             return;
@@ -144,7 +146,8 @@ impl AllocManager {
     }
 
     /// Starts the runners of `specs` that are not dead and have none, unless the allocation was
-    /// stopped; `restored`: the agent picks them up from the state file.
+    /// stopped (then only its poststop tasks, when they are to run: `super::stop`); `restored`:
+    /// the agent picks them up from the state file.
     fn start_tasks(
         &self,
         alloc: &Arc<Allocation>,
@@ -154,10 +157,14 @@ impl AllocManager {
     ) {
         let alloc_dir = allocdir::alloc_dir(&self.engine.data_dir, &alloc.id);
         let mut inner = alloc.inner.lock();
-        if inner.desired == DesiredStatus::Stop {
+        let stopped = inner.desired == DesiredStatus::Stop;
+        if stopped && !inner.run_poststop {
             return;
         }
         for spec in specs {
+            if stopped && Role::of(spec) != Role::Poststop {
+                continue;
+            }
             let state = alloc.tasks[&spec.name].clone();
             if state.lock().state == TaskStatus::Dead || inner.runners.contains_key(&spec.name) {
                 continue;
@@ -206,7 +213,11 @@ impl AllocManager {
         let mut killed = BTreeSet::new();
         loop {
             let members = self.members(alloc);
-            let plan = lifecycle::plan(&members, &killed);
+            let plan = if alloc.desired() == DesiredStatus::Stop {
+                lifecycle::plan_stop(&members)
+            } else {
+                lifecycle::plan(&members, &killed)
+            };
             if plan.done {
                 return;
             }

@@ -2,7 +2,8 @@
 //! its alloc runner's kill rules): prestart tasks first, the main tasks once every prestart task
 //! completed and every prestart sidecar runs, poststart tasks once every main task started,
 //! poststop tasks once everything else is dead; the sidecars are killed when the main tasks are
-//! dead, everything when the leader ends or a task fails for good.
+//! dead, everything when the leader ends or a task fails for good. A stopped allocation follows
+//! [`plan_stop`] instead: its poststop tasks run once the stop killed the others (`super::stop`).
 //!
 //! [`plan`] is the rule, a pure function of the tasks' states: nothing about the stage is kept
 //! apart from them, so an allocation restored after an agent restart resumes where its task
@@ -16,8 +17,10 @@
 //! task states (one short lock each), plans, and acts: it starts runners (under the allocation's
 //! inner lock, as the volume gate does), pushes the kill's event into a task's state and sends its
 //! runner `Kill`, or marks a task that never started dead. It returns once every task is dead, when
-//! the allocation is stopped (the stop kills the runners and joins it) or at shutdown (the tasks
-//! run on; the next agent plans again from the states).
+//! the allocation is stopped with no poststop task to run (the stop kills the runners and joins
+//! it) or at shutdown (the tasks run on; the next agent plans again from the states). A stop that
+//! leaves poststop tasks to run leaves the gate running: it plans by [`plan_stop`] until every
+//! task is dead.
 
 use std::collections::BTreeSet;
 
@@ -177,6 +180,30 @@ pub(super) fn plan(members: &[Member], killed: &BTreeSet<String>) -> Plan {
     out
 }
 
+/// The next steps of a stopped allocation whose poststop tasks are to run (`super::stop`): the
+/// stop killed every other task; once they are all dead the poststop tasks that have not run
+/// start, and nothing else does. A poststop task that ran is not started again.
+pub(super) fn plan_stop(members: &[Member]) -> Plan {
+    let dead = |m: &Member| m.status == TaskStatus::Dead;
+    if members.iter().all(dead) {
+        return Plan {
+            done: true,
+            ..Plan::default()
+        };
+    }
+    let (poststop, others): (Vec<&Member>, Vec<&Member>) =
+        members.iter().partition(|m| m.role == Role::Poststop);
+    let mut out = Plan::default();
+    if others.iter().all(|m| dead(m)) {
+        out.start = poststop
+            .iter()
+            .filter(|m| !m.launched && !dead(m))
+            .map(|m| m.name.clone())
+            .collect();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,6 +333,27 @@ mod tests {
         let p = plan(&all, &none());
         assert_eq!(p.cause, Some(Cause::LeaderDead));
         assert_eq!(p.kill, names(&["worker", "proxy"]));
+    }
+
+    #[test]
+    fn a_stop_runs_the_poststop_tasks_once_the_others_are_dead() {
+        let mut all = [
+            running(m("proxy", Role::PrestartSidecar)),
+            running(m("main", Role::Main)),
+            m("after", Role::Poststart),
+            m("cleanup", Role::Poststop),
+        ];
+        // Being killed by the stop: nothing starts, not even the poststart task's turn.
+        assert_eq!(plan_stop(&all), Plan::default());
+        all[1] = ended(all[1].clone(), false);
+        assert_eq!(plan_stop(&all), Plan::default(), "the sidecar still runs");
+        all[0] = ended(all[0].clone(), false);
+        all[2].status = Dead;
+        assert_eq!(plan_stop(&all).start, names(&["cleanup"]));
+        all[3].launched = true;
+        assert_eq!(plan_stop(&all), Plan::default(), "started once");
+        all[3] = ended(all[3].clone(), false);
+        assert!(plan_stop(&all).done);
     }
 
     #[test]

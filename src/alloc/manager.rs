@@ -23,15 +23,15 @@ use super::evals;
 use super::model::Allocation;
 use super::placement::{NodeSource, PlacementFailure};
 use super::ports::NetworkSettings;
+use super::stop::{self, join_gates, stop_alloc, stopped_record};
 use super::AllocError;
 use crate::jobspec::{validate::signal_number, Job};
-use crate::records::{AllocRecord, DesiredStatus, JobRecord};
+use crate::records::{DesiredStatus, JobRecord};
 use crate::state::{Snapshot, StateFile, StateStore};
-use crate::task::events::{now_nanos, TaskState, TaskStatus};
+use crate::task::events::now_nanos;
 use crate::task::hooks::HookFactory;
 use crate::task::mounts::VolumeLookup;
 use crate::task::runner::{RunnerDeps, TaskCommand, TaskRunnerHandle};
-use crate::thread::Worker;
 
 /// What starting a task needs besides the allocation.
 pub struct Engine {
@@ -164,7 +164,7 @@ impl Snapshot for AllocManager {
                     .or_insert_with(|| change.job(&r, &a.job.id).is_some_and(|j| j.job == *a.job));
                 let mut record = a.record(is_current);
                 if stopped.contains(a.id.as_str()) {
-                    stopped_record(&mut record, change.at);
+                    stopped_record(&mut record, change.at, &stop::poststop_to_run(a));
                 }
                 record
             })
@@ -216,7 +216,8 @@ impl AllocManager {
         }
         let mut gates = Vec::new();
         for alloc in &change.stop {
-            gates.extend(stop_alloc(alloc, change.at));
+            let purge = change.forget_jobs.contains(&alloc.job.id);
+            gates.extend(stop_alloc(alloc, change.at, purge));
             self.engine.volumes.release(&alloc.id);
         }
         for id in &change.forget_jobs {
@@ -227,6 +228,8 @@ impl AllocManager {
             reg.allocs.retain(|_, a| {
                 let keep = !change.forget_jobs.contains(&a.job.id);
                 if !keep {
+                    // A stopped allocation may still run its poststop tasks: not once forgotten.
+                    gates.extend(stop::end_all(a));
                     self.engine.volumes.release(&a.id);
                 }
                 keep
@@ -383,12 +386,14 @@ impl AllocManager {
 
     /// Stops a job's allocations; `purge` also forgets the job and them. Returns the eval ID.
     pub fn stop_job(&self, id: &str, purge: bool) -> Result<String, AllocError> {
+        let mut again = false;
         self.commit(
             || format!("stopping job {id:?}"),
             |reg| {
                 let record = reg.jobs.get(id).ok_or(AllocError::JobNotFound)?;
                 let stop = running_allocs_of(reg, id);
                 if record.stop && stop.is_empty() && !purge {
+                    again = true;
                     return Ok(None);
                 }
                 let now = now_nanos();
@@ -405,6 +410,14 @@ impl AllocManager {
                 }))
             },
         )?;
+        if again {
+            // Stopped again: what still runs its poststop tasks ends them (every allocation:
+            // counted, where `any` would stop at the first).
+            let allocs = self.allocs_of(id);
+            if allocs.iter().filter(|a| stop::cut_poststop(a)).count() > 0 {
+                self.store.save_soon();
+            }
+        }
         self.jobs_changed();
         Ok(uuid::Uuid::new_v4().to_string())
     }
@@ -560,8 +573,12 @@ impl AllocManager {
         Ok(())
     }
 
-    /// Stops one allocation for good, once the state file records it. Returns the eval ID.
+    /// Stops one allocation for good, once the state file records it. Returns the eval ID. A
+    /// stop of an allocation already stopped kills the poststop tasks it runs ([`stop::cut_poststop`]).
     pub fn stop(&self, id: &str) -> Result<String, AllocError> {
+        if stop::cut_poststop(&*self.get(id)?) {
+            self.store.save_soon();
+        }
         self.commit(
             || format!("stopping allocation {id}"),
             |reg| {
@@ -644,58 +661,6 @@ fn running_allocs_of(reg: &Registry, job_id: &str) -> Vec<Arc<Allocation>> {
         .filter(|a| a.job.id == job_id && a.desired() == DesiredStatus::Run)
         .cloned()
         .collect()
-}
-
-/// A task that never got a runner (its allocation waits for a volume): stopping its allocation
-/// makes it dead without having run.
-fn never_ran(s: &TaskState) -> bool {
-    s.state == TaskStatus::Pending && s.started_at.is_none() && s.events.is_empty()
-}
-
-/// An allocation's record as [`stop_alloc`] at `at` will leave it: what a staged stop writes.
-fn stopped_record(record: &mut AllocRecord, at: i64) {
-    record.desired_status = DesiredStatus::Stop;
-    record.modify_time = at;
-    for s in record.task_states.values_mut() {
-        if never_ran(s) {
-            s.state = TaskStatus::Dead;
-        }
-    }
-}
-
-/// Marks an allocation stopped at `at` and kills its tasks. Returns its volume gate, stopped, for
-/// the caller to join once it holds no lock (the gate may be taking the allocation's).
-#[must_use = "the gate thread must be joined"]
-fn stop_alloc(alloc: &Allocation, at: i64) -> Option<Worker<()>> {
-    let mut inner = alloc.inner.lock();
-    if inner.desired == DesiredStatus::Stop {
-        return None;
-    }
-    inner.desired = DesiredStatus::Stop;
-    inner.modify_time = at;
-    let mut gate = inner.gate.take();
-    if let Some(g) = &mut gate {
-        g.stop();
-    }
-    inner.pending_reason = None;
-    for r in inner.runners.values() {
-        r.send(TaskCommand::Kill);
-    }
-    drop(inner);
-    for state in alloc.tasks.values() {
-        let mut s = state.lock();
-        if never_ran(&s) {
-            s.state = TaskStatus::Dead;
-        }
-    }
-    gate
-}
-
-/// Joins stopped gate threads: each returns as soon as it sees its stop channel disconnect.
-fn join_gates(gates: impl IntoIterator<Item = Worker<()>>) {
-    for gate in gates {
-        gate.join();
-    }
 }
 
 #[cfg(test)]

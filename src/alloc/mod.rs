@@ -11,6 +11,7 @@
 //!   state record and directory) when the node holds too many or its disk fills up;
 //! - `lifecycle`: the order of an allocation's tasks (prestart, main, poststart, poststop,
 //!   sidecars, the leader), planned from their states and carried out by its gate thread;
+//! - `stop`: stopping an allocation: its tasks killed, then its poststop tasks run;
 //! - `limit`: the per-node allocation limit a registration is checked against;
 //! - `ports`: the host ports allocations hold, and those a new allocation gets;
 //! - `placement`: what of a job this node can run (constraints, datacenters, node pool, drivers,
@@ -55,6 +56,7 @@ pub mod placement;
 mod ports;
 mod regexps;
 mod restore;
+mod stop;
 #[cfg(test)]
 pub(crate) mod testing;
 

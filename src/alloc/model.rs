@@ -31,6 +31,9 @@ pub(super) struct AllocInner {
     /// The volume gate thread, while the allocation waits for its volumes (and after it started
     /// them, until joined). Stopping the allocation takes it out and joins it.
     pub(super) gate: Option<Worker<()>>,
+    /// Stopped, and its poststop tasks are to run: its gate runs on to start them, the only tasks
+    /// a stopped allocation starts (`super::stop`).
+    pub(super) run_poststop: bool,
 }
 
 pub struct Allocation {
@@ -113,6 +116,7 @@ impl Allocation {
                 pending_reason: None,
                 runners: BTreeMap::new(),
                 gate: None,
+                run_poststop: false,
             }),
         }
     }
@@ -144,6 +148,7 @@ impl Allocation {
                 pending_reason: None,
                 runners: BTreeMap::new(),
                 gate: None,
+                run_poststop: false,
             }),
         })
     }

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::lifecycle::Role;
 use super::manager::AllocManager;
 use super::model::Allocation;
 use crate::driver::process::keeper::{client::Kept, Held};
@@ -78,6 +79,17 @@ impl AllocManager {
                 reg.allocs.insert(alloc.id.clone(), alloc.clone());
                 if rec.desired_status == DesiredStatus::Run {
                     to_start.push(alloc);
+                } else if runs_poststop(rec, alloc.group_spec()) {
+                    // Stopped while its poststop tasks had still to run or end: they run (or
+                    // are taken over) now, once; what else ran was stopped by the sweep above.
+                    for (name, state) in &alloc.tasks {
+                        let mut s = state.lock();
+                        if !poststop(alloc.group_spec(), name) && s.state != TaskStatus::Dead {
+                            record_swept(&mut s, &TaskExit::Unknown);
+                        }
+                    }
+                    alloc.inner.lock().run_poststop = true;
+                    to_start.push(alloc);
                 }
             }
         }
@@ -114,16 +126,47 @@ fn group_of<'a>(a: &'a AllocRecord, jobs: &'a [JobRecord]) -> Option<&'a TaskGro
         .and_then(|job| job.task_groups.iter().find(|g| g.name == a.task_group))
 }
 
-/// The allocations and tasks whose runners start again: their allocation should run and the task
-/// is not dead.
+/// Whether a task of `group` is a poststop task.
+fn poststop(group: &TaskGroup, task: &str) -> bool {
+    group
+        .tasks
+        .iter()
+        .any(|t| t.name == task && Role::of(t) == Role::Poststop)
+}
+
+/// Whether a stopped allocation's poststop tasks are still to run or end (`super::stop`): one is
+/// not dead, and the allocation's other tasks began (the stop then left the poststop tasks to
+/// run; one of an allocation that never began was marked dead by the stop).
+fn runs_poststop(a: &AllocRecord, group: &TaskGroup) -> bool {
+    let state = |name: &str| a.task_states.get(name);
+    let (post, others): (Vec<_>, Vec<_>) = group
+        .tasks
+        .iter()
+        .partition(|t| Role::of(t) == Role::Poststop);
+    a.desired_status == DesiredStatus::Stop
+        && post
+            .iter()
+            .any(|t| state(&t.name).is_none_or(|s| s.state != TaskStatus::Dead))
+        && others
+            .iter()
+            .any(|t| state(&t.name).is_some_and(|s| !s.events.is_empty()))
+}
+
+/// The allocations and tasks whose runners start again: the task is not dead, and its allocation
+/// should run, or it is a poststop task of a stopped allocation that still runs them.
 fn resumed_tasks(allocs: &[AllocRecord], jobs: &[JobRecord]) -> HashSet<(String, String)> {
     allocs
         .iter()
-        .filter(|a| a.desired_status == DesiredStatus::Run)
         .flat_map(|a| {
-            group_of(a, jobs)
+            let group = group_of(a, jobs);
+            let stopping = group.is_some_and(|g| runs_poststop(a, g));
+            group
                 .into_iter()
                 .flat_map(|g| g.tasks.iter())
+                .filter(|t| {
+                    a.desired_status == DesiredStatus::Run
+                        || (stopping && Role::of(t) == Role::Poststop)
+                })
                 .filter(|t| {
                     a.task_states
                         .get(&t.name)

@@ -37,7 +37,7 @@ pub use nodeward_keeper::logs;
 pub mod raw_exec;
 
 use crossbeam_channel::Receiver;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -369,12 +369,23 @@ pub trait Driver: Send + Sync {
 #[derive(Clone)]
 pub struct Drivers {
     list: Arc<Vec<Arc<dyn Driver>>>,
+    /// Names `client { options { "driver.denylist" } }` gives: not fingerprinted, so nothing new
+    /// is placed on them, while tasks of theirs that run are still driven (re-attached).
+    denied: Arc<BTreeSet<String>>,
 }
 
 impl Drivers {
     pub fn new(list: Vec<Arc<dyn Driver>>) -> Drivers {
         Drivers {
             list: Arc::new(list),
+            denied: Arc::default(),
+        }
+    }
+
+    pub fn with_denied(self, denied: BTreeSet<String>) -> Drivers {
+        Drivers {
+            denied: Arc::new(denied),
+            ..self
         }
     }
 
@@ -399,7 +410,11 @@ impl Drivers {
 
     /// The node attributes of every healthy driver (`driver.<name>` and the driver's own).
     pub fn attributes(&self) -> BTreeMap<String, String> {
-        self.list.iter().flat_map(|d| d.fingerprint()).collect()
+        self.list
+            .iter()
+            .filter(|d| !self.denied.contains(d.name()))
+            .flat_map(|d| d.fingerprint())
+            .collect()
     }
 }
 

@@ -40,6 +40,7 @@ pub const KEYS: &[&str] = &[
     "cap_add",
     "cap_drop",
     "force_pull",
+    "auth_soft_fail",
     "image_pull_timeout",
     "init",
     "readonly_rootfs",
@@ -84,6 +85,11 @@ pub struct DockerConfig {
     pub cap_drop: Vec<String>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub force_pull: bool,
+    /// Nomad's "go on without credentials when authenticating fails": kept, with no effect, since
+    /// nodeward pulls without credentials (no `auth` block, no `auth.helper`) and so never fails
+    /// to authenticate.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub auth_soft_fail: bool,
     /// Written as Go writes a duration (`"5m0s"`), read as that or as nanoseconds.
     #[serde(
         default,
@@ -219,6 +225,7 @@ struct RawDocker {
     cap_add: Option<Vec<String>>,
     cap_drop: Option<Vec<String>>,
     force_pull: Option<bool>,
+    auth_soft_fail: Option<bool>,
     #[serde(default, deserialize_with = "any_duration")]
     image_pull_timeout: Option<Duration>,
     init: Option<bool>,
@@ -339,6 +346,7 @@ pub(crate) fn parse(
         cap_add: raw.cap_add.unwrap_or_default(),
         cap_drop: raw.cap_drop.unwrap_or_default(),
         force_pull: raw.force_pull.unwrap_or(false),
+        auth_soft_fail: raw.auth_soft_fail.unwrap_or(false),
         image_pull_timeout,
         init: raw.init.unwrap_or(false),
         readonly_rootfs: raw.readonly_rootfs.unwrap_or(false),
@@ -450,9 +458,11 @@ mod tests {
             "mount": [{"type": "tmpfs", "target": "/t", "tmpfs_options": [{"size": 1000}]}],
             "env": {"A": "1"},
             "image_pull_timeout": "1m30s",
+            "auth_soft_fail": true,
             "logging": {"type": "json-file"}
         }))
         .unwrap();
+        assert!(a.auth_soft_fail);
         assert_eq!(a.labels["team"], "storage");
         assert_eq!(a.labels["n"], "3");
         assert_eq!(a.ulimit["nofile"], "1024:2048");

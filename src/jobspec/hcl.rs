@@ -78,6 +78,16 @@ pub fn parse_job_with(src: &str, inputs: &Inputs) -> Result<Parsed, JobspecError
     })
 }
 
+/// How a task's `config` block is read: by its driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConfigKind {
+    RawExec,
+    Exec,
+    Docker,
+    /// A driver nodeward does not have: anything, kept as given.
+    Opaque,
+}
+
 fn invalid(msg: impl Into<String>) -> JobspecError {
     JobspecError::Invalid(msg.into())
 }
@@ -308,11 +318,16 @@ impl Walk<'_> {
             .map(|b| self.restart(&what, b))
             .transpose()?;
         let driver = self.src.opt_string(&items, "driver")?;
-        let docker = driver.as_deref() == Some(super::docker::NAME);
+        let kind = match driver.as_deref() {
+            Some(super::docker::NAME) => ConfigKind::Docker,
+            Some("exec") => ConfigKind::Exec,
+            Some(d) if !d.is_empty() && !super::is_known_driver(d) => ConfigKind::Opaque,
+            _ => ConfigKind::RawExec,
+        };
         let config = self
             .src
             .single(&items, "config")?
-            .map(|b| self.config(&what, b, docker, driver.as_deref() == Some("exec")))
+            .map(|b| self.config(&what, b, kind))
             .transpose()?;
         let env = self
             .src
@@ -373,19 +388,21 @@ impl Walk<'_> {
     }
 
     /// A task's `config`: `command` and `args` for `raw_exec`; for `docker`, every key of the
-    /// docker driver ([`super::docker::KEYS`]), read as plain data.
+    /// docker driver ([`super::docker::KEYS`]), read as plain data; for a driver nodeward does
+    /// not have, whatever it holds, read as plain data and kept.
     fn config(
         &self,
         task: &str,
         block: &Block,
-        docker: bool,
-        exec: bool,
+        kind: ConfigKind,
     ) -> Result<RawConfig, JobspecError> {
         let what = format!("config block of {task}");
-        if docker {
-            let mut fields = self
-                .src
-                .body_value(&what, &block.body, super::docker::KEYS)?;
+        if matches!(kind, ConfigKind::Docker | ConfigKind::Opaque) {
+            let keys: &[&str] = match kind {
+                ConfigKind::Docker => super::docker::KEYS,
+                _ => &[],
+            };
+            let mut fields = self.src.body_value(&what, &block.body, keys)?;
             let command = match fields.remove("command") {
                 None => None,
                 Some(serde_json::Value::String(s)) => Some(s),
@@ -414,7 +431,7 @@ impl Walk<'_> {
                 extra: fields.into_iter().collect(),
             });
         }
-        let keys: &[&str] = if exec {
+        let keys: &[&str] = if kind == ConfigKind::Exec {
             &["command", "args", "cap_add", "cap_drop"]
         } else {
             &["command", "args"]
@@ -643,6 +660,7 @@ job "example" {
                             .map(String::from)
                             .to_vec(),
                         docker: Default::default(),
+                        opaque: Default::default(),
                     },
                     env: BTreeMap::from([("GREETING".to_string(), "hello".to_string())]),
                     user: None,
@@ -1261,6 +1279,28 @@ job "docs" {
                 super::super::schema::RESOURCES_NO_EFFECT[0].1
             )]
         );
+    }
+
+    /// A driver nodeward does not have keeps its `config` as written, whatever it holds, and HCL
+    /// and JSON give the same job; validation leaves the task to placement (`missing drivers`).
+    #[test]
+    fn a_driver_nodeward_lacks_keeps_its_config() {
+        let hcl = "job \"j\" {\n  group \"g\" {\n    task \"t\" {\n      driver = \"podman\"\n      config {\n        image = \"docker.io/library/redis:7\"\n        args = [\"--port\", 6380]\n        logging {\n          driver = \"journald\"\n        }\n      }\n    }\n  }\n}\n";
+        let from_hcl = parse(hcl).unwrap();
+        let task = &from_hcl.task_groups[0].tasks[0];
+        assert_eq!(task.driver, "podman");
+        assert_eq!(task.config.args, ["--port", "6380"]);
+        assert_eq!(
+            serde_json::Value::Object(task.config.opaque.clone().into_iter().collect()),
+            serde_json::json!({
+                "image": "docker.io/library/redis:7",
+                "logging": [{"driver": "journald"}],
+            })
+        );
+        let json = serde_json::json!({"Job": serde_json::to_value(&from_hcl).unwrap()});
+        let from_json = super::super::json::parse_job(json.to_string().as_bytes()).unwrap();
+        assert!(from_json.warnings.is_empty(), "{:?}", from_json.warnings);
+        assert_eq!(from_json.job, from_hcl);
     }
 
     #[test]

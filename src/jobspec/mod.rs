@@ -401,6 +401,19 @@ pub struct DriverConfig {
     /// The docker driver's keys ([`docker`]); empty, and not written, for other drivers.
     #[serde(flatten)]
     pub docker: docker::DockerConfig,
+    /// The `config` of a driver nodeward does not have (`java`, `qemu`, `podman`, ...), kept as
+    /// given: such a task is never placed here (`missing drivers`), so nothing reads it. Empty,
+    /// and not written, for the drivers it has ([`is_known_driver`]).
+    #[serde(flatten)]
+    pub opaque: BTreeMap<String, serde_json::Value>,
+}
+
+/// The drivers nodeward has: their `config` is read and checked; any other driver's is kept
+/// opaque and its tasks get Nomad's `missing drivers` placement failure.
+pub const KNOWN_DRIVERS: [&str; 3] = ["raw_exec", "exec", docker::NAME];
+
+pub fn is_known_driver(name: &str) -> bool {
+    KNOWN_DRIVERS.contains(&name)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

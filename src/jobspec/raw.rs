@@ -260,8 +260,10 @@ impl RawJob {
                 if let Some(r) = &t.restart_policy {
                     warn_extra(&mut out, &format!("{path}.RestartPolicy."), &r.extra);
                 }
-                // A docker task's config keys are the docker driver's (an unknown one is refused).
-                if let Some(c) = t.config.as_ref().filter(|_| !t.is_docker()) {
+                // A docker task's config keys are the docker driver's (an unknown one is refused);
+                // a driver nodeward does not have keeps its config as given.
+                let known = t.driver.as_deref().is_none_or(super::is_known_driver);
+                if let Some(c) = t.config.as_ref().filter(|_| !t.is_docker() && known) {
                     let mut extra = c.extra.clone();
                     if t.driver.as_deref() == Some("exec") {
                         extra.remove("cap_add");
@@ -526,8 +528,14 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
         Some(r) => restart(&format!("{path}.RestartPolicy"), r, group_policy)?,
         None => group_policy,
     };
-    let config = raw.config.unwrap_or_default();
+    let mut config = raw.config.unwrap_or_default();
     let mut env = raw.env.unwrap_or_default();
+    let known = super::is_known_driver(raw.driver.as_deref().unwrap_or_default());
+    let opaque = if known || raw.driver.as_deref().is_none_or(str::is_empty) {
+        BTreeMap::new()
+    } else {
+        std::mem::take(&mut config.extra).into_iter().collect()
+    };
     let docker = if is_docker {
         let fields = config.extra.into_iter().collect();
         let (docker, docker_env) = super::docker::parse(&format!("task {name:?}"), fields)?;
@@ -586,6 +594,7 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
             command: config.command.unwrap_or_default(),
             args: config.args.unwrap_or_default(),
             docker,
+            opaque,
         },
         env,
         user: raw.user,

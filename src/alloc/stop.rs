@@ -1,0 +1,177 @@
+//! Stopping an allocation (`job stop`, `alloc stop`, a job's update or purge), as Nomad's alloc
+//! runner does: every task but the poststop tasks is killed; once they are all dead the poststop
+//! tasks run, to completion, and only then is the allocation complete (jobspec.md `lifecycle`).
+//!
+//! The stop itself never waits for a task: [`stop_alloc`] marks the allocation and sends its
+//! runners `Kill`. When poststop tasks are to follow ([`poststop_follows`]), the allocation's gate
+//! thread is left running: it sees the desired status and plans the stop's order
+//! ([`super::lifecycle::plan_stop`]), starts the poststop tasks once the others are dead, and
+//! returns once every task is dead. Otherwise the gate is stopped and returned for the caller to
+//! join, and tasks that never ran are marked dead. A purge forgets the allocation: nothing of it
+//! runs on, its poststop tasks are not run and one that runs is killed ([`end_all`]).
+
+use crate::alloc::lifecycle::Role;
+use crate::records::{AllocRecord, DesiredStatus};
+use crate::task::events::{TaskState, TaskStatus};
+use crate::task::runner::TaskCommand;
+use crate::thread::Worker;
+
+use super::model::{AllocInner, Allocation};
+
+/// A task that never got a runner (its allocation waits for a volume, or for its turn): stopping
+/// its allocation makes it dead without having run.
+fn never_ran(s: &TaskState) -> bool {
+    s.state == TaskStatus::Pending && s.started_at.is_none() && s.events.is_empty()
+}
+
+/// Whether a stop of `alloc` now leaves its poststop tasks to run: it has one that is not dead,
+/// and its tasks began (some other task has a runner or events: its gate runs their order; an
+/// allocation still waiting for its volumes never started and runs nothing).
+pub(super) fn poststop_follows(alloc: &Allocation, inner: &AllocInner) -> bool {
+    if inner.pending_reason.is_some() {
+        return false;
+    }
+    let (mut poststop_left, mut began) = (false, false);
+    for t in &alloc.group_spec().tasks {
+        let s = alloc.tasks[&t.name].lock();
+        if Role::of(t) == Role::Poststop {
+            poststop_left |= s.state != TaskStatus::Dead;
+        } else {
+            began |= inner.runners.contains_key(&t.name) || !s.events.is_empty();
+        }
+    }
+    poststop_left && began
+}
+
+/// An allocation's record as [`stop_alloc`] at `at` will leave it: what a staged stop writes;
+/// `poststop`: its poststop tasks will run ([`poststop_follows`]), so they stay pending.
+pub(super) fn stopped_record(record: &mut AllocRecord, at: i64, poststop: &[String]) {
+    record.desired_status = DesiredStatus::Stop;
+    record.modify_time = at;
+    for (name, s) in record.task_states.iter_mut() {
+        if never_ran(s) && !poststop.contains(name) {
+            s.state = TaskStatus::Dead;
+        }
+    }
+}
+
+/// The poststop tasks a stop of `alloc` now leaves to run (none when [`poststop_follows`] does
+/// not hold).
+pub(super) fn poststop_to_run(alloc: &Allocation) -> Vec<String> {
+    let inner = alloc.inner.lock();
+    if !poststop_follows(alloc, &inner) {
+        return Vec::new();
+    }
+    poststop_names(alloc)
+}
+
+fn poststop_names(alloc: &Allocation) -> Vec<String> {
+    alloc
+        .group_spec()
+        .tasks
+        .iter()
+        .filter(|t| Role::of(t) == Role::Poststop)
+        .map(|t| t.name.clone())
+        .collect()
+}
+
+/// Marks an allocation stopped at `at` and kills its tasks but the poststop tasks that are to
+/// follow (none when `purge`: the allocation is forgotten). Returns its gate, stopped, for the
+/// caller to join once it holds no lock (the gate may be taking the allocation's), unless the gate
+/// runs on to run the poststop tasks.
+#[must_use = "the gate thread must be joined"]
+pub(super) fn stop_alloc(alloc: &Allocation, at: i64, purge: bool) -> Option<Worker<()>> {
+    let mut inner = alloc.inner.lock();
+    if inner.desired == DesiredStatus::Stop {
+        return None;
+    }
+    inner.desired = DesiredStatus::Stop;
+    inner.modify_time = at;
+    let poststop = if !purge && poststop_follows(alloc, &inner) {
+        poststop_names(alloc)
+    } else {
+        Vec::new()
+    };
+    inner.run_poststop = !poststop.is_empty();
+    let mut gate = None;
+    if poststop.is_empty() {
+        gate = inner.gate.take();
+        if let Some(g) = &mut gate {
+            g.stop();
+        }
+        inner.pending_reason = None;
+    }
+    for (name, r) in &inner.runners {
+        if !poststop.contains(name) {
+            r.send(TaskCommand::Kill);
+        }
+    }
+    drop(inner);
+    for (name, state) in &alloc.tasks {
+        let mut s = state.lock();
+        if never_ran(&s) && !poststop.contains(name) {
+            s.state = TaskStatus::Dead;
+        }
+    }
+    gate
+}
+
+/// A stop of an allocation that is already stopped and runs its poststop tasks: they are killed
+/// as a stop kills a task (`kill_signal`, then SIGKILL after `kill_timeout`), and one that has not
+/// started is marked dead and never starts. The operator's way out of a poststop task that hangs,
+/// short of a purge. Returns whether there was anything to cut.
+pub(super) fn cut_poststop(alloc: &Allocation) -> bool {
+    let mut inner = alloc.inner.lock();
+    if inner.desired != DesiredStatus::Stop || !inner.run_poststop {
+        return false;
+    }
+    inner.run_poststop = false;
+    let poststop = poststop_names(alloc);
+    for (name, r) in &inner.runners {
+        if poststop.contains(name) {
+            r.send(TaskCommand::Kill);
+        }
+    }
+    drop(inner);
+    for name in &poststop {
+        let mut s = alloc.tasks[name].lock();
+        if never_ran(&s) {
+            s.state = TaskStatus::Dead;
+        }
+    }
+    log::info!(
+        "alloc {}: stopped again, its poststop tasks are killed",
+        alloc.id
+    );
+    true
+}
+
+/// Ends whatever of a stopped allocation still runs, its poststop tasks too (a purge forgets it):
+/// its runners are told to kill and its gate is stopped and returned, to be joined.
+#[must_use = "the gate thread must be joined"]
+pub(super) fn end_all(alloc: &Allocation) -> Option<Worker<()>> {
+    let mut inner = alloc.inner.lock();
+    inner.run_poststop = false;
+    let mut gate = inner.gate.take();
+    if let Some(g) = &mut gate {
+        g.stop();
+    }
+    for r in inner.runners.values() {
+        r.send(TaskCommand::Kill);
+    }
+    drop(inner);
+    for state in alloc.tasks.values() {
+        let mut s = state.lock();
+        if never_ran(&s) {
+            s.state = TaskStatus::Dead;
+        }
+    }
+    gate
+}
+
+/// Joins stopped gate threads: each returns as soon as it sees its stop channel disconnect.
+pub(super) fn join_gates(gates: impl IntoIterator<Item = Worker<()>>) {
+    for gate in gates {
+        gate.join();
+    }
+}

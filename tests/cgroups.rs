@@ -231,3 +231,64 @@ fn stopping_a_task_kills_every_process_in_its_cgroup() {
 fn cgroups_and_their_limits_survive_an_agent_restart() {
     stop_kills_the_whole_tree("cgroups_and_their_limits_survive_an_agent_restart", true);
 }
+
+/// A task with `resources { cores = 1 }` holds one CPU: `NOMAD_CPU_CORES` names it, its
+/// cgroup's `cpuset.cpus` is that CPU, and its processes may run on that CPU only
+/// (`Cpus_allowed_list`, what the kernel enforces).
+#[test]
+fn a_task_with_cores_runs_on_its_own_cpu() {
+    let test = "a_task_with_cores_runs_on_its_own_cpu";
+    let dir = TempDir::new("cg-cores");
+    let Some((agent, version)) = agent_with_cgroups(test, dir.path()) else {
+        return;
+    };
+    let m = marker();
+    let hcl = format!(
+        r#"
+job "pinned" {{
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      kill_timeout = "1s"
+      config {{
+        command = "/bin/sh"
+        args = ["-c", "echo \"cores=$NOMAD_CPU_CORES\"; grep Cpus_allowed_list /proc/self/status; exec sleep {m}"]
+      }}
+      resources {{
+        cores  = 1
+        memory = 32
+      }}
+    }}
+  }}
+}}"#
+    );
+    let alloc = agent.alloc_id(&agent.run_hcl(&hcl));
+    let out = wait_for(WAIT, "the task's output", || {
+        let out = agent.cli(&["alloc", "logs", &alloc, "t"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.contains("Cpus_allowed_list").then_some(text)
+    });
+    let mut lines = out.lines();
+    let cores = lines
+        .next()
+        .unwrap()
+        .strip_prefix("cores=")
+        .unwrap()
+        .to_string();
+    let cpu: u32 = cores.parse().unwrap_or_else(|_| panic!("one CPU: {out}"));
+    let allowed = lines.next().unwrap().split_whitespace().last().unwrap();
+    assert_eq!(allowed, cores, "{out}");
+    let root = Path::new("/sys/fs/cgroup");
+    let name = format!("nodeward/{alloc}.t");
+    let cpuset = if version == "2" {
+        root.join(name)
+    } else {
+        root.join("cpuset").join(name)
+    };
+    let cpus = std::fs::read_to_string(cpuset.join("cpuset.cpus")).unwrap();
+    assert_eq!(cpus.trim(), cpu.to_string(), "v{version}");
+    let out = agent.cli(&["job", "stop", "pinned"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_dead(&agent, &alloc);
+    assert_eq!(pids_with(&m), Vec::<i32>::new());
+}

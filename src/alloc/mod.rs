@@ -13,6 +13,8 @@
 //!   sidecars, the leader), planned from their states and carried out by its gate thread;
 //! - `limit`: the per-node allocation limit a registration is checked against;
 //! - `ports`: the host ports allocations hold, and those a new allocation gets;
+//! - `cores`: the CPU cores allocations' tasks hold (`resources { cores }`), and those a new
+//!   allocation's tasks get;
 //! - `placement`: what of a job this node can run (constraints, datacenters, node pool, drivers,
 //!   distinct hosts and properties) and Nomad's words for the rest ([`placement::PlacementFailure`]);
 //! - `evals`: the evaluations kept with each job, and placing what a blocked one holds once the
@@ -42,6 +44,7 @@
 
 mod capacity;
 mod children;
+mod cores;
 mod csi;
 mod evals;
 mod gate;

@@ -256,7 +256,7 @@ fn inherit_cpuset(parent: &Path, dir: &Path) -> Result<(), CgroupError> {
 }
 
 /// What a task's cgroup enforces, from its `resources`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// The hard limit: `memory_max` when set, else `memory`.
     pub memory_hard_bytes: u64,
@@ -264,18 +264,23 @@ pub struct Limits {
     pub memory_soft_bytes: Option<u64>,
     /// `cpu` in MHz, as v1 shares (Nomad's: one share per MHz, at least 2).
     pub cpu_shares: u64,
+    /// The CPUs of its `cores`, its `cpuset.cpus` (`0-1`); `None` when it asks for none, and
+    /// then the cgroup has its parent's CPUs.
+    pub cpus: Option<String>,
 }
 
 const MIB: u64 = 1024 * 1024;
 
 impl Limits {
-    pub fn of(r: &Resources) -> Limits {
+    /// The limits of `r`, with `cores` the CPUs the task holds (empty for none).
+    pub fn of(r: &Resources, cores: &[u32]) -> Limits {
         let mb = u64::from(r.memory_mb);
         let max = u64::from(r.memory_max_mb);
         Limits {
             memory_hard_bytes: if max > 0 { max * MIB } else { mb * MIB },
             memory_soft_bytes: (max > 0).then_some(mb * MIB),
             cpu_shares: u64::from(r.cpu).max(2),
+            cpus: (!cores.is_empty()).then(|| crate::resources::format_cpuset(cores)),
         }
     }
 
@@ -346,6 +351,9 @@ impl TaskCgroup {
                     &self.dir("cpu").join("cpu.weight"),
                     &limits.cpu_weight().to_string(),
                 )?;
+                // Empty is v2's "the parent's CPUs".
+                let cpus = limits.cpus.as_deref().unwrap_or("");
+                write(&self.dir("cpuset").join("cpuset.cpus"), cpus)?;
             }
             Version::V1 => {
                 // memsw (memory + swap) may not be below memory: the first write of the memory
@@ -367,6 +375,11 @@ impl TaskCgroup {
                     &self.dir("cpu").join("cpu.shares"),
                     &limits.cpu_shares.to_string(),
                 )?;
+                // v1 has no "inherit": a task without cores keeps the parent's CPUs, copied
+                // when its cpuset was made.
+                if let Some(cpus) = &limits.cpus {
+                    write(&self.dir("cpuset").join("cpuset.cpus"), cpus)?;
+                }
             }
         }
         Ok(())

@@ -110,8 +110,11 @@ pub struct StartSpec {
     pub log_dir: PathBuf,
     pub task_name: String,
     pub logs: LogConfig,
-    /// The task's `resources`: its cgroup's limits.
+    /// The task's `resources`: its cgroup's limits (`cpu` is its cores' MHz for a task with
+    /// `cores`).
     pub resources: crate::jobspec::Resources,
+    /// The CPUs the task holds for its `cores` (its cgroup's `cpuset.cpus`); empty for none.
+    pub cores: Vec<u32>,
     /// What a container driver needs besides (docker); `None` for `raw_exec`.
     pub container: Option<ContainerSpec>,
     /// Host paths an `exec` task sees in its root (its `volume_mount`s); empty for the others.
@@ -164,6 +167,8 @@ pub struct ContainerSpec {
     pub memory_mb: u32,
     pub memory_max_mb: u32,
     pub cpu: u32,
+    /// The CPUs the task holds for its `cores` (`CpusetCpus`); empty for none.
+    pub cores: Vec<u32>,
 }
 
 /// A host path bound into a container.

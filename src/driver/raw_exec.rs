@@ -141,7 +141,10 @@ impl RawExec {
         let resolved = resolved.and_then(|(r, caps)| {
             let cgroup = self
                 .cgroup(&spec.alloc_id, &spec.task_name)
-                .map(|cg| cg.create(&Limits::of(&spec.resources)).map(|()| cg.paths()))
+                .map(|cg| {
+                    cg.create(&Limits::of(&spec.resources, &spec.cores))
+                        .map(|()| cg.paths())
+                })
                 .transpose()
                 .map_err(DriverError::Cgroup)?;
             Ok((r, caps, cgroup))

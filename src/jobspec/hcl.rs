@@ -1277,25 +1277,20 @@ job "docs" {
     }
 
     #[test]
-    fn resources_memory_max_and_disk_have_no_effect_and_are_warned() {
+    fn resources_disk_has_no_effect_and_is_warned_and_memory_max_is_read() {
         let src = job_with(
             "",
             "      resources {\n        cpu = 100\n        memory_max = 512\n        disk = 300\n      }",
         );
         let parsed = parse_job(&src).unwrap();
-        assert_eq!(parsed.job.task_groups[0].tasks[0].resources.cpu, 100);
+        let r = parsed.job.task_groups[0].tasks[0].resources;
+        assert_eq!((r.cpu, r.memory_max_mb), (100, 512));
         assert_eq!(
             parsed.warnings,
-            vec![
-                super::super::schema::warning(
-                    "memory_max",
-                    super::super::schema::RESOURCES_NO_EFFECT[0].1
-                ),
-                super::super::schema::warning(
-                    "disk",
-                    super::super::schema::RESOURCES_NO_EFFECT[1].1
-                ),
-            ]
+            vec![super::super::schema::warning(
+                "disk",
+                super::super::schema::RESOURCES_NO_EFFECT[0].1
+            )]
         );
     }
 

@@ -72,14 +72,10 @@ pub const REFUSED: &[(&[Level], &str, &str)] = {
 };
 
 /// Attributes of a task's `resources` accepted with no effect, as the JSON front-end ignores
-/// `MemoryMaxMB` and `DiskMB` (Nomad's own jobspecs write both).
-pub const RESOURCES_NO_EFFECT: &[(&str, &str)] = &[
-    (
-        "memory_max",
-        "memory oversubscription is not offered on this node; the task's limit is its memory",
-    ),
-    ("disk", "deprecated in Nomad; disk is not reserved per task"),
-];
+/// `DiskMB` (Nomad's own jobspecs write it). `memory_max` was one until it was enforced; left
+/// here, it was taken out of the body before the walker read it, so HCL's was never applied.
+pub const RESOURCES_NO_EFFECT: &[(&str, &str)] =
+    &[("disk", "deprecated in Nomad; disk is not reserved per task")];
 
 /// The one line of a no-effect name's warning.
 pub fn warning(name: &str, reason: &str) -> String {

@@ -10,17 +10,20 @@
 //!   left in it and reads the OOM kill when the task's process is reaped:
 //!   `nodeward_keeper::cgroup`), and [`TaskCgroup::remove`]s it when the task is destroyed.
 //!   [`TaskCgroup::usage`] reads what the task uses.
+//! - [`Partition`]: which task cgroups hold CPUs for their `cores`; the others get the rest.
 //!
 //! No thread of its own: every call runs on its caller's (the agent's start, a task runner's).
 //! The name is a pure function of the allocation and the task, so an agent that restarts finds
 //! the cgroups of the tasks the keeper kept without any record of them.
 
+mod partition;
 mod usage;
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 pub use nodeward_keeper::cgroup::CgroupPaths;
+pub use partition::Partition;
 pub use usage::CgroupUsage;
 
 use crate::jobspec::Resources;
@@ -114,6 +117,8 @@ pub struct Cgroups {
     parent: String,
     /// v1: the optional controllers that are mounted, besides [`V1_CONTROLLERS`].
     optional: Vec<&'static str>,
+    /// The CPUs the task cgroups hold, shared by every clone.
+    partition: Partition,
 }
 
 impl Cgroups {
@@ -159,6 +164,7 @@ impl Cgroups {
                 root: root.to_path_buf(),
                 parent: parent.to_string(),
                 optional: Vec::new(),
+                partition: Partition::new(root.join(parent), true),
             }
         } else {
             let missing: Vec<_> = V1_CONTROLLERS
@@ -179,6 +185,7 @@ impl Cgroups {
                     .into_iter()
                     .filter(|c| root.join(c).join("cgroup.procs").is_file())
                     .collect(),
+                partition: Partition::new(root.join("cpuset").join(parent), false),
             }
         };
         c.make_parent()?;
@@ -240,6 +247,7 @@ impl Cgroups {
         TaskCgroup {
             version: self.version,
             dirs,
+            partition: self.partition.clone(),
         }
     }
 }
@@ -264,9 +272,9 @@ pub struct Limits {
     pub memory_soft_bytes: Option<u64>,
     /// `cpu` in MHz, as v1 shares (Nomad's: one share per MHz, at least 2).
     pub cpu_shares: u64,
-    /// The CPUs of its `cores`, its `cpuset.cpus` (`0-1`); `None` when it asks for none, and
-    /// then the cgroup has its parent's CPUs.
-    pub cpus: Option<String>,
+    /// The CPUs of its `cores`, its `cpuset.cpus`; empty when it asks for none, and then it
+    /// gets the shared set ([`Partition`]).
+    pub cpus: Vec<u32>,
 }
 
 const MIB: u64 = 1024 * 1024;
@@ -280,7 +288,7 @@ impl Limits {
             memory_hard_bytes: if max > 0 { max * MIB } else { mb * MIB },
             memory_soft_bytes: (max > 0).then_some(mb * MIB),
             cpu_shares: u64::from(r.cpu).max(2),
-            cpus: (!cores.is_empty()).then(|| crate::resources::format_cpuset(cores)),
+            cpus: cores.to_vec(),
         }
     }
 
@@ -302,11 +310,12 @@ fn protect_agent_from_oom() {
 }
 
 /// One task's cgroup (module doc).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct TaskCgroup {
     version: Version,
     /// v2: one directory (controller `""`); v1: one per controller.
     dirs: Vec<(&'static str, PathBuf)>,
+    partition: Partition,
 }
 
 impl TaskCgroup {
@@ -351,9 +360,6 @@ impl TaskCgroup {
                     &self.dir("cpu").join("cpu.weight"),
                     &limits.cpu_weight().to_string(),
                 )?;
-                // Empty is v2's "the parent's CPUs".
-                let cpus = limits.cpus.as_deref().unwrap_or("");
-                write(&self.dir("cpuset").join("cpuset.cpus"), cpus)?;
             }
             Version::V1 => {
                 // memsw (memory + swap) may not be below memory: the first write of the memory
@@ -375,14 +381,18 @@ impl TaskCgroup {
                     &self.dir("cpu").join("cpu.shares"),
                     &limits.cpu_shares.to_string(),
                 )?;
-                // v1 has no "inherit": a task without cores keeps the parent's CPUs, copied
-                // when its cpuset was made.
-                if let Some(cpus) = &limits.cpus {
-                    write(&self.dir("cpuset").join("cpuset.cpus"), cpus)?;
-                }
             }
         }
-        Ok(())
+        // Its cores, or the CPUs no task holds.
+        self.partition.apply(self.dir("cpuset"), &limits.cpus)
+    }
+
+    /// Marks the CPUs a re-attached task runs on held (its cgroup has them already), so that
+    /// the tasks without cores are kept off them after an agent restart too.
+    pub fn hold(&self, cores: &[u32]) {
+        if !cores.is_empty() {
+            self.partition.hold(self.dir("cpuset"), cores);
+        }
     }
 
     /// What the keeper needs: the directories the task's process joins, where OOM kills are
@@ -404,6 +414,7 @@ impl TaskCgroup {
     /// Kills every process left in the cgroup and removes it (each v1 directory). Killed
     /// processes leave their cgroup as they exit; the removal waits a bounded time for that.
     pub fn remove(&self) -> Result<(), CgroupError> {
+        self.partition.release(self.dir("cpuset"));
         let paths = self.paths();
         nodeward_keeper::cgroup::kill_all(&paths)
             .map_err(io_err("kill the processes of", &paths.kill))?;

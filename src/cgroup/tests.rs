@@ -48,11 +48,8 @@ fn parents_are_relative_names() {
 #[test]
 fn limits_follow_memory_memory_max_and_cpu() {
     let l = Limits::of(&res(32, 0, 500), &[]);
-    assert_eq!(l.cpus, None);
-    assert_eq!(
-        Limits::of(&res(32, 0, 500), &[1, 0]).cpus.as_deref(),
-        Some("0-1")
-    );
+    assert!(l.cpus.is_empty());
+    assert_eq!(Limits::of(&res(32, 0, 500), &[1, 0]).cpus, vec![1, 0]);
     assert_eq!(l.memory_hard_bytes, 32 * MIB);
     assert_eq!(l.memory_soft_bytes, None);
     assert_eq!(l.cpu_shares, 500);
@@ -84,6 +81,7 @@ fn v2_enables_controllers_down_to_the_task_and_writes_its_limits() {
     let dir = root.join("nw/sub/a1.web");
     assert_eq!(task.memory_dir(), dir);
     put(&dir.join("memory.swap.max"), "max");
+    put(&root.join("nw/sub/cpuset.cpus.effective"), "0-3\n");
     task.create(&Limits::of(&res(32, 64, 1024), &[1, 2]))
         .unwrap();
     assert_eq!(get(&dir.join("memory.max")), (64 * MIB).to_string());

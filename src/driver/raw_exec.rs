@@ -239,6 +239,12 @@ impl Driver for RawExec {
         })
     }
 
+    fn reattached_with_cores(&self, alloc_id: &str, task: &str, cores: &[u32]) {
+        if let Some(cg) = self.cgroup(alloc_id, task) {
+            cg.hold(cores);
+        }
+    }
+
     fn adopt(&self, alloc_id: &str, task: &str) -> Option<RunningTask> {
         self.keeper
             .claim_by_name(alloc_id, task)

@@ -267,6 +267,23 @@ fn a_job_whose_cores_are_held_waits_for_them() {
     assert_eq!(code, Some(0), "{out}");
     let first = running(&agent, "first");
     assert_eq!(stdout_of(&agent, &first), want);
+    // The allocation says what it got, as Nomad's AllocatedResources, and node status counts it.
+    let a = agent.get(&format!("/v1/allocation/{first}"));
+    let cpu = &a["AllocatedResources"]["Tasks"]["t"]["Cpu"];
+    let ids: Vec<u64> = (0..cores as u64).collect();
+    assert_eq!(cpu["ReservedCores"], serde_json::json!(ids), "{a}");
+    assert_eq!(cpu["CpuShares"], per_core * cores as u64, "{a}");
+    assert_eq!(
+        a["Job"]["TaskGroups"][0]["Tasks"][0]["Resources"]["Cores"],
+        cores
+    );
+    let out = agent.cli(&["node", "status", "-self"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let total = node["NodeResources"]["Cpu"]["CpuShares"].as_u64().unwrap();
+    assert!(
+        text.contains(&format!("{}/{total} MHz", per_core * cores as u64)),
+        "{text}"
+    );
 
     let second = cores_service(&dir, "second", cores);
     let refused = |agent: &TestAgent| {

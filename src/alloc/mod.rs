@@ -61,6 +61,7 @@ mod restore;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use capacity::task_cpu_mhz;
 pub use children::{DispatchRequest, Launched};
 pub use evals::{MAX_EVALS, TRIGGER_QUEUED, TRIGGER_REGISTER};
 pub use gc::{gc_reason, Collector, DiskUsage, Over, Reason};

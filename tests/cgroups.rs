@@ -406,3 +406,46 @@ fn tasks_without_cores_are_kept_off_the_cpus_others_hold() {
             .then_some(())
     });
 }
+
+/// `client { reserved { cores = "0" } }` keeps every task off CPU 0: a task without cores runs
+/// on the others, and a `cores = 1` task gets one of them.
+#[test]
+fn reserved_cores_are_kept_from_every_task() {
+    let test = "reserved_cores_are_kept_from_every_task";
+    if std::thread::available_parallelism().unwrap().get() < 2 {
+        println!("SKIPPED {test}: needs two CPUs");
+        return;
+    }
+    if !is_root() {
+        println!("SKIPPED {test}: cgroups need root");
+        return;
+    }
+    let dir = TempDir::new("cg-reserved");
+    let agent = TestAgent::start_in(dir.path(), "client {\n  reserved { cores = \"0\" }\n}\n");
+    let nodes = agent.get("/v1/nodes");
+    let node = agent.get(&format!("/v1/node/{}", nodes[0]["ID"].as_str().unwrap()));
+    let Some(version) = node["Attributes"]["os.cgroups.version"].as_str() else {
+        println!("SKIPPED {test}: the agent found no cgroups it may use on this machine");
+        return;
+    };
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let mut rest = parse_cpuset(online.trim()).unwrap();
+    rest.retain(|c| *c != 0);
+    let rest = format_cpuset(&rest);
+    let pid_of = |m: &str| wait_for(WAIT, "the task's process", || pids_with(m).first().copied());
+    let (mp, mq) = (marker(), marker());
+    let plain = agent.alloc_id(&agent.run_hcl(&sleeper("plain", &mp, 0)));
+    assert_eq!(allowed_cpus(pid_of(&mp)), rest);
+    assert_eq!(cpuset_of(version, &plain), rest);
+    agent.run_hcl(&sleeper("pinned", &mq, 1));
+    let held = allowed_cpus(pid_of(&mq));
+    assert_ne!(held, "0", "a reserved core was given");
+    assert!(!allowed_cpus(pid_of(&mp)).split(',').any(|c| c == "0"));
+    for job in ["plain", "pinned"] {
+        let out = agent.cli(&["job", "stop", job]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    wait_for(WAIT, "the tasks gone", || {
+        (pids_with(&mp).is_empty() && pids_with(&mq).is_empty()).then_some(())
+    });
+}

@@ -196,6 +196,13 @@ impl Cgroups {
         self.version
     }
 
+    /// Keeps tasks without cores off `client { reserved { cores } }` too (tasks with cores are
+    /// never given them: placement leaves them out).
+    pub fn with_reserved_cores(mut self, cores: &[u32]) -> Cgroups {
+        self.partition.reserve(cores);
+        self
+    }
+
     /// Makes the parent (each level of it) and readies it for task cgroups: v2 enables the
     /// controllers for its children at every level; v1's cpuset needs its CPUs and memory nodes
     /// before a process may join below it.

@@ -23,23 +23,31 @@ pub struct Partition {
     /// The parent's directory in the cpuset hierarchy: its children are the task cgroups.
     dir: PathBuf,
     v2: bool,
+    /// `client { reserved { cores } }`: the system's, no task runs on them.
+    reserved: Vec<u32>,
     /// Task cgroup name (`<alloc_id>.<task>`) → the CPUs it holds. Guards the writes too (module
     /// doc).
     held: Arc<Mutex<BTreeMap<String, Vec<u32>>>>,
 }
 
-/// What the tasks without cores run on: `all` less what is `held`; all of them when that would
-/// leave none (a cpuset without CPUs takes no process, so they then share the held ones).
-pub fn shared(all: &[u32], held: &BTreeMap<String, Vec<u32>>) -> Vec<u32> {
-    let left: Vec<u32> = all
+/// What the tasks without cores run on: `all` less the `reserved` ones and what is `held`; when
+/// that would leave none (a cpuset without CPUs takes no process), all but the reserved ones,
+/// shared with the tasks that hold them; all of them when even those are none.
+pub fn shared(all: &[u32], reserved: &[u32], held: &BTreeMap<String, Vec<u32>>) -> Vec<u32> {
+    let unreserved: Vec<u32> = all
+        .iter()
+        .filter(|c| !reserved.contains(c))
+        .copied()
+        .collect();
+    let left: Vec<u32> = unreserved
         .iter()
         .filter(|c| !held.values().any(|h| h.contains(c)))
         .copied()
         .collect();
-    if left.is_empty() {
-        all.to_vec()
-    } else {
-        left
+    match (left.is_empty(), unreserved.is_empty()) {
+        (false, _) => left,
+        (true, false) => unreserved,
+        (true, true) => all.to_vec(),
     }
 }
 
@@ -48,8 +56,13 @@ impl Partition {
         Partition {
             dir,
             v2,
+            reserved: Vec::new(),
             held: Arc::default(),
         }
+    }
+
+    pub(super) fn reserve(&mut self, cores: &[u32]) {
+        self.reserved = cores.to_vec();
     }
 
     /// The parent's CPUs (v2: the effective ones, its own file may be empty).
@@ -65,12 +78,13 @@ impl Partition {
         })
     }
 
-    /// What a task without cores writes: v2's empty ("the parent's") while nothing is held.
+    /// What a task without cores writes: v2's empty ("the parent's") while nothing is held or
+    /// reserved.
     fn shared_text(&self, held: &BTreeMap<String, Vec<u32>>) -> Result<String, CgroupError> {
-        if self.v2 && held.is_empty() {
+        if self.v2 && held.is_empty() && self.reserved.is_empty() {
             return Ok(String::new());
         }
-        Ok(format_cpuset(&shared(&self.all()?, held)))
+        Ok(format_cpuset(&shared(&self.all()?, &self.reserved, held)))
     }
 
     /// Writes the `cpuset.cpus` of the task cgroup `dir`: its `cores` (held from now on), or the
@@ -146,11 +160,15 @@ mod tests {
     fn the_shared_set_is_what_is_not_held_or_everything() {
         let all = [0, 1, 2, 3];
         let mut held = BTreeMap::new();
-        assert_eq!(shared(&all, &held), vec![0, 1, 2, 3]);
+        assert_eq!(shared(&all, &[], &held), vec![0, 1, 2, 3]);
+        assert_eq!(shared(&all, &[0], &held), vec![1, 2, 3], "not the system's");
         held.insert("a.t".to_string(), vec![0, 2]);
-        assert_eq!(shared(&all, &held), vec![1, 3]);
+        assert_eq!(shared(&all, &[], &held), vec![1, 3]);
+        assert_eq!(shared(&all, &[3], &held), vec![1]);
         held.insert("b.t".to_string(), vec![1, 3]);
-        assert_eq!(shared(&all, &held), vec![0, 1, 2, 3], "none left: all");
+        assert_eq!(shared(&all, &[], &held), vec![0, 1, 2, 3], "none left: all");
+        assert_eq!(shared(&all, &[0], &held), vec![1, 2, 3]);
+        assert_eq!(shared(&all, &[0, 1, 2, 3], &held), vec![0, 1, 2, 3]);
     }
 
     #[test]

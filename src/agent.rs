@@ -268,7 +268,8 @@ impl Agent {
             &config.data_dir,
             store.node_id(),
         ));
-        let cgroups = crate::cgroup::Cgroups::for_agent(config.cgroups, &config.cgroup_parent);
+        let cgroups = crate::cgroup::Cgroups::for_agent(config.cgroups, &config.cgroup_parent)
+            .map(|c| c.with_reserved_cores(&config.reserved.cores));
         let cgroups_version = cgroups.as_ref().map(|c| c.version().attribute());
         let exec = crate::driver::exec::driver(keeper.clone(), config.drivers.exec.clone())
             .with_cgroups(cgroups.clone());

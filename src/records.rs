@@ -141,6 +141,11 @@ pub struct AllocRecord {
     /// not written when the group asks for none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<AllocatedPort>,
+    /// The cores its tasks got when it was placed, task name → CPU IDs (Nomad's
+    /// `AllocatedResources.Tasks.<task>.Cpu.ReservedCores`). Absent in files written before
+    /// cores existed, and not written when no task asks for them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cores: BTreeMap<String, Vec<u32>>,
 }
 
 // ---- task states ----

@@ -848,6 +848,7 @@ mod tests {
             job: None,
             task_states: BTreeMap::new(),
             ports: Vec::new(),
+            cores: BTreeMap::new(),
         }
     }
 

@@ -203,3 +203,113 @@ fn the_operators_totals_replace_the_fingerprint() {
         "{out}"
     );
 }
+
+/// A service of one task asking `cores` cores that writes what it got (`NOMAD_CPU_CORES` and
+/// `NOMAD_CPU_LIMIT`) to its stdout, then sleeps.
+fn cores_service(dir: &TempDir, name: &str, cores: usize) -> PathBuf {
+    let p = dir.path().join(format!("{name}.hcl"));
+    std::fs::write(
+        &p,
+        format!(
+            r#"
+job "{name}" {{
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      kill_timeout = "2s"
+      config {{
+        command = "/bin/sh"
+        args = ["-c", "echo \"cores=$NOMAD_CPU_CORES limit=$NOMAD_CPU_LIMIT\"; exec sleep {}"]
+      }}
+      resources {{
+        cores  = {cores}
+        memory = 32
+      }}
+    }}
+  }}
+}}"#,
+            unique_marker(210_000)
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// What a task wrote to its stdout.
+fn stdout_of(agent: &TestAgent, alloc: &str) -> String {
+    wait_for(WAIT, "the task's output", || {
+        let out = agent.cli(&["alloc", "logs", alloc, "t"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.contains('\n').then_some(text)
+    })
+}
+
+/// `resources { cores }` is a dimension: a job asking every core of the node runs with all of
+/// them (`NOMAD_CPU_CORES`, and `NOMAD_CPU_LIMIT` their MHz); a second one asking as many gets
+/// Nomad's `Dimension "cores" exhausted` and no allocation, after an agent crash and restart too
+/// (the cores are kept in the state file), and runs with the same cores once the first stops.
+#[test]
+fn a_job_whose_cores_are_held_waits_for_them() {
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let dir = TempDir::new("cap-cores");
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    let nodes = agent.get("/v1/nodes");
+    let node = agent.get(&format!("/v1/node/{}", nodes[0]["ID"].as_str().unwrap()));
+    let per_core = node["NodeResources"]["Cpu"]["CpuShares"].as_u64().unwrap() / cores as u64;
+    let all = if cores == 1 {
+        "0".to_string()
+    } else {
+        format!("0-{}", cores - 1)
+    };
+    let want = format!("cores={all} limit={}\n", per_core * cores as u64);
+
+    let (code, out) = run(&agent, &cores_service(&dir, "first", cores));
+    assert_eq!(code, Some(0), "{out}");
+    let first = running(&agent, "first");
+    assert_eq!(stdout_of(&agent, &first), want);
+    // The allocation says what it got, as Nomad's AllocatedResources, and node status counts it.
+    let a = agent.get(&format!("/v1/allocation/{first}"));
+    let cpu = &a["AllocatedResources"]["Tasks"]["t"]["Cpu"];
+    let ids: Vec<u64> = (0..cores as u64).collect();
+    assert_eq!(cpu["ReservedCores"], serde_json::json!(ids), "{a}");
+    assert_eq!(cpu["CpuShares"], per_core * cores as u64, "{a}");
+    assert_eq!(
+        a["Job"]["TaskGroups"][0]["Tasks"][0]["Resources"]["Cores"],
+        cores
+    );
+    let out = agent.cli(&["node", "status", "-self"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let total = node["NodeResources"]["Cpu"]["CpuShares"].as_u64().unwrap();
+    assert!(
+        text.contains(&format!("{}/{total} MHz", per_core * cores as u64)),
+        "{text}"
+    );
+
+    let second = cores_service(&dir, "second", cores);
+    let refused = |agent: &TestAgent| {
+        let (code, out) = run(agent, &second);
+        assert_eq!(code, Some(2), "{out}");
+        assert!(
+            out.contains(
+                "    Task Group \"g\" (failed to place 1 allocation):\n      \
+                 * Resources exhausted on 1 nodes\n      \
+                 * Dimension \"cores\" exhausted on 1 nodes\n"
+            ),
+            "{out}"
+        );
+        assert!(agent.allocs("second").is_empty());
+    };
+    refused(&agent);
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    agent.restart();
+    running(&agent, "first");
+    // Purged, so that its registration is new and placed again, not the same job unchanged.
+    let (status, body) = agent.request("DELETE", "/v1/job/second?purge=true", None);
+    assert_eq!(status, 200, "{body}");
+    refused(&agent);
+
+    let out = agent.cli(&["job", "stop", "first"]);
+    assert!(out.status.success(), "{out:?}");
+    let second = running(&agent, "second");
+    assert_eq!(stdout_of(&agent, &second), want);
+}

@@ -4,6 +4,7 @@
 //! machine has none it may use.
 
 use crate::common::*;
+use nodeward::resources::{format_cpuset, parse_cpuset};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -230,6 +231,223 @@ fn stopping_a_task_kills_every_process_in_its_cgroup() {
 #[test]
 fn cgroups_and_their_limits_survive_an_agent_restart() {
     stop_kills_the_whole_tree("cgroups_and_their_limits_survive_an_agent_restart", true);
+}
+
+/// A task with `resources { cores = 1 }` holds one CPU: `NOMAD_CPU_CORES` names it, its
+/// cgroup's `cpuset.cpus` is that CPU, and its processes may run on that CPU only
+/// (`Cpus_allowed_list`, what the kernel enforces).
+#[test]
+fn a_task_with_cores_runs_on_its_own_cpu() {
+    let test = "a_task_with_cores_runs_on_its_own_cpu";
+    let dir = TempDir::new("cg-cores");
+    let Some((agent, version)) = agent_with_cgroups(test, dir.path()) else {
+        return;
+    };
+    let m = marker();
+    let hcl = format!(
+        r#"
+job "pinned" {{
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      kill_timeout = "1s"
+      config {{
+        command = "/bin/sh"
+        args = ["-c", "echo \"cores=$NOMAD_CPU_CORES\"; grep Cpus_allowed_list /proc/self/status; exec sleep {m}"]
+      }}
+      resources {{
+        cores  = 1
+        memory = 32
+      }}
+    }}
+  }}
+}}"#
+    );
+    let alloc = agent.alloc_id(&agent.run_hcl(&hcl));
+    let out = wait_for(WAIT, "the task's output", || {
+        let out = agent.cli(&["alloc", "logs", &alloc, "t"]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.contains("Cpus_allowed_list").then_some(text)
+    });
+    let mut lines = out.lines();
+    let cores = lines
+        .next()
+        .unwrap()
+        .strip_prefix("cores=")
+        .unwrap()
+        .to_string();
+    let cpu: u32 = cores.parse().unwrap_or_else(|_| panic!("one CPU: {out}"));
+    let allowed = lines.next().unwrap().split_whitespace().last().unwrap();
+    assert_eq!(allowed, cores, "{out}");
+    let root = Path::new("/sys/fs/cgroup");
+    let name = format!("nodeward/{alloc}.t");
+    let cpuset = if version == "2" {
+        root.join(name)
+    } else {
+        root.join("cpuset").join(name)
+    };
+    let cpus = std::fs::read_to_string(cpuset.join("cpuset.cpus")).unwrap();
+    assert_eq!(cpus.trim(), cpu.to_string(), "v{version}");
+    let out = agent.cli(&["job", "stop", "pinned"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_dead(&agent, &alloc);
+    assert_eq!(pids_with(&m), Vec::<i32>::new());
+}
+
+/// The task cgroup's `cpuset.cpus` (v1's cpuset controller, or the v2 directory).
+fn cpuset_of(version: &str, alloc: &str) -> String {
+    let root = Path::new("/sys/fs/cgroup");
+    let name = format!("nodeward/{alloc}.t");
+    let dir = if version == "2" {
+        root.join(name)
+    } else {
+        root.join("cpuset").join(name)
+    };
+    std::fs::read_to_string(dir.join("cpuset.cpus"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// The CPUs process `pid` may run on, as the kernel enforces them.
+fn allowed_cpus(pid: i32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// A service whose task sleeps (marked `m`), asking `cores` cores (none when 0).
+fn sleeper(name: &str, m: &str, cores: u32) -> String {
+    let resources = if cores > 0 {
+        format!("cores = {cores}\n        memory = 32")
+    } else {
+        "cpu = 100\n        memory = 32".to_string()
+    };
+    format!(
+        r#"
+job "{name}" {{
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      kill_timeout = "1s"
+      config {{
+        command = "/bin/sleep"
+        args = ["{m}"]
+      }}
+      resources {{
+        {resources}
+      }}
+    }}
+  }}
+}}"#
+    )
+}
+
+/// Tasks without cores run on the CPUs no task with cores holds (Nomad's shared set): a running
+/// one is moved off the CPU a new `cores = 1` task gets, one started after an agent crash and
+/// restart is kept off it too, and both get every CPU back once the cores task stops.
+#[test]
+fn tasks_without_cores_are_kept_off_the_cpus_others_hold() {
+    let test = "tasks_without_cores_are_kept_off_the_cpus_others_hold";
+    if std::thread::available_parallelism().unwrap().get() < 2 {
+        println!("SKIPPED {test}: needs two CPUs");
+        return;
+    }
+    let dir = TempDir::new("cg-shared");
+    let Some((mut agent, version)) = agent_with_cgroups(test, dir.path()) else {
+        return;
+    };
+    let all = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let all = all.trim();
+    let pid_of = |m: &str| wait_for(WAIT, "the task's process", || pids_with(m).first().copied());
+    let (mb, ma, mc) = (marker(), marker(), marker());
+    let plain = agent.alloc_id(&agent.run_hcl(&sleeper("plain", &mb, 0)));
+    let plain_pid = pid_of(&mb);
+    assert_eq!(allowed_cpus(plain_pid), all);
+    let pinned = agent.alloc_id(&agent.run_hcl(&sleeper("pinned", &ma, 1)));
+    let pinned_pid = pid_of(&ma);
+    let held = allowed_cpus(pinned_pid);
+    assert_eq!(cpuset_of(&version, &pinned), held);
+    // The online CPUs but the held one, in the kernel's list form.
+    let held_cpu: u32 = held.parse().unwrap_or_else(|_| panic!("one CPU: {held}"));
+    let mut left = parse_cpuset(all).unwrap();
+    left.retain(|c| *c != held_cpu);
+    let shared = format_cpuset(&left);
+    let check_shared = |pid: i32, alloc: &str, when: &str| {
+        assert_eq!(cpuset_of(&version, alloc), shared, "{when}: held {held}");
+        assert_eq!(allowed_cpus(pid), shared, "{when}: held {held}");
+    };
+    check_shared(plain_pid, &plain, "moved off the held CPU");
+
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    agent.restart();
+    wait_for(WAIT, "the cores task re-attached", || {
+        (agent.task_state(&pinned, "t")["State"] == "running").then_some(())
+    });
+    let later = agent.alloc_id(&agent.run_hcl(&sleeper("later", &mc, 0)));
+    let later_pid = pid_of(&mc);
+    check_shared(later_pid, &later, "started after the agent's restart");
+
+    let out = agent.cli(&["job", "stop", "pinned"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_for(WAIT, "every CPU shared again", || {
+        (allowed_cpus(plain_pid) == all && allowed_cpus(later_pid) == all).then_some(())
+    });
+    for job in ["plain", "later"] {
+        let out = agent.cli(&["job", "stop", job]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    wait_for(WAIT, "the tasks gone", || {
+        (pids_with(&mb).is_empty() && pids_with(&mc).is_empty() && pids_with(&ma).is_empty())
+            .then_some(())
+    });
+}
+
+/// `client { reserved { cores = "0" } }` keeps every task off CPU 0: a task without cores runs
+/// on the others, and a `cores = 1` task gets one of them.
+#[test]
+fn reserved_cores_are_kept_from_every_task() {
+    let test = "reserved_cores_are_kept_from_every_task";
+    if std::thread::available_parallelism().unwrap().get() < 2 {
+        println!("SKIPPED {test}: needs two CPUs");
+        return;
+    }
+    if !is_root() {
+        println!("SKIPPED {test}: cgroups need root");
+        return;
+    }
+    let dir = TempDir::new("cg-reserved");
+    let agent = TestAgent::start_in(dir.path(), "client {\n  reserved { cores = \"0\" }\n}\n");
+    let nodes = agent.get("/v1/nodes");
+    let node = agent.get(&format!("/v1/node/{}", nodes[0]["ID"].as_str().unwrap()));
+    let Some(version) = node["Attributes"]["os.cgroups.version"].as_str() else {
+        println!("SKIPPED {test}: the agent found no cgroups it may use on this machine");
+        return;
+    };
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let mut rest = parse_cpuset(online.trim()).unwrap();
+    rest.retain(|c| *c != 0);
+    let rest = format_cpuset(&rest);
+    let pid_of = |m: &str| wait_for(WAIT, "the task's process", || pids_with(m).first().copied());
+    let (mp, mq) = (marker(), marker());
+    let plain = agent.alloc_id(&agent.run_hcl(&sleeper("plain", &mp, 0)));
+    assert_eq!(allowed_cpus(pid_of(&mp)), rest);
+    assert_eq!(cpuset_of(version, &plain), rest);
+    agent.run_hcl(&sleeper("pinned", &mq, 1));
+    let held = allowed_cpus(pid_of(&mq));
+    assert_ne!(held, "0", "a reserved core was given");
+    assert!(!allowed_cpus(pid_of(&mp)).split(',').any(|c| c == "0"));
+    for job in ["plain", "pinned"] {
+        let out = agent.cli(&["job", "stop", job]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    wait_for(WAIT, "the tasks gone", || {
+        (pids_with(&mp).is_empty() && pids_with(&mq).is_empty()).then_some(())
+    });
 }
 
 /// Stats are read from the task's cgroup: a child that left the task's process tree (a double

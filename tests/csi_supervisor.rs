@@ -128,6 +128,7 @@ fn task_context(
         node_id: "node-1".into(),
         node_name: "node-1".into(),
         ports: Vec::new(),
+        cores: Vec::new(),
     }
 }
 

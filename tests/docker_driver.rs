@@ -238,6 +238,39 @@ fn a_container_that_exits_3_reports_it_and_keeps_its_logs() {
     });
 }
 
+/// A container of a task with `resources { cores = 1 }` runs on its one CPU: the engine got it as
+/// `CpusetCpus`, and the container's processes may run there only (`Cpus_allowed_list`), which
+/// is also its `NOMAD_CPU_CORES`.
+#[test]
+fn a_container_with_cores_runs_on_its_own_cpu() {
+    let Some((env, _dir, agent)) =
+        docker_agent("a_container_with_cores_runs_on_its_own_cpu", "dk-cores", "")
+    else {
+        return;
+    };
+    let script = "echo \"cores=$NOMAD_CPU_CORES\"; grep Cpus_allowed_list /proc/self/status";
+    let job = agent.run_hcl(&batch_sh(
+        "pinned",
+        script,
+        "resources {\n        cores  = 1\n        memory = 32\n      }",
+    ));
+    let alloc = agent.alloc_id(&job);
+    let _cleanup = Cleanup::of(&env, &alloc);
+    let state = wait_state(&agent, &alloc, "t", "dead");
+    assert_eq!(state["Failed"], false, "{state}");
+    let (code, out) = agent.request(
+        "GET",
+        &format!("/v1/client/fs/logs/{alloc}?task=t&type=stdout&plain=true&origin=start"),
+        None,
+    );
+    assert_eq!(code, 200, "{out}");
+    let mut lines = out.lines();
+    let cores = lines.next().and_then(|l| l.strip_prefix("cores=")).unwrap();
+    assert!(cores.parse::<u32>().is_ok(), "one CPU: {out}");
+    let allowed = lines.next().unwrap().split_whitespace().last().unwrap();
+    assert_eq!(allowed, cores, "{out}");
+}
+
 /// A container over its memory limit is killed by the kernel: `OOM Killed`.
 #[test]
 fn a_container_over_its_memory_is_oom_killed() {

@@ -14,9 +14,19 @@ use std::sync::Arc;
 use super::manager::Registry;
 use super::model::Allocation;
 use super::placement::{Node, Placement, Reason};
-use crate::jobspec::{Job, TaskGroup};
+use crate::jobspec::{Job, Resources, TaskGroup};
 use crate::records::{DesiredStatus, TaskStatus};
 use crate::resources::Capacity;
+
+/// The `cpu` a task asks for, in MHz: its `cpu`, or for a task with `cores`, the cores' MHz
+/// (what Nomad's scheduler writes in its `CpuShares`: its weight and its `NOMAD_CPU_LIMIT`).
+pub fn task_cpu_mhz(r: &Resources, mhz_per_core: u64) -> u64 {
+    if r.cores > 0 {
+        u64::from(r.cores) * mhz_per_core
+    } else {
+        u64::from(r.cpu)
+    }
+}
 
 /// What allocations ask of the node, in Nomad's units (MHz, MB, MB, cores).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,12 +39,14 @@ pub struct Asks {
 
 impl Asks {
     /// One allocation of `group`: its tasks' `resources` summed. The scheduler counts
-    /// `memory`, not `memory_max` (Nomad's oversubscription). The group's `ephemeral_disk` and
-    /// tasks' `cores` are not read by the jobspec yet, so they ask nothing.
-    pub fn of_group(group: &TaskGroup) -> Asks {
+    /// `memory`, not `memory_max` (Nomad's oversubscription), and a task's `cores` as that many
+    /// cores and `mhz_per_core` MHz each of `cpu` (Nomad's `SharesPerCore`). The group's
+    /// `ephemeral_disk` is not read by the jobspec yet, so it asks nothing.
+    pub fn of_group(group: &TaskGroup, mhz_per_core: u64) -> Asks {
         group.tasks.iter().fold(Asks::default(), |a, t| Asks {
-            cpu_mhz: a.cpu_mhz + u64::from(t.resources.cpu),
+            cpu_mhz: a.cpu_mhz + task_cpu_mhz(&t.resources, mhz_per_core),
             memory_mb: a.memory_mb + u64::from(t.resources.memory_mb),
+            cores: a.cores + t.resources.cores,
             ..a
         })
     }
@@ -50,7 +62,7 @@ impl Asks {
 
     /// The first dimension `self` exceeds `cap` in, in the order Nomad's `Superset` checks them.
     pub fn exhausted(&self, cap: &Capacity) -> Option<&'static str> {
-        if self.cores > cap.cores {
+        if self.cores as usize > cap.cores.len() {
             Some("cores")
         } else if self.cpu_mhz > cap.cpu_mhz {
             Some("cpu")
@@ -70,7 +82,7 @@ impl Asks {
 pub fn fit(job: &Job, cap: &Capacity, mut used: Asks, placement: &mut Placement) -> Asks {
     for group in &job.task_groups {
         let wanted = placement.place.get(&group.name).copied().unwrap_or(0);
-        let ask = Asks::of_group(group);
+        let ask = Asks::of_group(group, cap.mhz_per_core);
         for placed in 0..wanted {
             let after = used.plus(ask);
             if let Some(dimension) = after.exhausted(cap) {
@@ -98,13 +110,15 @@ fn is_live(alloc: &Allocation) -> bool {
 
 impl Registry {
     /// What the live allocations ask, but for those in `stopping` (the plan stops them).
-    pub(super) fn live_asks(&self, stopping: &[Arc<Allocation>]) -> Asks {
+    pub(super) fn live_asks(&self, stopping: &[Arc<Allocation>], mhz_per_core: u64) -> Asks {
         let stopping: HashSet<&str> = stopping.iter().map(|a| a.id.as_str()).collect();
         self.allocs
             .values()
             .filter(|a| !stopping.contains(a.id.as_str()) && is_live(a))
             .filter_map(|a| a.job.task_groups.iter().find(|g| g.name == a.group))
-            .fold(Asks::default(), |used, g| used.plus(Asks::of_group(g)))
+            .fold(Asks::default(), |used, g| {
+                used.plus(Asks::of_group(g, mhz_per_core))
+            })
     }
 }
 
@@ -119,7 +133,12 @@ pub(super) fn place(
 ) -> Placement {
     let mut placement = super::placement::place(job, node, existing);
     if let Some(cap) = &node.capacity {
-        fit(job, cap, reg.live_asks(stopping), &mut placement);
+        fit(
+            job,
+            cap,
+            reg.live_asks(stopping, cap.mhz_per_core),
+            &mut placement,
+        );
     }
     placement
 }
@@ -168,18 +187,21 @@ mod tests {
         }
     }
 
-    const CAP: Capacity = Capacity {
-        cpu_mhz: 1000,
-        memory_mb: 200,
-        disk_mb: 1000,
-        cores: 2,
-    };
+    fn cap() -> Capacity {
+        Capacity {
+            cpu_mhz: 1000,
+            memory_mb: 200,
+            disk_mb: 1000,
+            cores: vec![0, 1],
+            mhz_per_core: 500,
+        }
+    }
 
     #[test]
     fn what_fits_is_placed_and_the_rest_names_the_dimension() {
         let j = job(&[("a", 3, 100, 80), ("b", 1, 100, 10)]);
         let mut p = placing(&j);
-        let used = fit(&j, &CAP, Asks::default(), &mut p);
+        let used = fit(&j, &cap(), Asks::default(), &mut p);
         // Two of a's 80 MB fit in 200; the third does not; b's 10 MB still does.
         assert_eq!(p.place, BTreeMap::from([("a".into(), 2), ("b".into(), 1)]));
         assert_eq!(
@@ -205,20 +227,42 @@ mod tests {
             cpu_mhz: 500,
             ..Asks::default()
         };
-        fit(&j, &CAP, used, &mut p);
+        fit(&j, &cap(), used, &mut p);
         assert!(p.place.is_empty());
         assert_eq!(p.failures[0].reason, Reason::Dimension("cpu".into()));
         // Exactly full fits.
         let j = job(&[("a", 1, 500, 200)]);
         let mut p = placing(&j);
-        fit(&j, &CAP, used, &mut p);
+        fit(&j, &cap(), used, &mut p);
         assert_eq!(p.place, BTreeMap::from([("a".into(), 1)]));
         assert!(p.failures.is_empty());
     }
 
     #[test]
+    fn cores_ask_their_count_and_their_mhz() {
+        let mut j = job(&[("a", 2, 0, 10)]);
+        j.task_groups[0].tasks[0].resources.cores = 1;
+        let ask = Asks::of_group(&j.task_groups[0], 500);
+        assert_eq!((ask.cores, ask.cpu_mhz), (1, 500));
+        let mut p = placing(&j);
+        let used = Asks {
+            cores: 1,
+            ..Asks::default()
+        };
+        let after = fit(&j, &cap(), used, &mut p);
+        // One core of two is held: the first allocation takes the other, the second has none.
+        assert_eq!(p.place, BTreeMap::from([("a".into(), 1)]));
+        assert_eq!(p.failures[0].reason, Reason::Dimension("cores".into()));
+        assert_eq!(
+            p.failures[0].lines()[1],
+            "* Dimension \"cores\" exhausted on 1 nodes"
+        );
+        assert_eq!((after.cores, after.cpu_mhz), (2, 500));
+    }
+
+    #[test]
     fn dimensions_are_named_in_nomads_order() {
-        let over = |a: Asks| a.exhausted(&CAP);
+        let over = |a: Asks| a.exhausted(&cap());
         let base = Asks::default();
         assert_eq!(over(base), None);
         assert_eq!(

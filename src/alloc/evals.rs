@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::capacity;
+use super::cores::TaskCores;
 use super::manager::{AllocManager, Change};
 use super::model::Allocation;
 use super::placement::{Placement, PlacementFailure, Reason};
@@ -208,6 +209,26 @@ impl AllocManager {
         started
     }
 
+    /// The ports ([`assign_ports`]) and then the cores ([`super::cores::assign_cores`]) of
+    /// each allocation `placement` adds, under the registry lock, from what live allocations
+    /// but `stopping`'s do not hold; what cannot get them is refused. No cores to give when
+    /// the node has no capacity to check.
+    pub(super) fn grant(
+        &self,
+        reg: &super::manager::Registry,
+        node: &super::placement::Node,
+        job: &crate::jobspec::Job,
+        placement: &mut Placement,
+        stopping: &[Arc<Allocation>],
+    ) -> Grants {
+        let mut index = reg.port_index(&self.engine.network, stopping);
+        let ports = assign_ports(&mut index, job, placement);
+        let cores = node.capacity.as_ref().map_or(&[][..], |c| &c.cores[..]);
+        let mut index = reg.core_index(cores, stopping);
+        let cores = super::cores::assign_cores(&mut index, job, placement);
+        Grants { ports, cores }
+    }
+
     /// One job's blocked evaluation, run again: the allocations it added (none when nothing new
     /// fits, and then nothing is written).
     pub(super) fn place_queued(&self, id: &str) -> Result<Vec<Arc<Allocation>>, AllocError> {
@@ -233,8 +254,7 @@ impl AllocManager {
                 }
                 let node = self.engine.node.node();
                 let mut placement = capacity::place(reg, &record.job, &node, &existing, &[]);
-                let mut index = reg.port_index(&self.engine.network, &[]);
-                let ports = assign_ports(&mut index, &record.job, &mut placement);
+                let grants = self.grant(reg, &node, &record.job, &mut placement, &[]);
                 if placement.place.is_empty() {
                     return Ok(None);
                 }
@@ -247,7 +267,7 @@ impl AllocManager {
                     .map(|a| a.job.clone())
                     .unwrap_or_else(|| Arc::new(record.job.clone()));
                 let now = now_nanos();
-                let add = new_allocations(&job, &placement.place, &taken, ports, now);
+                let add = new_allocations(&job, &placement.place, &taken, grants, now);
                 Ok(Some(Change {
                     put_job: Some(JobRecord {
                         evaluations: after_reevaluation(
@@ -295,29 +315,46 @@ pub(super) fn assign_ports(
     given
 }
 
-/// The allocations a placement adds, in the job's group order, with the ports
-/// [`assign_ports`] gave them. Each new allocation gets the lowest index of its group that no
+/// What the allocations a placement adds are given, group by group: host ports and cores.
+#[derive(Debug, Default)]
+pub(super) struct Grants {
+    pub ports: BTreeMap<String, Vec<Vec<AllocatedPort>>>,
+    pub cores: BTreeMap<String, Vec<TaskCores>>,
+}
+
+/// The allocations a placement adds, in the job's group order, with what
+/// [`AllocManager::grant`] gave them. Each new allocation gets the lowest index of its group that no
 /// live allocation in `taken` holds, as Nomad names them: counting the live ones instead gave
 /// `[1]` twice once `[1]` of three had ended and was placed again beside `[2]`.
 pub(super) fn new_allocations(
     job: &Arc<crate::jobspec::Job>,
     place: &BTreeMap<String, u32>,
     taken: &BTreeMap<String, BTreeSet<u32>>,
-    mut ports: BTreeMap<String, Vec<Vec<AllocatedPort>>>,
+    mut grants: Grants,
     now: i64,
 ) -> Vec<Arc<Allocation>> {
     let mut out = Vec::new();
     for group in &job.task_groups {
         let mut used = taken.get(&group.name).cloned().unwrap_or_default();
         let n = place.get(&group.name).copied().unwrap_or(0);
-        let mut given = ports.remove(&group.name).unwrap_or_default().into_iter();
+        let mut ports = grants
+            .ports
+            .remove(&group.name)
+            .unwrap_or_default()
+            .into_iter();
+        let mut cores = grants
+            .cores
+            .remove(&group.name)
+            .unwrap_or_default()
+            .into_iter();
         for _ in 0..n {
             let i = (0..)
                 .find(|i| !used.contains(i))
                 .expect("u32 indexes are not all taken");
             used.insert(i);
-            let p = given.next().unwrap_or_default();
-            out.push(Arc::new(Allocation::new(job, group, i, p, now)));
+            let p = ports.next().unwrap_or_default();
+            let c = cores.next().unwrap_or_default();
+            out.push(Arc::new(Allocation::new(job, group, i, p, c, now)));
         }
     }
     out
@@ -334,7 +371,7 @@ mod tests {
         let group = job.task_groups[0].name.clone();
         let taken = BTreeMap::from([(group.clone(), BTreeSet::from([0, 2]))]);
         let place = BTreeMap::from([(group, 2)]);
-        let add = new_allocations(&job, &place, &taken, BTreeMap::new(), 0);
+        let add = new_allocations(&job, &place, &taken, Grants::default(), 0);
         let indexes: Vec<u32> = add.iter().map(|a| a.index).collect();
         assert_eq!(indexes, [1, 3]);
     }

@@ -156,6 +156,14 @@ impl AllocManager {
         deps: &RunnerDeps,
     ) {
         let alloc_dir = allocdir::alloc_dir(&self.engine.data_dir, &alloc.id);
+        // What one core counts for, read before the allocation is locked (the node reads its
+        // drivers' and volumes' fingerprints).
+        let per_core = if specs.iter().any(|t| t.resources.cores > 0) {
+            let node = self.engine.node.node();
+            node.capacity.map_or(0, |c| c.mhz_per_core)
+        } else {
+            0
+        };
         let mut inner = alloc.inner.lock();
         let stopped = inner.desired == DesiredStatus::Stop;
         if stopped && !inner.run_poststop {
@@ -172,6 +180,12 @@ impl AllocManager {
             let mut task = (*spec).clone();
             // The job keeps what was asked (the API shows it); the runner applies the cap.
             task.kill_timeout = self.engine.kill_timeout(task.kill_timeout);
+            // A task with cores weighs, and says in NOMAD_CPU_LIMIT, what its cores count for
+            // (Nomad's scheduler writes it in the task's CpuShares).
+            if task.resources.cores > 0 {
+                let mhz = super::capacity::task_cpu_mhz(&task.resources, per_core);
+                task.resources.cpu = u32::try_from(mhz).unwrap_or(u32::MAX);
+            }
             let ctx = TaskContext {
                 alloc_id: alloc.id.clone(),
                 job: alloc.job.clone(),
@@ -183,6 +197,7 @@ impl AllocManager {
                 node_id: self.engine.node_id.clone(),
                 node_name: self.engine.node_name.clone(),
                 ports: alloc.ports.clone(),
+                cores: alloc.cores.get(&spec.name).cloned().unwrap_or_default(),
             };
             let hooks = self.engine.hooks.hooks_for(&ctx);
             match runner::spawn(ctx, hooks, state, deps.clone(), restored) {

@@ -337,17 +337,17 @@ impl AllocManager {
         }
         let now = now_nanos();
         let stop = running_allocs_of(reg, &id);
+        let node = self.engine.node.node();
         let mut placement = if template {
             super::placement::Placement::default()
         } else {
-            super::capacity::place(reg, &job, &self.engine.node.node(), &BTreeMap::new(), &stop)
+            super::capacity::place(reg, &job, &node, &BTreeMap::new(), &stop)
         };
-        // Ports are given here, under the registry lock, with the allocations being replaced
-        // already free; a group that cannot get them is a placement failure.
-        let mut index = reg.port_index(&self.engine.network, &stop);
-        let ports = evals::assign_ports(&mut index, &job, &mut placement);
+        // Ports and cores are given here, under the registry lock, with the allocations being
+        // replaced already free; a group that cannot get them is a placement failure.
+        let grants = self.grant(reg, &node, &job, &mut placement, &stop);
         let job_arc = Arc::new(job.clone());
-        let add = evals::new_allocations(&job_arc, &placement.place, &BTreeMap::new(), ports, now);
+        let add = evals::new_allocations(&job_arc, &placement.place, &BTreeMap::new(), grants, now);
         let previous = existing.map_or(&[][..], |j| j.evaluations.as_slice());
         let evaluations = evals::after_register(previous, eval_id, &placement.failures, now);
         *failures = placement.failures;

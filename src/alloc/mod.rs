@@ -14,6 +14,8 @@
 //! - `stop`: stopping an allocation: its tasks killed, then its poststop tasks run;
 //! - `limit`: the per-node allocation limit a registration is checked against;
 //! - `ports`: the host ports allocations hold, and those a new allocation gets;
+//! - `cores`: the CPU cores allocations' tasks hold (`resources { cores }`), and those a new
+//!   allocation's tasks get;
 //! - `placement`: what of a job this node can run (constraints, datacenters, node pool, drivers,
 //!   distinct hosts and properties) and Nomad's words for the rest ([`placement::PlacementFailure`]);
 //! - `evals`: the evaluations kept with each job, and placing what a blocked one holds once the
@@ -43,6 +45,7 @@
 
 mod capacity;
 mod children;
+mod cores;
 mod csi;
 mod evals;
 mod gate;
@@ -60,6 +63,7 @@ mod stop;
 #[cfg(test)]
 pub(crate) mod testing;
 
+pub use capacity::task_cpu_mhz;
 pub use children::{DispatchRequest, Launched};
 pub use evals::{MAX_EVALS, TRIGGER_QUEUED, TRIGGER_REGISTER};
 pub use gc::{gc_reason, Collector, DiskUsage, Over, Reason};

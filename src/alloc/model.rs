@@ -51,6 +51,9 @@ pub struct Allocation {
     pub tasks: BTreeMap<String, Arc<Mutex<TaskState>>>,
     /// The host ports given at placement (`super::ports`); fixed for the allocation's life.
     pub ports: Vec<AllocatedPort>,
+    /// The cores given at placement to its tasks that ask for `cores` (`super::cores`), task
+    /// name → CPU IDs; fixed for the allocation's life.
+    pub cores: BTreeMap<String, Vec<u32>>,
     /// Guards: desired status, modify time, pending reason, runner handles, the gate. Locked
     /// after the registry, before any task state.
     pub(super) inner: Mutex<AllocInner>,
@@ -94,6 +97,7 @@ impl Allocation {
         group: &TaskGroup,
         index: u32,
         ports: Vec<AllocatedPort>,
+        cores: BTreeMap<String, Vec<u32>>,
         now: i64,
     ) -> Allocation {
         let tasks = group
@@ -110,6 +114,7 @@ impl Allocation {
             create_time: now,
             tasks,
             ports,
+            cores,
             inner: Mutex::new(AllocInner {
                 desired: DesiredStatus::Run,
                 modify_time: now,
@@ -142,6 +147,7 @@ impl Allocation {
             create_time: rec.create_time,
             tasks,
             ports: rec.ports.clone(),
+            cores: rec.cores.clone(),
             inner: Mutex::new(AllocInner {
                 desired: rec.desired_status,
                 modify_time: rec.modify_time,
@@ -216,6 +222,7 @@ impl Allocation {
             job: (!is_current).then(|| (*self.job).clone()),
             task_states: self.task_states(),
             ports: self.ports.clone(),
+            cores: self.cores.clone(),
         }
     }
 }

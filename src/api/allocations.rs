@@ -125,13 +125,32 @@ impl JobEncodings {
     }
 }
 
+/// The node allocations are on, as their answers name it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Here<'a> {
+    pub id: &'a str,
+    pub name: &'a str,
+    /// MHz of one core: a task's `cores` as its `CpuShares`.
+    pub mhz_per_core: u64,
+}
+
+impl<'a> Here<'a> {
+    pub fn of(agent: &'a Agent) -> Here<'a> {
+        let r = &agent.node.resources;
+        Here {
+            id: &agent.node_id,
+            name: &agent.config.name,
+            mhz_per_core: r.cpu_mhz / u64::from(r.total_cores.max(1)),
+        }
+    }
+}
+
 /// An allocation in Nomad's API shape, serialised from the live state. While it serialises it
 /// holds the allocation's task-state locks (every one, in name order, so the states and the
 /// client status agree): encode it into memory, never straight into a socket.
 struct AllocAnswer<'a> {
     alloc: &'a Allocation,
-    node_id: &'a str,
-    node_name: &'a str,
+    node: Here<'a>,
     /// The job, as `GET /v1/allocation/:id` carries it; lists carry none.
     job: Option<&'a RawValue>,
 }
@@ -152,8 +171,9 @@ impl Serialize for AllocAnswer<'_> {
         let status = a.status();
         let tasks = a.lock_tasks();
         let mut m = s.serialize_struct("Allocation", 15)?;
-        if !a.ports.is_empty() {
-            m.serialize_field("AllocatedResources", &AllocatedResources(a))?;
+        if !a.ports.is_empty() || !a.cores.is_empty() {
+            let r = AllocatedResources(a, self.node.mhz_per_core);
+            m.serialize_field("AllocatedResources", &r)?;
         }
         m.serialize_field(
             "ClientDescription",
@@ -170,38 +190,56 @@ impl Serialize for AllocAnswer<'_> {
         m.serialize_field("ModifyTime", &status.modify_time)?;
         m.serialize_field("Name", &a.name)?;
         m.serialize_field("Namespace", "default")?;
-        m.serialize_field("NodeID", self.node_id)?;
-        m.serialize_field("NodeName", self.node_name)?;
+        m.serialize_field("NodeID", self.node.id)?;
+        m.serialize_field("NodeName", self.node.name)?;
         m.serialize_field("TaskGroup", &a.group)?;
         m.serialize_field("TaskStates", &TaskStates(&tasks))?;
         m.end()
     }
 }
 
-/// Nomad's `AllocatedResources` of an allocation with ports: `Shared.Ports` (what it got) and
-/// `Shared.Networks` (its group's network with the values given and the host IP).
-struct AllocatedResources<'a>(&'a Allocation);
+/// Nomad's `AllocatedResources` of an allocation with ports or cores: `Shared.Ports` (what it
+/// got) and `Shared.Networks` (its group's network with the values given and the host IP); with
+/// cores, `Tasks.<task>` too: `Cpu.CpuShares` (a task's cores count their MHz) and
+/// `Cpu.ReservedCores`, `Memory.MemoryMB` and `MemoryMaxMB`. The `u64` is one core's MHz.
+struct AllocatedResources<'a>(&'a Allocation, u64);
 
 impl Serialize for AllocatedResources<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let a = self.0;
         let networks = network::allocated_networks(&a.group_spec().networks, &a.ports);
-        json!({"Shared": {"Networks": networks, "Ports": a.ports}}).serialize(s)
+        let mut v = json!({"Shared": {"Networks": networks, "Ports": a.ports}});
+        if !a.cores.is_empty() {
+            let tasks: serde_json::Map<String, serde_json::Value> = a
+                .group_spec()
+                .tasks
+                .iter()
+                .map(|t| {
+                    let r = &t.resources;
+                    let cores = a.cores.get(&t.name).cloned().unwrap_or_default();
+                    let task = json!({
+                        "Cpu": {
+                            "CpuShares": crate::alloc::task_cpu_mhz(r, self.1),
+                            "ReservedCores": cores,
+                        },
+                        "Memory": {"MemoryMB": r.memory_mb, "MemoryMaxMB": r.memory_max_mb},
+                    });
+                    (t.name.clone(), task)
+                })
+                .collect();
+            v["Tasks"] = serde_json::Value::Object(tasks);
+        }
+        v.serialize(s)
     }
 }
 
 /// A list of allocations (without their jobs), encoded.
-pub(super) fn list(
-    allocs: &[Arc<Allocation>],
-    node_id: &str,
-    node_name: &str,
-) -> Result<Response, ApiError> {
+pub(super) fn list(allocs: &[Arc<Allocation>], node: Here<'_>) -> Result<Response, ApiError> {
     let answers: Vec<AllocAnswer<'_>> = allocs
         .iter()
         .map(|alloc| AllocAnswer {
             alloc,
-            node_id,
-            node_name,
+            node,
             job: None,
         })
         .collect();
@@ -209,17 +247,11 @@ pub(super) fn list(
 }
 
 /// One allocation with its job, encoded.
-fn one(
-    alloc: &Arc<Allocation>,
-    node_id: &str,
-    node_name: &str,
-    jobs: &JobEncodings,
-) -> Result<Response, ApiError> {
+fn one(alloc: &Arc<Allocation>, node: Here<'_>, jobs: &JobEncodings) -> Result<Response, ApiError> {
     let job = jobs.get(&alloc.job);
     Response::json(AllocAnswer {
         alloc,
-        node_id,
-        node_name,
+        node,
         job: Some(&job),
     })
 }
@@ -227,13 +259,13 @@ fn one(
 pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
     let a = agent.clone();
     r.get("/v1/allocations", move |_| {
-        list(&a.allocs.allocations(), &a.node_id, &a.config.name)
+        list(&a.allocs.allocations(), Here::of(&a))
     });
     let a = agent.clone();
     let jobs = JobEncodings::default();
     r.get("/v1/allocation/:id", move |req| {
         let alloc = a.allocs.get(&alloc_id(&a, req)?)?;
-        one(&alloc, &a.node_id, &a.config.name, &jobs)
+        one(&alloc, Here::of(&a), &jobs)
     });
     let a = agent.clone();
     r.post("/v1/client/allocation/:id/restart", move |req| {
@@ -266,6 +298,12 @@ mod tests {
     use crate::task::events::{now_nanos, TaskEvent, TaskStatus};
     use serde_json::Value;
 
+    const HERE: Here<'static> = Here {
+        id: "node",
+        name: "node",
+        mhz_per_core: 0,
+    };
+
     fn text(r: Result<Response, ApiError>) -> String {
         match r.unwrap() {
             Response::Json(s) => s,
@@ -282,7 +320,7 @@ mod tests {
         let job = gated_job("view", 2);
         allocs.register_job(job.clone()).unwrap();
         let list: Vec<Value> =
-            serde_json::from_str(&text(list(&allocs.allocations(), "node", "node"))).unwrap();
+            serde_json::from_str(&text(list(&allocs.allocations(), HERE))).unwrap();
         assert_eq!(list.len(), 2);
         assert!(
             list.iter().all(|a| a.get("Job").is_none()),
@@ -298,7 +336,7 @@ mod tests {
                 "Exceeded allowed attempts 2 in interval 30m0s",
             ));
         }
-        let got: Value = serde_json::from_str(&text(one(&alloc, "node", "node", &jobs))).unwrap();
+        let got: Value = serde_json::from_str(&text(one(&alloc, HERE, &jobs))).unwrap();
         let want = json!({
             "ID": id,
             "Name": alloc.name,

@@ -262,7 +262,7 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
     let a = agent.clone();
     r.get("/v1/job/:id/allocations", move |req| {
         let allocs = a.allocs.job_allocations(&job_id(&a, req)?)?;
-        allocations::list(&allocs, &a.node_id, &a.config.name)
+        allocations::list(&allocs, allocations::Here::of(&a))
     });
     let a = agent.clone();
     r.delete("/v1/job/:id", move |req| {

@@ -77,6 +77,23 @@ fn sum(usages: &[Usage]) -> Usage {
     t
 }
 
+/// A reading of a task's cgroup: everything its processes were charged, wherever they went
+/// (a `setsid` child included).
+fn cgroup_reading(u: &crate::cgroup::CgroupUsage) -> Reading {
+    Reading {
+        rss: u.memory_rss,
+        cache: u.memory_cache,
+        swap: u.memory_swap,
+        usage: u.memory_usage,
+        max_usage: u.memory_max_usage,
+        user_seconds: u.cpu_user_ns as f64 / 1e9,
+        system_seconds: u.cpu_system_ns as f64 / 1e9,
+        throttled_periods: u.cpu_throttled_periods,
+        throttled_time: u.cpu_throttled_ns,
+        memory_measured: usage::CGROUP_MEMORY_MEASURED,
+    }
+}
+
 /// The reading of a task's cgroup, when the agent confines tasks and this one has a cgroup (a
 /// task started before cgroups were turned on has none: its `/proc` tree is read instead).
 fn task_cgroup_reading(agent: &Agent, alloc_id: &str, task: &str) -> Option<Reading> {
@@ -85,7 +102,7 @@ fn task_cgroup_reading(agent: &Agent, alloc_id: &str, task: &str) -> Option<Read
         return None;
     }
     match cgroup.usage() {
-        Ok(u) => Some(usage::cgroup(&u)),
+        Ok(u) => Some(cgroup_reading(&u)),
         Err(e) => {
             log::warn!(
                 "task {task:?} of allocation {alloc_id}: {e}; its /proc tree is read instead"

@@ -10,17 +10,20 @@
 //!   left in it and reads the OOM kill when the task's process is reaped:
 //!   `nodeward_keeper::cgroup`), and [`TaskCgroup::remove`]s it when the task is destroyed.
 //!   [`TaskCgroup::usage`] reads what the task uses.
+//! - [`Partition`]: which task cgroups hold CPUs for their `cores`; the others get the rest.
 //!
 //! No thread of its own: every call runs on its caller's (the agent's start, a task runner's).
 //! The name is a pure function of the allocation and the task, so an agent that restarts finds
 //! the cgroups of the tasks the keeper kept without any record of them.
 
+mod partition;
 mod usage;
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 pub use nodeward_keeper::cgroup::CgroupPaths;
+pub use partition::Partition;
 pub use usage::CgroupUsage;
 
 use crate::jobspec::Resources;
@@ -114,6 +117,8 @@ pub struct Cgroups {
     parent: String,
     /// v1: the optional controllers that are mounted, besides [`V1_CONTROLLERS`].
     optional: Vec<&'static str>,
+    /// The CPUs the task cgroups hold, shared by every clone.
+    partition: Partition,
 }
 
 impl Cgroups {
@@ -159,6 +164,7 @@ impl Cgroups {
                 root: root.to_path_buf(),
                 parent: parent.to_string(),
                 optional: Vec::new(),
+                partition: Partition::new(root.join(parent), true),
             }
         } else {
             let missing: Vec<_> = V1_CONTROLLERS
@@ -179,6 +185,7 @@ impl Cgroups {
                     .into_iter()
                     .filter(|c| root.join(c).join("cgroup.procs").is_file())
                     .collect(),
+                partition: Partition::new(root.join("cpuset").join(parent), false),
             }
         };
         c.make_parent()?;
@@ -187,6 +194,13 @@ impl Cgroups {
 
     pub fn version(&self) -> Version {
         self.version
+    }
+
+    /// Keeps tasks without cores off `client { reserved { cores } }` too (tasks with cores are
+    /// never given them: placement leaves them out).
+    pub fn with_reserved_cores(mut self, cores: &[u32]) -> Cgroups {
+        self.partition.reserve(cores);
+        self
     }
 
     /// Makes the parent (each level of it) and readies it for task cgroups: v2 enables the
@@ -240,6 +254,7 @@ impl Cgroups {
         TaskCgroup {
             version: self.version,
             dirs,
+            partition: self.partition.clone(),
         }
     }
 }
@@ -256,7 +271,7 @@ fn inherit_cpuset(parent: &Path, dir: &Path) -> Result<(), CgroupError> {
 }
 
 /// What a task's cgroup enforces, from its `resources`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// The hard limit: `memory_max` when set, else `memory`.
     pub memory_hard_bytes: u64,
@@ -264,18 +279,23 @@ pub struct Limits {
     pub memory_soft_bytes: Option<u64>,
     /// `cpu` in MHz, as v1 shares (Nomad's: one share per MHz, at least 2).
     pub cpu_shares: u64,
+    /// The CPUs of its `cores`, its `cpuset.cpus`; empty when it asks for none, and then it
+    /// gets the shared set ([`Partition`]).
+    pub cpus: Vec<u32>,
 }
 
 const MIB: u64 = 1024 * 1024;
 
 impl Limits {
-    pub fn of(r: &Resources) -> Limits {
+    /// The limits of `r`, with `cores` the CPUs the task holds (empty for none).
+    pub fn of(r: &Resources, cores: &[u32]) -> Limits {
         let mb = u64::from(r.memory_mb);
         let max = u64::from(r.memory_max_mb);
         Limits {
             memory_hard_bytes: if max > 0 { max * MIB } else { mb * MIB },
             memory_soft_bytes: (max > 0).then_some(mb * MIB),
             cpu_shares: u64::from(r.cpu).max(2),
+            cpus: cores.to_vec(),
         }
     }
 
@@ -297,11 +317,12 @@ fn protect_agent_from_oom() {
 }
 
 /// One task's cgroup (module doc).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct TaskCgroup {
     version: Version,
     /// v2: one directory (controller `""`); v1: one per controller.
     dirs: Vec<(&'static str, PathBuf)>,
+    partition: Partition,
 }
 
 impl TaskCgroup {
@@ -369,7 +390,16 @@ impl TaskCgroup {
                 )?;
             }
         }
-        Ok(())
+        // Its cores, or the CPUs no task holds.
+        self.partition.apply(self.dir("cpuset"), &limits.cpus)
+    }
+
+    /// Marks the CPUs a re-attached task runs on held (its cgroup has them already), so that
+    /// the tasks without cores are kept off them after an agent restart too.
+    pub fn hold(&self, cores: &[u32]) {
+        if !cores.is_empty() {
+            self.partition.hold(self.dir("cpuset"), cores);
+        }
     }
 
     /// What the keeper needs: the directories the task's process joins, where OOM kills are
@@ -391,6 +421,7 @@ impl TaskCgroup {
     /// Kills every process left in the cgroup and removes it (each v1 directory). Killed
     /// processes leave their cgroup as they exit; the removal waits a bounded time for that.
     pub fn remove(&self) -> Result<(), CgroupError> {
+        self.partition.release(self.dir("cpuset"));
         let paths = self.paths();
         nodeward_keeper::cgroup::kill_all(&paths)
             .map_err(io_err("kill the processes of", &paths.kill))?;

@@ -31,6 +31,7 @@ fn res(memory_mb: u32, memory_max_mb: u32, cpu: u32) -> Resources {
         cpu,
         memory_mb,
         memory_max_mb,
+        cores: 0,
     }
 }
 
@@ -46,18 +47,20 @@ fn parents_are_relative_names() {
 
 #[test]
 fn limits_follow_memory_memory_max_and_cpu() {
-    let l = Limits::of(&res(32, 0, 500));
+    let l = Limits::of(&res(32, 0, 500), &[]);
+    assert!(l.cpus.is_empty());
+    assert_eq!(Limits::of(&res(32, 0, 500), &[1, 0]).cpus, vec![1, 0]);
     assert_eq!(l.memory_hard_bytes, 32 * MIB);
     assert_eq!(l.memory_soft_bytes, None);
     assert_eq!(l.cpu_shares, 500);
-    let l = Limits::of(&res(32, 64, 1));
+    let l = Limits::of(&res(32, 64, 1), &[]);
     assert_eq!(l.memory_hard_bytes, 64 * MIB);
     assert_eq!(l.memory_soft_bytes, Some(32 * MIB));
     assert_eq!(l.cpu_shares, 2, "v1's least");
     assert_eq!(l.cpu_weight(), 1);
-    assert_eq!(Limits::of(&res(1, 0, 1024)).cpu_weight(), 39);
-    assert_eq!(Limits::of(&res(1, 0, 262_144)).cpu_weight(), 10000);
-    assert_eq!(Limits::of(&res(1, 0, 1_000_000)).cpu_weight(), 10000);
+    assert_eq!(Limits::of(&res(1, 0, 1024), &[]).cpu_weight(), 39);
+    assert_eq!(Limits::of(&res(1, 0, 262_144), &[]).cpu_weight(), 10000);
+    assert_eq!(Limits::of(&res(1, 0, 1_000_000), &[]).cpu_weight(), 10000);
 }
 
 #[test]
@@ -78,11 +81,20 @@ fn v2_enables_controllers_down_to_the_task_and_writes_its_limits() {
     let dir = root.join("nw/sub/a1.web");
     assert_eq!(task.memory_dir(), dir);
     put(&dir.join("memory.swap.max"), "max");
-    task.create(&Limits::of(&res(32, 64, 1024))).unwrap();
+    put(&root.join("nw/sub/cpuset.cpus.effective"), "0-3\n");
+    task.create(&Limits::of(&res(32, 64, 1024), &[1, 2]))
+        .unwrap();
     assert_eq!(get(&dir.join("memory.max")), (64 * MIB).to_string());
     assert_eq!(get(&dir.join("memory.low")), (32 * MIB).to_string());
     assert_eq!(get(&dir.join("memory.swap.max")), "0");
     assert_eq!(get(&dir.join("cpu.weight")), "39");
+    assert_eq!(get(&dir.join("cpuset.cpus")), "1-2");
+    task.create(&Limits::of(&res(32, 64, 1024), &[])).unwrap();
+    assert_eq!(
+        get(&dir.join("cpuset.cpus")),
+        "",
+        "v2's empty: the parent's CPUs"
+    );
     let p = task.paths();
     assert!(p.v2);
     assert_eq!(
@@ -113,7 +125,7 @@ fn v1_makes_one_cgroup_per_controller_with_the_parents_cpuset() {
     assert_eq!(c.version(), Version::V1);
     assert_eq!(get(&root.join("cpuset/nodeward/cpuset.cpus")), "0-3");
     let task = c.task("a1", "web");
-    task.create(&Limits::of(&res(32, 0, 250))).unwrap();
+    task.create(&Limits::of(&res(32, 0, 250), &[])).unwrap();
     let mem = root.join("memory/nodeward/a1.web");
     assert_eq!(task.memory_dir(), mem);
     assert_eq!(
@@ -123,6 +135,13 @@ fn v1_makes_one_cgroup_per_controller_with_the_parents_cpuset() {
     assert_eq!(get(&mem.join("memory.soft_limit_in_bytes")), "-1");
     assert_eq!(get(&root.join("cpu/nodeward/a1.web/cpu.shares")), "250");
     assert_eq!(get(&root.join("cpuset/nodeward/a1.web/cpuset.mems")), "0");
+    assert_eq!(
+        get(&root.join("cpuset/nodeward/a1.web/cpuset.cpus")),
+        "0-3",
+        "no cores: the parent's CPUs"
+    );
+    task.create(&Limits::of(&res(32, 0, 250), &[0, 2])).unwrap();
+    assert_eq!(get(&root.join("cpuset/nodeward/a1.web/cpuset.cpus")), "0,2");
     let p = task.paths();
     assert!(!p.v2);
     assert_eq!(p.join.len(), V1_CONTROLLERS.len());

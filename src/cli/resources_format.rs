@@ -34,11 +34,20 @@ pub fn alloc_asks(alloc: &Value) -> (u64, u64) {
         .filter(|g| s(g, "Name") == group)
         .flat_map(|g| g["Tasks"].as_array().into_iter().flatten());
     tasks.fold((0, 0), |(c, m), t| {
-        (
-            c + u(t, &["Resources", "CPU"]),
-            m + u(t, &["Resources", "MemoryMB"]),
-        )
+        let (cpu, mem) = asks_of(alloc, t);
+        (c + cpu, m + mem)
     })
+}
+
+/// A task's asks (MHz, MB): its `Resources`, but the `CpuShares` the allocation was given where
+/// it has them (a task's `cores` count their MHz; the job says `CPU: 0`), as Nomad's CLI reads
+/// `AllocatedResources`.
+fn asks_of(alloc: &Value, task: &Value) -> (u64, u64) {
+    let allocated = &alloc["AllocatedResources"]["Tasks"][s(task, "Name")]["Cpu"]["CpuShares"];
+    let cpu = allocated
+        .as_u64()
+        .unwrap_or_else(|| u(task, &["Resources", "CPU"]));
+    (cpu, u(task, &["Resources", "MemoryMB"]))
 }
 
 /// Nomad's `Allocated Resources` of a node: what the live allocations (`allocs`, with their
@@ -78,12 +87,7 @@ fn task_asks(alloc: &Value, task: &str) -> (u64, u64) {
         .filter(|g| s(g, "Name") == group)
         .flat_map(|g| g["Tasks"].as_array().into_iter().flatten())
         .find(|t| s(t, "Name") == task)
-        .map_or((0, 0), |t| {
-            (
-                u(t, &["Resources", "CPU"]),
-                u(t, &["Resources", "MemoryMB"]),
-            )
-        })
+        .map_or((0, 0), |t| asks_of(alloc, t))
 }
 
 /// Nomad's `Task Resources` of one task with its usage from the allocation's stats
@@ -180,6 +184,11 @@ mod tests {
             allocated_resources(&node, &[alloc]),
             "Allocated Resources\nCPU           Memory           Disk\n150/4000 MHz  150 MiB/200 MiB  0 B/1.0 GiB\n"
         );
+        // A task with cores: the job says CPU 0, the allocation its cores' MHz.
+        let pinned = json!({"TaskGroup": "g", "Job": {"TaskGroups": [
+            {"Name": "g", "Tasks": [{"Name": "t", "Resources": {"CPU": 0, "Cores": 1, "MemoryMB": 10}}]}
+        ]}, "AllocatedResources": {"Tasks": {"t": {"Cpu": {"CpuShares": 2000, "ReservedCores": [0]}}}}});
+        assert_eq!(alloc_asks(&pinned), (2000, 10));
     }
 
     #[test]

@@ -110,8 +110,11 @@ pub struct StartSpec {
     pub log_dir: PathBuf,
     pub task_name: String,
     pub logs: LogConfig,
-    /// The task's `resources`: its cgroup's limits.
+    /// The task's `resources`: its cgroup's limits (`cpu` is its cores' MHz for a task with
+    /// `cores`).
     pub resources: crate::jobspec::Resources,
+    /// The CPUs the task holds for its `cores` (its cgroup's `cpuset.cpus`); empty for none.
+    pub cores: Vec<u32>,
     /// What a container driver needs besides (docker); `None` for `raw_exec`.
     pub container: Option<ContainerSpec>,
     /// Host paths an `exec` task sees in its root (its `volume_mount`s); empty for the others.
@@ -164,6 +167,8 @@ pub struct ContainerSpec {
     pub memory_mb: u32,
     pub memory_max_mb: u32,
     pub cpu: u32,
+    /// The CPUs the task holds for its `cores` (`CpusetCpus`); empty for none.
+    pub cores: Vec<u32>,
 }
 
 /// A host path bound into a container.
@@ -322,6 +327,11 @@ pub trait Driver: Send + Sync {
     /// [`RunningTask::exited`]). `Ok(None)`: the task is gone, or the handle is not one this
     /// driver can re-attach to; the caller stops what is left with [`Driver::stop_orphan`].
     fn recover(&self, handle: &TaskHandle) -> Result<Option<RunningTask>, DriverError>;
+
+    /// A run re-attached by [`Driver::recover`] or [`Driver::adopt`] of a task that holds
+    /// `cores` (given at placement): the driver keeps the other tasks off them again, as it did
+    /// for the agent that started it. Nothing by default.
+    fn reattached_with_cores(&self, _alloc_id: &str, _task: &str, _cores: &[u32]) {}
 
     /// Re-attaches to a run of the task that an agent started but did not get to record (it
     /// crashed first), by allocation and task name. `None` when there is none.

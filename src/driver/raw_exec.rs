@@ -141,7 +141,10 @@ impl RawExec {
         let resolved = resolved.and_then(|(r, caps)| {
             let cgroup = self
                 .cgroup(&spec.alloc_id, &spec.task_name)
-                .map(|cg| cg.create(&Limits::of(&spec.resources)).map(|()| cg.paths()))
+                .map(|cg| {
+                    cg.create(&Limits::of(&spec.resources, &spec.cores))
+                        .map(|()| cg.paths())
+                })
                 .transpose()
                 .map_err(DriverError::Cgroup)?;
             Ok((r, caps, cgroup))
@@ -234,6 +237,12 @@ impl Driver for RawExec {
             // Not raw_exec's (`check` refused it).
             HandleState::Container { .. } => None,
         })
+    }
+
+    fn reattached_with_cores(&self, alloc_id: &str, task: &str, cores: &[u32]) {
+        if let Some(cg) = self.cgroup(alloc_id, task) {
+            cg.hold(cores);
+        }
     }
 
     fn adopt(&self, alloc_id: &str, task: &str) -> Option<RunningTask> {

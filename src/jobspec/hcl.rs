@@ -550,13 +550,17 @@ impl Walk<'_> {
 
     fn resources(&self, task: &str, block: &Block) -> Result<RawResources, JobspecError> {
         let what = format!("resources block of {task}");
-        let items = self
-            .src
-            .items(&what, &block.body, &["cpu", "memory", "memory_max"], &[])?;
+        let items = self.src.items(
+            &what,
+            &block.body,
+            &["cpu", "memory", "memory_max", "cores"],
+            &[],
+        )?;
         Ok(RawResources {
             cpu: self.src.opt_u32(&items, "cpu")?,
             memory_mb: self.src.opt_u32(&items, "memory")?,
             memory_max_mb: self.src.opt_u32(&items, "memory_max")?,
+            cores: self.src.opt_u32(&items, "cores")?,
             ..RawResources::default()
         })
     }
@@ -687,6 +691,7 @@ job "example" {
                         cpu: 100,
                         memory_mb: 100,
                         memory_max_mb: 0,
+                        cores: 0,
                     },
                     lifecycle: None,
                     leader: false,
@@ -1157,6 +1162,32 @@ job "docs" {
             res("memory = 64\n        memory_max = 32").unwrap_err(),
             JobspecError::Invalid(
                 "task \"web\": memory_max (32) should be larger than memory (64)".into()
+            )
+        );
+    }
+
+    #[test]
+    fn cores_ask_for_no_cpu_and_not_both() {
+        let res = |body: &str| {
+            parse(&job_with(
+                "",
+                &format!("      resources {{\n        {body}\n      }}"),
+            ))
+            .map(|j| j.task_groups[0].tasks[0].resources)
+        };
+        let r = res("cores = 2\n        memory = 64").unwrap();
+        assert_eq!((r.cores, r.cpu, r.memory_mb), (2, 0, 64));
+        let r = res("memory = 64").unwrap();
+        assert_eq!(
+            (r.cores, r.cpu),
+            (0, 100),
+            "Nomad's default cpu without cores"
+        );
+        assert_eq!(res("cores = 1\n        cpu = 0").unwrap().cpu, 0);
+        assert_eq!(
+            res("cores = 1\n        cpu = 500").unwrap_err(),
+            JobspecError::Invalid(
+                "task \"web\": Task can only ask for 'cpu' or 'cores' resource, not both.".into()
             )
         );
     }

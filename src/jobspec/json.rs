@@ -234,6 +234,21 @@ mod tests {
     }
 
     #[test]
+    fn cores_are_read_from_json_as_from_hcl() {
+        let mut job = minimal();
+        job["TaskGroups"][0]["Tasks"][0]["Resources"] = json!({"Cores": 1, "MemoryMB": 64});
+        let parsed = parse(&job).unwrap();
+        assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
+        let r = parsed.job.task_groups[0].tasks[0].resources;
+        assert_eq!((r.cores, r.cpu), (1, 0));
+        job["TaskGroups"][0]["Tasks"][0]["Resources"] = json!({"Cores": 1, "CPU": 100});
+        assert!(parse(&job)
+            .unwrap_err()
+            .to_string()
+            .contains("Task can only ask for 'cpu' or 'cores' resource, not both."));
+    }
+
+    #[test]
     fn missing_and_null_fields_get_defaults() {
         let parsed = parse(&minimal()).unwrap();
         let job = &parsed.job;

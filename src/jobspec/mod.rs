@@ -492,6 +492,10 @@ pub struct Resources {
     /// Nomad encodes it.
     #[serde(rename = "MemoryMaxMB", default, skip_serializing_if = "is_zero")]
     pub memory_max_mb: u32,
+    /// `cores`: CPUs the task gets for itself (docs/resources.md); 0 when not set. A task that
+    /// asks for cores asks for no `cpu` (0): its weight is the cores' MHz, given at placement.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cores: u32,
 }
 
 /// An unset `memory_max` is left out of the job's JSON, which stays as it was before it existed.
@@ -505,6 +509,7 @@ impl Default for Resources {
             cpu: 100,
             memory_mb: 300,
             memory_max_mb: 0,
+            cores: 0,
         }
     }
 }

@@ -200,6 +200,7 @@ pub(crate) struct RawResources {
     pub memory_mb: Option<u32>,
     #[serde(rename = "MemoryMaxMB")]
     pub memory_max_mb: Option<u32>,
+    pub cores: Option<u32>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -574,6 +575,19 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
             "task {name:?}: memory_max ({memory_max_mb}) should be larger than memory ({memory_mb})"
         )));
     }
+    let cores = resources.cores.unwrap_or(0);
+    // Nomad's api.Resources.Canonicalize: a task that asks for cores gets no default `cpu`;
+    // then its structs.Resources.Validate refuses both at once.
+    let cpu = match resources.cpu {
+        Some(cpu) if cpu > 0 && cores > 0 => {
+            return Err(JobspecError::Invalid(format!(
+                "task {name:?}: Task can only ask for 'cpu' or 'cores' resource, not both."
+            )))
+        }
+        Some(cpu) => cpu,
+        None if cores > 0 => 0,
+        None => resource_defaults.cpu,
+    };
     let lifecycle = raw
         .lifecycle
         .map(|l| super::lifecycle::lifecycle(&name, l))
@@ -611,9 +625,10 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
         volume_mounts,
         csi_plugin,
         resources: Resources {
-            cpu: resources.cpu.unwrap_or(resource_defaults.cpu),
+            cpu,
             memory_mb,
             memory_max_mb,
+            cores,
         },
         constraints: constraint::convert(&format!("task {name:?}"), Level::Task, raw.constraints)?,
         name,

@@ -57,12 +57,16 @@ pub struct ReservedResources {
 }
 
 /// What is left for allocations: the node less what is reserved.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Capacity {
     pub cpu_mhz: u64,
     pub memory_mb: u64,
     pub disk_mb: u64,
-    pub cores: u32,
+    /// The cores tasks' `cores` may be given, sorted: the node's less `reserved { cores }`.
+    pub cores: Vec<u32>,
+    /// What one core counts for in MHz (Nomad's `SharesPerCore`): a task's `cores` ask this
+    /// much `cpu` each, for its weight and for the `cpu` dimension.
+    pub mhz_per_core: u64,
 }
 
 impl Capacity {
@@ -94,7 +98,13 @@ impl Capacity {
             cpu_mhz,
             memory_mb,
             disk_mb,
-            cores: node.total_cores - reserved.cores.len() as u32,
+            cores: node
+                .cores
+                .iter()
+                .filter(|c| !reserved.cores.contains(c))
+                .copied()
+                .collect(),
+            mhz_per_core: node.cpu_mhz / u64::from(node.total_cores.max(1)),
         })
     }
 }
@@ -122,6 +132,31 @@ pub fn parse_cpuset(text: &str) -> Result<Vec<u32>, String> {
     out.sort_unstable();
     out.dedup();
     Ok(out)
+}
+
+/// A CPU list as the kernel's `cpuset.cpus` and Nomad's `NOMAD_CPU_CORES` write it: sorted,
+/// runs of consecutive IDs as ranges (`[0, 1, 2, 5]` → `"0-2,5"`); empty for none.
+pub fn format_cpuset(cores: &[u32]) -> String {
+    let mut sorted = cores.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        let mut end = start;
+        while i + 1 < sorted.len() && sorted[i + 1] == end + 1 {
+            i += 1;
+            end = sorted[i];
+        }
+        parts.push(if end == start {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(",")
 }
 
 /// The node's totals as the agent's configuration states them (`client { cpu_total_compute
@@ -252,6 +287,18 @@ mod tests {
     }
 
     #[test]
+    fn cpu_lists_are_written_with_ranges_as_the_kernel_does() {
+        assert_eq!(format_cpuset(&[]), "");
+        assert_eq!(format_cpuset(&[0]), "0");
+        assert_eq!(format_cpuset(&[1, 0]), "0-1");
+        assert_eq!(format_cpuset(&[0, 2]), "0,2");
+        assert_eq!(format_cpuset(&[5, 0, 1, 2, 7, 8, 2]), "0-2,5,7-8");
+        for text in ["0", "0-1", "0,2", "0-2,5,7-8"] {
+            assert_eq!(format_cpuset(&parse_cpuset(text).unwrap()), text);
+        }
+    }
+
+    #[test]
     fn capacity_is_the_node_less_what_is_reserved_and_never_less_than_nothing() {
         let node = NodeResources {
             cpu_mhz: 4000,
@@ -272,7 +319,8 @@ mod tests {
                 cpu_mhz: 3500,
                 memory_mb: 200,
                 disk_mb: 10_000,
-                cores: 1
+                cores: vec![0],
+                mhz_per_core: 2000,
             }
         );
         let too_much = ReservedResources {

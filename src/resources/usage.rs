@@ -1,6 +1,6 @@
 //! Task resource usage (resources.md "Stats"): one reading per source, each giving a
 //! [`Reading`] — the task's process tree from `/proc` ([`proc_tree`]), the docker engine's
-//! stats (the driver's), and, once tasks have cgroups, the cgroup's — and a [`UsageTracker`]
+//! stats (the driver's), and a task cgroup's (converted where the stats are served, `api::stats`) — and a [`UsageTracker`]
 //! that turns two readings of a task into CPU percentages, as Nomad's collectors do.
 //!
 //! No threads: readings are taken on the API worker that asks. The tracker's lock guards the
@@ -88,23 +88,6 @@ impl UsageTracker {
     /// Forgets the tasks whose keys `keep` does not return true for (allocations gone).
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
         self.previous.lock().retain(|k, _| keep(k));
-    }
-}
-
-/// A reading of a task's cgroup: everything its processes were charged, wherever they went
-/// (a `setsid` child included).
-pub fn cgroup(u: &crate::cgroup::CgroupUsage) -> Reading {
-    Reading {
-        rss: u.memory_rss,
-        cache: u.memory_cache,
-        swap: u.memory_swap,
-        usage: u.memory_usage,
-        max_usage: u.memory_max_usage,
-        user_seconds: u.cpu_user_ns as f64 / 1e9,
-        system_seconds: u.cpu_system_ns as f64 / 1e9,
-        throttled_periods: u.cpu_throttled_periods,
-        throttled_time: u.cpu_throttled_ns,
-        memory_measured: CGROUP_MEMORY_MEASURED,
     }
 }
 

@@ -136,6 +136,11 @@ pub fn base_env(ctx: &TaskContext, passed: &BTreeMap<String, String>) -> BTreeMa
         env.insert("NOMAD_MEMORY_MAX_LIMIT".into(), r.memory_max_mb.to_string());
     }
     env.insert("NOMAD_CPU_LIMIT".into(), r.cpu.to_string());
+    // The CPUs of its `cores`, in Nomad's cpuset form (`0-1`, `0,2`); only when it holds some.
+    if !ctx.cores.is_empty() {
+        let cores = crate::resources::format_cpuset(&ctx.cores);
+        env.insert("NOMAD_CPU_CORES".into(), cores);
+    }
     // `NOMAD_PORT_<label>` and the rest of the family (jobspec::network::port_env).
     env.extend(crate::jobspec::network::port_env(&ctx.ports));
     let meta = crate::jobspec::meta::merged(&ctx.job, &ctx.group, &ctx.task);
@@ -193,6 +198,7 @@ pub fn start_spec(
         task_name: task.name.clone(),
         logs: task.log_config,
         resources: task.resources,
+        cores: ctx.cores.clone(),
         env,
         container,
         binds: Vec::new(),
@@ -246,6 +252,7 @@ fn container_spec(ctx: &TaskContext) -> ContainerSpec {
         memory_mb: ctx.task.resources.memory_mb,
         memory_max_mb: ctx.task.resources.memory_max_mb,
         cpu: ctx.task.resources.cpu,
+        cores: ctx.cores.clone(),
     }
 }
 

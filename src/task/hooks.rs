@@ -46,6 +46,9 @@ pub struct TaskContext {
     pub node_name: String,
     /// The host ports of the allocation (its group's `network` block), given at placement.
     pub ports: Vec<crate::jobspec::network::AllocatedPort>,
+    /// The CPUs the task holds for its `resources { cores }`, given at placement; empty when it
+    /// asks for none.
+    pub cores: Vec<u32>,
 }
 
 impl TaskContext {

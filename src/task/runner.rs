@@ -716,6 +716,7 @@ mod tests {
             node_id: "node".to_string(),
             node_name: "node".to_string(),
             ports: Vec::new(),
+            cores: Vec::new(),
         };
         // No task directory hook here: the keeper refuses a start without a log directory.
         std::fs::create_dir_all(&ctx.task_dir).unwrap();

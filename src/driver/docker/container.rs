@@ -7,7 +7,7 @@
 //!   confined to it unless the agent enables `volumes`;
 //! - `privileged` and `cap_add` only where the agent allows them;
 //! - `resources`: `memory` → memory limit (with `memory_max`: `memory_max` → limit, `memory` →
-//!   reservation), `cpu` → CPU shares;
+//!   reservation), `cpu` → CPU shares, the CPUs of `cores` → `CpusetCpus`;
 //! - `ports`: each named port of the group's network published on its host IP and host port,
 //!   from the container port (`to`, else the host port), for TCP and UDP, as Nomad's driver does.
 
@@ -179,6 +179,8 @@ pub fn create(
             // No swap beyond the limit: a task that outgrows its memory is OOM-killed.
             memory_swap: memory,
             cpu_shares: (c.cpu > 0).then(|| i64::from(c.cpu).max(2)),
+            // A task's `cores`: the CPUs it holds, as Nomad's docker driver sets them.
+            cpuset_cpus: (!c.cores.is_empty()).then(|| crate::resources::format_cpuset(&c.cores)),
             privileged: d.privileged,
             cap_add: d.cap_add.clone(),
             cap_drop: d.cap_drop.clone(),
@@ -281,6 +283,7 @@ mod tests {
             memory_max_mb: 0,
             cpu: 100,
             ports: Vec::new(),
+            cores: Vec::new(),
         };
         let s = StartSpec {
             binds: Vec::new(),
@@ -296,6 +299,7 @@ mod tests {
             task_name: "web".into(),
             logs: LogConfig::default(),
             resources: Default::default(),
+            cores: Vec::new(),
             container: Some(c.clone()),
             progress: None,
             cancel: None,
@@ -329,13 +333,16 @@ mod tests {
         assert_eq!(req.host_config.memory, Some(64 << 20));
         assert_eq!(req.host_config.memory_reservation, None);
         assert_eq!(req.host_config.cpu_shares, Some(100));
+        assert_eq!(req.host_config.cpuset_cpus, None, "no cores asked");
         let (s, mut c) = spec(DockerConfig {
             image: "busybox:1".into(),
             ..Default::default()
         });
         c.memory_max_mb = 128;
+        c.cores = vec![0, 2, 3];
         let req = create(&s, &c, &DockerSettings::default()).unwrap();
         let h = &req.host_config;
+        assert_eq!(h.cpuset_cpus.as_deref(), Some("0,2-3"));
         assert_eq!(
             (h.memory, h.memory_reservation),
             (Some(128 << 20), Some(64 << 20))

@@ -1,0 +1,196 @@
+//! The CPUs of the task cgroups (docs/resources.md, "`resources { cores }`"): a task with
+//! `cores` runs on its own CPUs, every other task on the shared set, the parent's CPUs less
+//! those held, as Nomad partitions them. When a task with cores is made or removed, the other
+//! tasks' cgroups get the new shared set.
+//!
+//! One [`Partition`] per agent, shared by every clone of its `Cgroups` (both drivers). Its lock
+//! guards the held map *and* every write of a task's `cpuset.cpus`, so that a task made while
+//! the shared set changes gets the new set: the two cannot interleave. Writes are a few small
+//! files of cgroupfs, under the lock; nothing else is done under it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{read, write, CgroupError};
+use crate::resources::{format_cpuset, parse_cpuset};
+
+/// The held CPUs of the agent's task cgroups.
+#[derive(Debug, Clone)]
+pub struct Partition {
+    /// The parent's directory in the cpuset hierarchy: its children are the task cgroups.
+    dir: PathBuf,
+    v2: bool,
+    /// `client { reserved { cores } }`: the system's, no task runs on them.
+    reserved: Vec<u32>,
+    /// Task cgroup name (`<alloc_id>.<task>`) → the CPUs it holds. Guards the writes too (module
+    /// doc).
+    held: Arc<Mutex<BTreeMap<String, Vec<u32>>>>,
+}
+
+/// What the tasks without cores run on: `all` less the `reserved` ones and what is `held`; when
+/// that would leave none (a cpuset without CPUs takes no process), all but the reserved ones,
+/// shared with the tasks that hold them; all of them when even those are none.
+pub fn shared(all: &[u32], reserved: &[u32], held: &BTreeMap<String, Vec<u32>>) -> Vec<u32> {
+    let unreserved: Vec<u32> = all
+        .iter()
+        .filter(|c| !reserved.contains(c))
+        .copied()
+        .collect();
+    let left: Vec<u32> = unreserved
+        .iter()
+        .filter(|c| !held.values().any(|h| h.contains(c)))
+        .copied()
+        .collect();
+    match (left.is_empty(), unreserved.is_empty()) {
+        (false, _) => left,
+        (true, false) => unreserved,
+        (true, true) => all.to_vec(),
+    }
+}
+
+impl Partition {
+    pub(super) fn new(dir: PathBuf, v2: bool) -> Partition {
+        Partition {
+            dir,
+            v2,
+            reserved: Vec::new(),
+            held: Arc::default(),
+        }
+    }
+
+    pub(super) fn reserve(&mut self, cores: &[u32]) {
+        self.reserved = cores.to_vec();
+    }
+
+    /// The parent's CPUs (v2: the effective ones, its own file may be empty).
+    fn all(&self) -> Result<Vec<u32>, CgroupError> {
+        let file = if self.v2 {
+            "cpuset.cpus.effective"
+        } else {
+            "cpuset.cpus"
+        };
+        let text = read(&self.dir.join(file))?;
+        parse_cpuset(text.trim()).map_err(|e| {
+            CgroupError::Unavailable(format!("{}: {e}", self.dir.join(file).display()))
+        })
+    }
+
+    /// What a task without cores writes: v2's empty ("the parent's") while nothing is held or
+    /// reserved.
+    fn shared_text(&self, held: &BTreeMap<String, Vec<u32>>) -> Result<String, CgroupError> {
+        if self.v2 && held.is_empty() && self.reserved.is_empty() {
+            return Ok(String::new());
+        }
+        Ok(format_cpuset(&shared(&self.all()?, &self.reserved, held)))
+    }
+
+    /// Writes the `cpuset.cpus` of the task cgroup `dir`: its `cores` (held from now on), or the
+    /// shared set when it has none. A change of what is held gives the others the new set.
+    pub(super) fn apply(&self, dir: &Path, cores: &[u32]) -> Result<(), CgroupError> {
+        let name = name_of(dir);
+        let mut held = self.held.lock();
+        if cores.is_empty() {
+            let before = held.remove(&name).is_some();
+            write(&dir.join("cpuset.cpus"), &self.shared_text(&held)?)?;
+            if before {
+                self.rewrite_others(&held);
+            }
+            return Ok(());
+        }
+        write(&dir.join("cpuset.cpus"), &format_cpuset(cores))?;
+        if held.insert(name, cores.to_vec()).as_deref() != Some(cores) {
+            self.rewrite_others(&held);
+        }
+        Ok(())
+    }
+
+    /// Marks the task cgroup `dir` as holding `cores` without writing its own file: a task an
+    /// earlier agent started, re-attached with the CPUs it has.
+    pub(super) fn hold(&self, dir: &Path, cores: &[u32]) {
+        let mut held = self.held.lock();
+        if held.insert(name_of(dir), cores.to_vec()).as_deref() != Some(cores) {
+            self.rewrite_others(&held);
+        }
+    }
+
+    /// The task cgroup `dir` is gone: its CPUs go back to the shared set.
+    pub(super) fn release(&self, dir: &Path) {
+        let mut held = self.held.lock();
+        if held.remove(&name_of(dir)).is_some() {
+            self.rewrite_others(&held);
+        }
+    }
+
+    /// Gives every task cgroup that holds nothing the shared set. One that cannot be written
+    /// (removed meanwhile) is skipped with a log line: it is gone or gets the set when made.
+    fn rewrite_others(&self, held: &BTreeMap<String, Vec<u32>>) {
+        let text = match self.shared_text(held) {
+            Ok(t) => t,
+            Err(e) => return log::warn!("cgroups: the shared CPUs: {e}"),
+        };
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if !path.is_dir() || held.contains_key(&name_of(&path)) {
+                continue;
+            }
+            if let Err(e) = write(&path.join("cpuset.cpus"), &text) {
+                log::debug!("cgroups: shared CPUs {text:?} not given: {e}");
+            }
+        }
+    }
+}
+
+fn name_of(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_set_is_what_is_not_held_or_everything() {
+        let all = [0, 1, 2, 3];
+        let mut held = BTreeMap::new();
+        assert_eq!(shared(&all, &[], &held), vec![0, 1, 2, 3]);
+        assert_eq!(shared(&all, &[0], &held), vec![1, 2, 3], "not the system's");
+        held.insert("a.t".to_string(), vec![0, 2]);
+        assert_eq!(shared(&all, &[], &held), vec![1, 3]);
+        assert_eq!(shared(&all, &[3], &held), vec![1]);
+        held.insert("b.t".to_string(), vec![1, 3]);
+        assert_eq!(shared(&all, &[], &held), vec![0, 1, 2, 3], "none left: all");
+        assert_eq!(shared(&all, &[0], &held), vec![1, 2, 3]);
+        assert_eq!(shared(&all, &[0, 1, 2, 3], &held), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn tasks_without_cores_follow_what_the_others_hold() {
+        let dir = std::env::temp_dir().join(format!("nw-part-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("cpuset.cpus"), "0-3\n").unwrap();
+        let (plain, pinned) = (dir.join("a1.web"), dir.join("a2.db"));
+        for d in [&plain, &pinned] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let get = |d: &Path| std::fs::read_to_string(d.join("cpuset.cpus")).unwrap();
+        let p = Partition::new(dir.clone(), false);
+        p.apply(&plain, &[]).unwrap();
+        assert_eq!(get(&plain), "0-3");
+        p.apply(&pinned, &[1, 2]).unwrap();
+        assert_eq!((get(&pinned), get(&plain)), ("1-2".into(), "0,3".into()));
+        p.release(&pinned);
+        assert_eq!(get(&plain), "0-3", "released CPUs are shared again");
+        p.hold(&pinned, &[3]);
+        assert_eq!(get(&plain), "0-2", "a re-attached task's CPUs are held");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -14,7 +14,7 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use crate::task::hooks::{HookError, TaskContext};
-use crate::task::taskdir::open_alloc_root;
+use crate::task::taskdir::open_parent_beneath;
 
 /// Whether this agent makes bind mounts (mounting needs root).
 pub fn can_bind() -> bool {
@@ -59,16 +59,8 @@ pub fn bind_volume(
             shown.display()
         ))
     };
-    let root = open_alloc_root(&task.alloc_dir)?;
-    let task_rel = task.task_dir.strip_prefix(root.path()).map_err(|_| {
-        fail(std::io::Error::other(
-            "the task directory is outside its allocation root",
-        ))
-    })?;
-    let task_dir = root.open_dir(task_rel).map_err(fail)?;
+    let (parent, mut replaced) = open_parent_beneath(task, rel, fail)?;
     let name = rel.file_name().unwrap_or(OsStr::new(""));
-    let parent_rel = rel.parent().unwrap_or(Path::new(""));
-    let (parent, mut replaced) = task_dir.make_dirs(parent_rel, 0o755).map_err(fail)?;
     // The link of an agent that could not bind is replaced by the directory to mount on.
     let made = parent.make_dir(name, 0o755).map_err(fail)?;
     replaced.extend(made.replaced);

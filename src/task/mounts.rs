@@ -23,7 +23,7 @@ use crossbeam_channel::Receiver;
 
 use crate::jobspec::{VolumeMount, VolumeRequest};
 use crate::task::hooks::{HookError, TaskContext, TaskHook};
-use crate::task::taskdir::open_alloc_root;
+use crate::task::taskdir::open_parent_beneath;
 
 /// A host volume as allocations see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,16 +102,8 @@ fn link_volume(
             shown.display()
         ))
     };
-    let root = open_alloc_root(&task.alloc_dir)?;
-    let task_rel = task.task_dir.strip_prefix(root.path()).map_err(|_| {
-        fail(std::io::Error::other(
-            "the task directory is outside its allocation root",
-        ))
-    })?;
-    let task_dir = root.open_dir(task_rel).map_err(fail)?;
+    let (parent, replaced) = open_parent_beneath(task, rel, fail)?;
     let name = rel.file_name().unwrap_or(OsStr::new(""));
-    let parent_rel = rel.parent().unwrap_or(Path::new(""));
-    let (parent, replaced) = task_dir.make_dirs(parent_rel, 0o755).map_err(fail)?;
     match parent.entry(name) {
         Ok(e) if e.kind == Kind::Symlink => parent.remove_file(name).map_err(fail)?,
         Ok(_) => {

@@ -42,6 +42,26 @@ pub fn open_alloc_root(alloc_dir: &Path) -> Result<Dir, HookError> {
         .map_err(|e| failed(root, e))
 }
 
+/// The directory a path `rel` of the task directory goes in (a volume's destination), opened
+/// beneath the allocation root without following links and made where missing (mode 0755),
+/// with what was replaced on the way; `fail` words an I/O error for the caller's operation.
+pub fn open_parent_beneath(
+    task: &TaskContext,
+    rel: &Path,
+    fail: impl Fn(std::io::Error) -> HookError,
+) -> Result<(Dir, Vec<Replaced>), HookError> {
+    let root = open_alloc_root(&task.alloc_dir)?;
+    let task_rel = task.task_dir.strip_prefix(root.path()).map_err(|_| {
+        fail(std::io::Error::other(
+            "the task directory is outside its allocation root",
+        ))
+    })?;
+    let task_dir = root.open_dir(task_rel).map_err(&fail)?;
+    task_dir
+        .make_dirs(rel.parent().unwrap_or(Path::new("")), 0o755)
+        .map_err(fail)
+}
+
 /// One directory of the layout, made if missing (a link in its place replaced). Answers it and
 /// whether anything was made or replaced.
 fn make(

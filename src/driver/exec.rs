@@ -33,21 +33,7 @@ pub const DEFAULT_CHROOT_ENV: [&str; 8] = [
 ];
 
 /// Nomad's default `allow_caps` for `exec`: what stays in a task's bounding set.
-pub const DEFAULT_CAPS: [&str; 13] = [
-    "audit_write",
-    "chown",
-    "dac_override",
-    "fowner",
-    "fsetid",
-    "kill",
-    "mknod",
-    "net_bind_service",
-    "setfcap",
-    "setgid",
-    "setpcap",
-    "setuid",
-    "sys_chroot",
-];
+pub const DEFAULT_CAPS: [&str; 13] = crate::util::caps::NOMAD_DEFAULT_CAPS;
 
 /// The agent's settings for the `exec` driver.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,6 +1,24 @@
 //! Linux capability names and numbers, as `capability.h` has them: for the exec driver's
 //! bounding set and the jobspec's check of `cap_add`/`cap_drop`.
 
+/// Nomad's default `allow_caps` (Docker's default capability set): what stays in an `exec`
+/// task's bounding set, and what a docker task may add by default.
+pub const NOMAD_DEFAULT_CAPS: [&str; 13] = [
+    "audit_write",
+    "chown",
+    "dac_override",
+    "fowner",
+    "fsetid",
+    "kill",
+    "mknod",
+    "net_bind_service",
+    "setfcap",
+    "setgid",
+    "setpcap",
+    "setuid",
+    "sys_chroot",
+];
+
 /// The number of a capability by its name (`chown` or `CAP_CHOWN`), as `capability.h` has it.
 pub fn cap_number(name: &str) -> Option<u32> {
     let name = name.to_ascii_lowercase();

@@ -21,21 +21,7 @@ pub struct DockerSettings {
 pub const DEFAULT_DOCKER_ENDPOINT: &str = "unix:///var/run/docker.sock";
 
 /// Nomad's default `allow_caps` (Docker's default capability set).
-pub const DEFAULT_ALLOW_CAPS: &[&str] = &[
-    "audit_write",
-    "chown",
-    "dac_override",
-    "fowner",
-    "fsetid",
-    "kill",
-    "mknod",
-    "net_bind_service",
-    "setfcap",
-    "setgid",
-    "setpcap",
-    "setuid",
-    "sys_chroot",
-];
+pub const DEFAULT_ALLOW_CAPS: &[&str] = &crate::util::caps::NOMAD_DEFAULT_CAPS;
 
 impl Default for DockerSettings {
     fn default() -> Self {

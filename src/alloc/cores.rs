@@ -16,7 +16,6 @@ use super::manager::Registry;
 use super::model::Allocation;
 use super::placement::{Placement, Reason};
 use crate::jobspec::{Job, TaskGroup};
-use crate::records::{DesiredStatus, TaskStatus};
 
 /// Task name → the cores it was given, for the tasks of one allocation that ask for cores.
 pub type TaskCores = BTreeMap<String, Vec<u32>>;
@@ -69,12 +68,7 @@ impl CoreIndex {
 
 /// Whether an allocation's cores are held (see the module doc).
 fn holds_cores(alloc: &Allocation) -> bool {
-    !alloc.cores.is_empty()
-        && alloc.desired() == DesiredStatus::Run
-        && alloc
-            .tasks
-            .values()
-            .any(|t| t.lock().state != TaskStatus::Dead)
+    !alloc.cores.is_empty() && alloc.holds_its_resources()
 }
 
 impl Registry {

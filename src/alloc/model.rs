@@ -172,6 +172,16 @@ impl Allocation {
         self.inner.lock().desired
     }
 
+    /// Whether what the allocation was given (ports, cores) is still held: it is to run and a
+    /// task of it is not dead.
+    pub fn holds_its_resources(&self) -> bool {
+        self.desired() == DesiredStatus::Run
+            && self
+                .tasks
+                .values()
+                .any(|t| t.lock().state != TaskStatus::Dead)
+    }
+
     /// The allocation's own status now (one short lock).
     pub fn status(&self) -> AllocStatus {
         let i = self.inner.lock();

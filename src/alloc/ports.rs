@@ -23,7 +23,6 @@ use crate::jobspec::network::{
     AllocatedPort, NetworkResource, DEFAULT_HOST_NETWORK, DEFAULT_MAX_DYNAMIC_PORT,
     DEFAULT_MIN_DYNAMIC_PORT,
 };
-use crate::records::{DesiredStatus, TaskStatus};
 
 /// Random picks tried before a dynamic port is looked for among every free one (Nomad's
 /// `maxRandPortAttempts`): a pick is cheap while the range is mostly free.
@@ -196,12 +195,7 @@ impl PortIndex {
 
 /// Whether an allocation's ports are taken (see the module doc).
 fn holds_ports(alloc: &Allocation) -> bool {
-    !alloc.ports.is_empty()
-        && alloc.desired() == DesiredStatus::Run
-        && alloc
-            .tasks
-            .values()
-            .any(|t| t.lock().state != TaskStatus::Dead)
+    !alloc.ports.is_empty() && alloc.holds_its_resources()
 }
 
 impl Registry {

@@ -79,10 +79,11 @@ impl Partition {
     }
 
     /// What a task without cores writes: v2's empty ("the parent's") while nothing is held or
-    /// reserved.
+    /// reserved. Empty is a newline: writing no bytes at all makes no `write(2)`, and the
+    /// kernel would keep the list from before.
     fn shared_text(&self, held: &BTreeMap<String, Vec<u32>>) -> Result<String, CgroupError> {
         if self.v2 && held.is_empty() && self.reserved.is_empty() {
-            return Ok(String::new());
+            return Ok("\n".to_string());
         }
         Ok(format_cpuset(&shared(&self.all()?, &self.reserved, held)))
     }
@@ -107,19 +108,33 @@ impl Partition {
         Ok(())
     }
 
-    /// Marks the task cgroup `dir` as holding `cores` without writing its own file: a task an
-    /// earlier agent started, re-attached with the CPUs it has.
+    /// Marks the task cgroup `dir` as holding `cores`: a task an earlier agent started,
+    /// re-attached with the CPUs it has. Its own file is written again: until this call it was
+    /// not held, and a rewrite of the others' (another re-attached task's `hold`, a new task's
+    /// `apply`) may have given it the shared set meanwhile.
     pub(super) fn hold(&self, dir: &Path, cores: &[u32]) {
         let mut held = self.held.lock();
+        if let Err(e) = write(&dir.join("cpuset.cpus"), &format_cpuset(cores)) {
+            log::warn!("cgroups: the CPUs {cores:?} of {}: {e}", dir.display());
+        }
         if held.insert(name_of(dir), cores.to_vec()).as_deref() != Some(cores) {
             self.rewrite_others(&held);
         }
     }
 
-    /// The task cgroup `dir` is gone: its CPUs go back to the shared set.
+    /// The task cgroup `dir` is going: its CPUs go back to the shared set. A task with cores
+    /// that died while no agent ran was never held by this one, but its cgroup still has its
+    /// CPUs and the others were kept off them: a cgroup whose CPUs are not the shared set
+    /// gives them back too.
     pub(super) fn release(&self, dir: &Path) {
         let mut held = self.held.lock();
-        if held.remove(&name_of(dir)).is_some() {
+        let was_held = held.remove(&name_of(dir)).is_some();
+        let stale = !was_held
+            && match (self.shared_text(&held), read(&dir.join("cpuset.cpus"))) {
+                (Ok(shared), Ok(own)) => own.trim() != shared.trim(),
+                _ => false,
+            };
+        if was_held || stale {
             self.rewrite_others(&held);
         }
     }
@@ -191,6 +206,31 @@ mod tests {
         assert_eq!(get(&plain), "0-3", "released CPUs are shared again");
         p.hold(&pinned, &[3]);
         assert_eq!(get(&plain), "0-2", "a re-attached task's CPUs are held");
+
+        // After an agent restart: two re-attached tasks with cores; the first one's hold must
+        // not leave the second on the shared set.
+        std::fs::remove_dir_all(&pinned).unwrap();
+        let (one, two) = (dir.join("a3.x"), dir.join("a4.y"));
+        for (d, cpus) in [(&one, "0\n"), (&two, "1\n"), (&plain, "2-3\n")] {
+            std::fs::create_dir_all(d).unwrap();
+            std::fs::write(d.join("cpuset.cpus"), cpus).unwrap();
+        }
+        let p = Partition::new(dir.clone(), false);
+        p.hold(&one, &[0]);
+        p.hold(&two, &[1]);
+        assert_eq!((get(&one), get(&two)), ("0".into(), "1".into()));
+        assert_eq!(get(&plain), "2-3");
+
+        // A task with cores that died while no agent ran, never held by this one: as it goes,
+        // its CPU is shared again although nothing had been rewritten since the start.
+        std::fs::remove_dir_all(&one).unwrap();
+        std::fs::remove_dir_all(&two).unwrap();
+        std::fs::write(plain.join("cpuset.cpus"), "0-2\n").unwrap();
+        std::fs::create_dir_all(&pinned).unwrap();
+        std::fs::write(pinned.join("cpuset.cpus"), "3\n").unwrap();
+        let p = Partition::new(dir.clone(), false);
+        p.release(&pinned);
+        assert_eq!(get(&plain), "0-3");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

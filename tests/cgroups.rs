@@ -502,6 +502,17 @@ job "escaped-stats" {{
         memory["Measured"],
         serde_json::json!(["RSS", "Cache", "Swap", "Usage", "Max Usage"])
     );
+    let cpu = &stats["Tasks"]["t"]["ResourceUsage"]["CpuStats"];
+    assert_eq!(
+        cpu["Measured"],
+        serde_json::json!([
+            "System Mode",
+            "User Mode",
+            "Throttled Periods",
+            "Throttled Time",
+            "Percent"
+        ])
+    );
     let out = agent.cli(&["job", "stop", "escaped-stats"]);
     assert!(out.status.success(), "{out:?}");
     wait_dead(&agent, &alloc);

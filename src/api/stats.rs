@@ -12,7 +12,7 @@ use super::allocations::alloc_id;
 use super::router::{ApiError, Response, Router};
 use crate::agent::Agent;
 use crate::records::TaskStatus;
-use crate::resources::usage::{self, Reading, Usage, CPU_MEASURED};
+use crate::resources::usage::{self, Reading, Usage};
 
 fn now_nanos() -> i64 {
     std::time::SystemTime::now()
@@ -47,7 +47,7 @@ fn resource_usage(u: &Usage) -> Value {
             "ThrottledPeriods": r.throttled_periods,
             "ThrottledTime": r.throttled_time,
             "Percent": u.percent,
-            "Measured": CPU_MEASURED,
+            "Measured": r.cpu_measured,
         },
         "DeviceStats": [],
     })
@@ -66,6 +66,7 @@ fn sum(usages: &[Usage]) -> Usage {
         a.throttled_periods += b.throttled_periods;
         a.throttled_time += b.throttled_time;
         a.memory_measured = b.memory_measured;
+        a.cpu_measured = b.cpu_measured;
         t.percent += u.percent;
         t.user_percent += u.user_percent;
         t.system_percent += u.system_percent;
@@ -73,6 +74,7 @@ fn sum(usages: &[Usage]) -> Usage {
     }
     if t.reading.memory_measured.is_empty() {
         t.reading.memory_measured = usage::PROC_MEMORY_MEASURED;
+        t.reading.cpu_measured = usage::CPU_MEASURED;
     }
     t
 }
@@ -90,7 +92,13 @@ fn cgroup_reading(u: &crate::cgroup::CgroupUsage) -> Reading {
         system_seconds: u.cpu_system_ns as f64 / 1e9,
         throttled_periods: u.cpu_throttled_periods,
         throttled_time: u.cpu_throttled_ns,
-        memory_measured: usage::CGROUP_MEMORY_MEASURED,
+        // v1 always keeps the peak; v2 only from Linux 5.19 (`memory.peak`, read as 0 before).
+        memory_measured: if u.memory_max_usage > 0 {
+            usage::CGROUP_MEMORY_MEASURED
+        } else {
+            usage::CGROUP_NO_PEAK_MEMORY_MEASURED
+        },
+        cpu_measured: usage::CGROUP_CPU_MEASURED,
     }
 }
 

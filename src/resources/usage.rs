@@ -24,18 +24,29 @@ pub struct Reading {
     pub system_seconds: f64,
     pub throttled_periods: u64,
     pub throttled_time: u64,
-    /// Which memory fields the source measures (Nomad's `Measured`).
+    /// Which memory and CPU fields the source measures (Nomad's `Measured`).
     pub memory_measured: &'static [&'static str],
+    pub cpu_measured: &'static [&'static str],
 }
 
 /// What `/proc` measures of a process tree.
 pub const PROC_MEMORY_MEASURED: &[&str] = &["RSS", "Swap"];
 /// What a task's cgroup measures.
 pub const CGROUP_MEMORY_MEASURED: &[&str] = &["RSS", "Cache", "Swap", "Usage", "Max Usage"];
+/// What a v2 cgroup measures on a kernel that keeps no peak (`memory.peak`, before Linux 5.19).
+pub const CGROUP_NO_PEAK_MEMORY_MEASURED: &[&str] = &["RSS", "Cache", "Swap", "Usage"];
 /// What the docker engine measures.
 pub const DOCKER_MEMORY_MEASURED: &[&str] = &["RSS", "Cache", "Swap", "Usage", "Max Usage"];
-/// The CPU fields every source measures.
+/// The CPU fields `/proc` and the engine measure.
 pub const CPU_MEASURED: &[&str] = &["System Mode", "User Mode", "Percent"];
+/// The CPU fields a cgroup measures (its `cpu.stat` counts the throttling too).
+pub const CGROUP_CPU_MEASURED: &[&str] = &[
+    "System Mode",
+    "User Mode",
+    "Throttled Periods",
+    "Throttled Time",
+    "Percent",
+];
 
 /// A task's usage as the API shows it (Nomad's `ResourceUsage`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -99,6 +110,7 @@ pub fn proc_tree(pid: i32) -> Option<Reading> {
     let ticks = clock_ticks();
     let mut r = Reading {
         memory_measured: PROC_MEMORY_MEASURED,
+        cpu_measured: CPU_MEASURED,
         ..Reading::default()
     };
     let mut found = false;

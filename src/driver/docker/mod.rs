@@ -177,6 +177,7 @@ impl Docker {
             throttled_periods: 0,
             throttled_time: 0,
             memory_measured: crate::resources::usage::DOCKER_MEMORY_MEASURED,
+            cpu_measured: crate::resources::usage::CPU_MEASURED,
         })
     }
 

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CgroupPaths {
     pub v2: bool,
-    /// Every directory the task's process joins (its `cgroup.procs`).
+    /// Every directory the task's process joins (v2 `cgroup.procs`, v1 `tasks`).
     pub join: Vec<PathBuf>,
     /// The memory controller's directory: OOM kills are counted there.
     pub memory: PathBuf,
@@ -30,19 +30,28 @@ pub struct CgroupPaths {
 /// every task to reach the refrigerator; one in an uninterruptible sleep delays it).
 const FREEZE_WAIT: Duration = Duration::from_millis(200);
 
-/// The `cgroup.procs` files the child writes `0` to, prepared before the `clone`.
+/// The files the child writes `0` to, prepared before the `clone`: v2's `cgroup.procs`, v1's
+/// `tasks`. The child has one thread (it was just forked), so moving that thread moves the
+/// process; and a v1 `tasks` write of the writer itself skips the kernel's threadgroup lock,
+/// whose write side waits for an RCU grace period (5 ms here, 18 ms under load): writing
+/// `cgroup.procs` made every v1 start and restart wait that long.
 pub(crate) struct Join {
     files: Vec<CString>,
 }
 
 impl Join {
     pub(crate) fn new(paths: Option<&CgroupPaths>) -> io::Result<Join> {
+        let file = if paths.is_some_and(|p| p.v2) {
+            "cgroup.procs"
+        } else {
+            "tasks"
+        };
         let files = paths
             .map(|p| p.join.as_slice())
             .unwrap_or_default()
             .iter()
             .map(|d| {
-                CString::new(d.join("cgroup.procs").into_os_string().into_encoded_bytes())
+                CString::new(d.join(file).into_os_string().into_encoded_bytes())
                     .map_err(|_| io::Error::other("the task's cgroup path has a NUL byte"))
             })
             .collect::<io::Result<_>>()?;

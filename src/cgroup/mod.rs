@@ -394,12 +394,10 @@ impl TaskCgroup {
         self.partition.apply(self.dir("cpuset"), &limits.cpus)
     }
 
-    /// Marks the CPUs a re-attached task runs on held (its cgroup has them already), so that
-    /// the tasks without cores are kept off them after an agent restart too.
+    /// Takes a re-attached task's cgroup back as this agent's: its `cores` held (the tasks
+    /// without cores kept off them after an agent restart too), or, with none, the shared set.
     pub fn hold(&self, cores: &[u32]) {
-        if !cores.is_empty() {
-            self.partition.hold(self.dir("cpuset"), cores);
-        }
+        self.partition.hold(self.dir("cpuset"), cores);
     }
 
     /// What the keeper needs: the directories the task's process joins, where OOM kills are

@@ -7,6 +7,9 @@
 //! guards the held map *and* every write of a task's `cpuset.cpus`, so that a task made while
 //! the shared set changes gets the new set: the two cannot interleave. Writes are a few small
 //! files of cgroupfs, under the lock; nothing else is done under it.
+//!
+//! Only this agent's task cgroups are rewritten (those it made or re-attached to), never every
+//! directory under the parent: another agent given the same `cgroup_parent` keeps its own.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,9 +28,16 @@ pub struct Partition {
     v2: bool,
     /// `client { reserved { cores } }`: the system's, no task runs on them.
     reserved: Vec<u32>,
-    /// Task cgroup name (`<alloc_id>.<task>`) → the CPUs it holds. Guards the writes too (module
-    /// doc).
-    held: Arc<Mutex<BTreeMap<String, Vec<u32>>>>,
+    /// Guards the writes too (module doc).
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Task cgroup name (`<alloc_id>.<task>`) → the CPUs it holds.
+    held: BTreeMap<String, Vec<u32>>,
+    /// This agent's task cgroups that hold none: they get the shared set.
+    others: std::collections::BTreeSet<String>,
 }
 
 /// What the tasks without cores run on: `all` less the `reserved` ones and what is `held`; when
@@ -57,7 +67,7 @@ impl Partition {
             dir,
             v2,
             reserved: Vec::new(),
-            held: Arc::default(),
+            state: Arc::default(),
         }
     }
 
@@ -92,33 +102,31 @@ impl Partition {
     /// shared set when it has none. A change of what is held gives the others the new set.
     pub(super) fn apply(&self, dir: &Path, cores: &[u32]) -> Result<(), CgroupError> {
         let name = name_of(dir);
-        let mut held = self.held.lock();
+        let mut st = self.state.lock();
         if cores.is_empty() {
-            let before = held.remove(&name).is_some();
-            write(&dir.join("cpuset.cpus"), &self.shared_text(&held)?)?;
+            st.others.insert(name.clone());
+            let before = st.held.remove(&name).is_some();
+            write(&dir.join("cpuset.cpus"), &self.shared_text(&st.held)?)?;
             if before {
-                self.rewrite_others(&held);
+                self.rewrite_others(&st);
             }
             return Ok(());
         }
+        st.others.remove(&name);
         write(&dir.join("cpuset.cpus"), &format_cpuset(cores))?;
-        if held.insert(name, cores.to_vec()).as_deref() != Some(cores) {
-            self.rewrite_others(&held);
+        if st.held.insert(name, cores.to_vec()).as_deref() != Some(cores) {
+            self.rewrite_others(&st);
         }
         Ok(())
     }
 
-    /// Marks the task cgroup `dir` as holding `cores`: a task an earlier agent started,
-    /// re-attached with the CPUs it has. Its own file is written again: until this call it was
-    /// not held, and a rewrite of the others' (another re-attached task's `hold`, a new task's
-    /// `apply`) may have given it the shared set meanwhile.
+    /// Marks the task cgroup `dir` as this agent's again, holding `cores` (none: the shared
+    /// set): a task an earlier agent started, re-attached. Its own file is written again: until
+    /// this call it was not known, and what is held may have changed since it was written (a
+    /// rewrite of the others' may even have given a task with cores the shared set meanwhile).
     pub(super) fn hold(&self, dir: &Path, cores: &[u32]) {
-        let mut held = self.held.lock();
-        if let Err(e) = write(&dir.join("cpuset.cpus"), &format_cpuset(cores)) {
-            log::warn!("cgroups: the CPUs {cores:?} of {}: {e}", dir.display());
-        }
-        if held.insert(name_of(dir), cores.to_vec()).as_deref() != Some(cores) {
-            self.rewrite_others(&held);
+        if let Err(e) = self.apply(dir, cores) {
+            log::warn!("cgroups: the CPUs of {}: {e}", dir.display());
         }
     }
 
@@ -127,33 +135,30 @@ impl Partition {
     /// CPUs and the others were kept off them: a cgroup whose CPUs are not the shared set
     /// gives them back too.
     pub(super) fn release(&self, dir: &Path) {
-        let mut held = self.held.lock();
-        let was_held = held.remove(&name_of(dir)).is_some();
+        let name = name_of(dir);
+        let mut st = self.state.lock();
+        st.others.remove(&name);
+        let was_held = st.held.remove(&name).is_some();
         let stale = !was_held
-            && match (self.shared_text(&held), read(&dir.join("cpuset.cpus"))) {
+            && match (self.shared_text(&st.held), read(&dir.join("cpuset.cpus"))) {
                 (Ok(shared), Ok(own)) => own.trim() != shared.trim(),
                 _ => false,
             };
         if was_held || stale {
-            self.rewrite_others(&held);
+            self.rewrite_others(&st);
         }
     }
 
-    /// Gives every task cgroup that holds nothing the shared set. One that cannot be written
-    /// (removed meanwhile) is skipped with a log line: it is gone or gets the set when made.
-    fn rewrite_others(&self, held: &BTreeMap<String, Vec<u32>>) {
-        let text = match self.shared_text(held) {
+    /// Gives every task cgroup of this agent that holds nothing the shared set. One that cannot
+    /// be written (removed meanwhile) is skipped with a log line: it is gone or gets the set
+    /// when made.
+    fn rewrite_others(&self, st: &State) {
+        let text = match self.shared_text(&st.held) {
             Ok(t) => t,
             Err(e) => return log::warn!("cgroups: the shared CPUs: {e}"),
         };
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if !path.is_dir() || held.contains_key(&name_of(&path)) {
-                continue;
-            }
+        for name in &st.others {
+            let path = self.dir.join(name);
             if let Err(e) = write(&path.join("cpuset.cpus"), &text) {
                 log::debug!("cgroups: shared CPUs {text:?} not given: {e}");
             }
@@ -217,6 +222,7 @@ mod tests {
         }
         let p = Partition::new(dir.clone(), false);
         p.hold(&one, &[0]);
+        p.hold(&plain, &[]);
         p.hold(&two, &[1]);
         assert_eq!((get(&one), get(&two)), ("0".into(), "1".into()));
         assert_eq!(get(&plain), "2-3");
@@ -229,8 +235,22 @@ mod tests {
         std::fs::create_dir_all(&pinned).unwrap();
         std::fs::write(pinned.join("cpuset.cpus"), "3\n").unwrap();
         let p = Partition::new(dir.clone(), false);
+        // Before the plain task is re-attached, nothing of it is known: it is not touched.
+        p.hold(&plain, &[]);
+        std::fs::write(plain.join("cpuset.cpus"), "0-2\n").unwrap();
         p.release(&pinned);
         assert_eq!(get(&plain), "0-3");
+
+        // A cgroup under the same parent that this agent never made nor re-attached (another
+        // agent's) is never rewritten.
+        let foreign = dir.join("a9.other");
+        std::fs::create_dir_all(&foreign).unwrap();
+        std::fs::write(foreign.join("cpuset.cpus"), "3\n").unwrap();
+        let pinned2 = dir.join("a5.z");
+        std::fs::create_dir_all(&pinned2).unwrap();
+        p.apply(&pinned2, &[0]).unwrap();
+        assert_eq!(get(&plain), "1-3");
+        assert_eq!(get(&foreign), "3\n", "untouched");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -328,10 +328,11 @@ pub trait Driver: Send + Sync {
     /// driver can re-attach to; the caller stops what is left with [`Driver::stop_orphan`].
     fn recover(&self, handle: &TaskHandle) -> Result<Option<RunningTask>, DriverError>;
 
-    /// A run re-attached by [`Driver::recover`] or [`Driver::adopt`] of a task that holds
-    /// `cores` (given at placement): the driver keeps the other tasks off them again, as it did
-    /// for the agent that started it. Nothing by default.
-    fn reattached_with_cores(&self, _alloc_id: &str, _task: &str, _cores: &[u32]) {}
+    /// A run re-attached by [`Driver::recover`] or [`Driver::adopt`], holding `cores` (given at
+    /// placement; none for most tasks): the driver takes the task's cgroup back as its own and
+    /// keeps the other tasks off those cores again, as the agent that started it did. Nothing by
+    /// default.
+    fn reattached(&self, _alloc_id: &str, _task: &str, _cores: &[u32]) {}
 
     /// Re-attaches to a run of the task that an agent started but did not get to record (it
     /// crashed first), by allocation and task name. `None` when there is none.

@@ -239,7 +239,7 @@ impl Driver for RawExec {
         })
     }
 
-    fn reattached_with_cores(&self, alloc_id: &str, task: &str, cores: &[u32]) {
+    fn reattached(&self, alloc_id: &str, task: &str, cores: &[u32]) {
         if let Some(cg) = self.cgroup(alloc_id, task) {
             cg.hold(cores);
         }

@@ -99,9 +99,7 @@ impl TaskRunner {
         // The recorded handle stays until the watch records the run again (an agent killed in
         // between must find it), or until it is known to be gone.
         if let Some((task, how)) = current {
-            if !self.ctx.cores.is_empty() {
-                driver.reattached_with_cores(alloc, name, &self.ctx.cores);
-            }
+            driver.reattached(alloc, name, &self.ctx.cores);
             log::info!(
                 "task {name} of alloc {alloc}: re-attached to process {:?}{}",
                 task.handle().pid(),

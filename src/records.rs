@@ -146,6 +146,11 @@ pub struct AllocRecord {
     /// cores existed, and not written when no task asks for them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cores: BTreeMap<String, Vec<u32>>,
+    /// Stopped again while its poststop tasks were to run or ran: they were killed, and a restart
+    /// must not take them over or start them (docs/jobspec.md "Stopping"). Absent in files written
+    /// before it existed, and not written when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub poststop_cut: bool,
 }
 
 // ---- task states ----

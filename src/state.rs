@@ -849,6 +849,7 @@ mod tests {
             task_states: BTreeMap::new(),
             ports: Vec::new(),
             cores: BTreeMap::new(),
+            poststop_cut: false,
         }
     }
 

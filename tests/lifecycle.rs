@@ -602,6 +602,81 @@ fn a_second_stop_kills_a_poststop_task_that_hangs() {
     }
 }
 
+/// A second stop is on disk before it kills anything: an agent killed with SIGKILL right after
+/// it, before the poststop task's death is necessarily recorded, comes back without taking the
+/// poststop task over or starting it again, and the allocation ends complete.
+#[test]
+fn a_second_stop_holds_across_a_kill_9_of_the_agent() {
+    let dir = TempDir::new("lc-stop-again-restore");
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    let m = unique_marker(970_000);
+    let post = unique_marker(971_000);
+    let pid = dir.path().join("main-pid");
+    let runs = dir.path().join("cleanup-runs");
+    // It ignores its kill signal: only the SIGKILL after `kill_timeout` ends it, a timer the
+    // runner of the agent killed below holds. So it most likely outlives that agent, and the
+    // next one finds it running in the state file (the race the cut's record is for).
+    let job = agent.run_hcl(&service_with_poststop(
+        "again-restore",
+        &m,
+        &pid,
+        &format!(
+            "trap '' INT TERM; echo run >> {}; exec sleep {post}",
+            runs.display()
+        ),
+    ));
+    let alloc = agent.alloc_id(&job);
+    wait_for(WAIT, "main running", || {
+        (agent.task_state(&alloc, "main")["State"] == "running").then_some(())
+    });
+    cli_ok(&agent, &["job", "stop", &job]);
+    let cleanup = wait_for(WAIT, "cleanup running", || {
+        let s = agent.task_state(&alloc, "cleanup");
+        (s["State"] == "running" && s["PID"].is_i64()).then_some(s)
+    });
+    let cleanup_pid = cleanup["PID"].as_i64().unwrap();
+    wait_for(WAIT, "the state file to record cleanup's run", || {
+        let s = state_on_disk(&agent.data_dir)?.to_string();
+        s.contains(&format!("\"PID\":{cleanup_pid}")).then_some(())
+    });
+
+    cli_ok(&agent, &["alloc", "stop", &alloc]);
+    // The answer came once the cut was written, not some time after it.
+    let state = state_on_disk(&agent.data_dir).expect("a state file");
+    let record = state["Allocations"]
+        .as_array()
+        .and_then(|a| a.iter().find(|r| r["ID"] == alloc.as_str()))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(record["PoststopCut"], true, "{record}");
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    println!(
+        "second stop then kill -9: the poststop task was {} when the agent died",
+        if alive(cleanup_pid as i32) {
+            "still running"
+        } else {
+            "already dead"
+        }
+    );
+
+    agent.restart();
+    wait_status(&agent, &alloc, "complete");
+    assert!(sleepers(&post).is_empty(), "the poststop task lives on");
+    assert_eq!(read(&runs), "run\n", "the poststop task ran again");
+    let s = agent.task_state(&alloc, "cleanup");
+    assert_eq!(
+        (s["State"].as_str(), s["Failed"].as_bool()),
+        (Some("dead"), Some(false)),
+        "{s}"
+    );
+    let kinds = types(&agent, &alloc, "cleanup");
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("Killed"),
+        "{kinds:?}"
+    );
+}
+
 /// Purging the job of a stopped allocation whose poststop task hangs ends that task (killed as a
 /// stop kills a task) and forgets the allocation.
 #[test]

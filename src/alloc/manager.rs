@@ -84,6 +84,8 @@ pub(super) struct Change {
     pub(super) stop: Vec<Arc<Allocation>>,
     /// New allocations, to be started once the change is made.
     pub(super) add: Vec<Arc<Allocation>>,
+    /// Stopped allocations whose poststop tasks a second stop kills ([`stop::cut_poststop`]).
+    pub(super) cut: Vec<Arc<Allocation>>,
     /// When the change was asked for: the stopped allocations' modify time.
     pub(super) at: i64,
 }
@@ -150,8 +152,7 @@ impl Snapshot for AllocManager {
         // the registered one once, not once per allocation (1,000 allocations of one 1,000-group
         // job made every write compare a million groups).
         let mut current: HashMap<*const Job, bool> = HashMap::new();
-        let stopped: std::collections::HashSet<&str> =
-            change.stop.iter().map(|a| a.id.as_str()).collect();
+        let (stopped, cut) = (ids(&change.stop), ids(&change.cut));
         let kept = r
             .allocs
             .values()
@@ -165,6 +166,9 @@ impl Snapshot for AllocManager {
                 let mut record = a.record(is_current);
                 if stopped.contains(a.id.as_str()) {
                     stopped_record(&mut record, change.at, &stop::poststop_to_run(a));
+                }
+                if cut.contains(a.id.as_str()) {
+                    stop::cut_record(&mut record, &stop::poststop_names(a));
                 }
                 record
             })
@@ -219,6 +223,9 @@ impl AllocManager {
             let purge = change.forget_jobs.contains(&alloc.job.id);
             gates.extend(stop_alloc(alloc, change.at, purge));
             self.engine.volumes.release(&alloc.id);
+        }
+        for alloc in &change.cut {
+            stop::cut_poststop(alloc);
         }
         for id in &change.forget_jobs {
             reg.jobs.remove(id);
@@ -384,17 +391,26 @@ impl AllocManager {
         });
     }
 
-    /// Stops a job's allocations; `purge` also forgets the job and them. Returns the eval ID.
+    /// Stops a job's allocations; `purge` also forgets the job and them. Returns the eval ID. A
+    /// stop of a job already stopped kills the poststop tasks its allocations run
+    /// ([`stop::cut_poststop`]), once the state file records it.
     pub fn stop_job(&self, id: &str, purge: bool) -> Result<String, AllocError> {
-        let mut again = false;
         self.commit(
             || format!("stopping job {id:?}"),
             |reg| {
                 let record = reg.jobs.get(id).ok_or(AllocError::JobNotFound)?;
                 let stop = running_allocs_of(reg, id);
                 if record.stop && stop.is_empty() && !purge {
-                    again = true;
-                    return Ok(None);
+                    let cut: Vec<_> = reg
+                        .allocs
+                        .values()
+                        .filter(|a| a.job.id == id && stop::runs_poststop(a))
+                        .cloned()
+                        .collect();
+                    return Ok((!cut.is_empty()).then(|| Change {
+                        cut,
+                        ..Change::default()
+                    }));
                 }
                 let now = now_nanos();
                 Ok(Some(Change {
@@ -410,14 +426,6 @@ impl AllocManager {
                 }))
             },
         )?;
-        if again {
-            // Stopped again: what still runs its poststop tasks ends them (every allocation:
-            // counted, where `any` would stop at the first).
-            let allocs = self.allocs_of(id);
-            if allocs.iter().filter(|a| stop::cut_poststop(a)).count() > 0 {
-                self.store.save_soon();
-            }
-        }
         self.jobs_changed();
         Ok(uuid::Uuid::new_v4().to_string())
     }
@@ -574,23 +582,28 @@ impl AllocManager {
     }
 
     /// Stops one allocation for good, once the state file records it. Returns the eval ID. A
-    /// stop of an allocation already stopped kills the poststop tasks it runs ([`stop::cut_poststop`]).
+    /// stop of an allocation already stopped kills the poststop tasks it runs
+    /// ([`stop::cut_poststop`]), once the state file records that too.
     pub fn stop(&self, id: &str) -> Result<String, AllocError> {
-        if stop::cut_poststop(&*self.get(id)?) {
-            self.store.save_soon();
-        }
         self.commit(
             || format!("stopping allocation {id}"),
             |reg| {
                 let alloc = reg.allocs.get(id).ok_or(AllocError::AllocNotFound)?;
-                if alloc.desired() == DesiredStatus::Stop {
+                let change = if alloc.desired() != DesiredStatus::Stop {
+                    Change {
+                        stop: vec![alloc.clone()],
+                        at: now_nanos(),
+                        ..Change::default()
+                    }
+                } else if stop::runs_poststop(alloc) {
+                    Change {
+                        cut: vec![alloc.clone()],
+                        ..Change::default()
+                    }
+                } else {
                     return Ok(None);
-                }
-                Ok(Some(Change {
-                    stop: vec![alloc.clone()],
-                    at: now_nanos(),
-                    ..Change::default()
-                }))
+                };
+                Ok(Some(change))
             },
         )?;
         Ok(uuid::Uuid::new_v4().to_string())
@@ -652,6 +665,11 @@ fn job_status(record: &JobRecord, allocs: &[Arc<Allocation>], queued: bool) -> &
     } else {
         "pending"
     }
+}
+
+/// The IDs of `allocs`, for a staged change's look-ups in [`Snapshot::fill`].
+fn ids(allocs: &[Arc<Allocation>]) -> std::collections::HashSet<&str> {
+    allocs.iter().map(|a| a.id.as_str()).collect()
 }
 
 /// The allocations of a job that should run: those a registration or a stop of the job stops.

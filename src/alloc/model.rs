@@ -34,6 +34,9 @@ pub(super) struct AllocInner {
     /// Stopped, and its poststop tasks are to run: its gate runs on to start them, the only tasks
     /// a stopped allocation starts (`super::stop`).
     pub(super) run_poststop: bool,
+    /// Stopped again while its poststop tasks were to run: they are killed and never start
+    /// (`super::stop::cut_poststop`); recorded, so that a restart does not run them either.
+    pub(super) poststop_cut: bool,
 }
 
 pub struct Allocation {
@@ -122,6 +125,7 @@ impl Allocation {
                 runners: BTreeMap::new(),
                 gate: None,
                 run_poststop: false,
+                poststop_cut: false,
             }),
         }
     }
@@ -155,6 +159,7 @@ impl Allocation {
                 runners: BTreeMap::new(),
                 gate: None,
                 run_poststop: false,
+                poststop_cut: rec.poststop_cut,
             }),
         })
     }
@@ -233,6 +238,7 @@ impl Allocation {
             task_states: self.task_states(),
             ports: self.ports.clone(),
             cores: self.cores.clone(),
+            poststop_cut: inner.poststop_cut,
         }
     }
 }

@@ -90,6 +90,12 @@ impl AllocManager {
                     }
                     alloc.inner.lock().run_poststop = true;
                     to_start.push(alloc);
+                } else if rec.poststop_cut {
+                    // Stopped again (`super::stop::cut_poststop`): nothing of it runs on. What
+                    // the sweep above did not record ended as its runner was killing it.
+                    for state in alloc.tasks.values() {
+                        record_swept(&mut state.lock(), &TaskExit::Unknown);
+                    }
                 }
             }
         }
@@ -136,7 +142,8 @@ fn poststop(group: &TaskGroup, task: &str) -> bool {
 
 /// Whether a stopped allocation's poststop tasks are still to run or end (`super::stop`): one is
 /// not dead, and the allocation's other tasks began (the stop then left the poststop tasks to
-/// run; one of an allocation that never began was marked dead by the stop).
+/// run; one of an allocation that never began was marked dead by the stop), and no second stop
+/// cut them (its kill may not have been recorded before the agent went away).
 fn runs_poststop(a: &AllocRecord, group: &TaskGroup) -> bool {
     let state = |name: &str| a.task_states.get(name);
     let (post, others): (Vec<_>, Vec<_>) = group
@@ -144,6 +151,7 @@ fn runs_poststop(a: &AllocRecord, group: &TaskGroup) -> bool {
         .iter()
         .partition(|t| Role::of(t) == Role::Poststop);
     a.desired_status == DesiredStatus::Stop
+        && !a.poststop_cut
         && post
             .iter()
             .any(|t| state(&t.name).is_none_or(|s| s.state != TaskStatus::Dead))
@@ -313,5 +321,89 @@ fn stop_leftovers(found: &[driver::Leftover], sweep: &Sweep) {
     // Returns once they are gone: only then may the tasks start again (never two runs of a task).
     if !driver::stop_groups(&groups, wait, sweep.cancel) {
         sweep.cancelled();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stopped allocation whose main task is dead and whose poststop task runs; `cut`: it was
+    /// stopped again.
+    fn stopped_record(cut: bool) -> (AllocRecord, Job) {
+        let hcl = r#"job "j" {
+  group "g" {
+    task "main" {
+      driver = "raw_exec"
+      config { command = "true" }
+    }
+    task "cleanup" {
+      driver = "raw_exec"
+      lifecycle { hook = "poststop" }
+      config { command = "true" }
+    }
+  }
+}"#;
+        let job = crate::jobspec::hcl::parse_job(hcl).unwrap().job;
+        let ran = |status| {
+            let mut s = TaskState::default();
+            s.push(TaskEvent::received(1));
+            s.state = status;
+            s
+        };
+        let rec = AllocRecord {
+            id: "a".into(),
+            job_id: "j".into(),
+            task_group: "g".into(),
+            name: "j.g[0]".into(),
+            index: 0,
+            desired_status: DesiredStatus::Stop,
+            create_time: 1,
+            modify_time: 2,
+            job: None,
+            task_states: [
+                ("main".to_string(), ran(TaskStatus::Dead)),
+                ("cleanup".to_string(), ran(TaskStatus::Running)),
+            ]
+            .into(),
+            ports: Vec::new(),
+            cores: BTreeMap::new(),
+            poststop_cut: cut,
+        };
+        (rec, job)
+    }
+
+    #[test]
+    fn a_cut_poststop_task_is_not_run_again_after_a_restart() {
+        let (rec, job) = stopped_record(false);
+        assert!(runs_poststop(&rec, &job.task_groups[0]));
+        let (rec, job) = stopped_record(true);
+        assert!(!runs_poststop(&rec, &job.task_groups[0]));
+        let jobs = [JobRecord {
+            job,
+            stop: true,
+            version: 0,
+            submit_time: 1,
+            evaluations: Vec::new(),
+        }];
+        // Its poststop task's process is not taken over: the sweep stops it.
+        assert!(resumed_tasks(&[rec], &jobs).is_empty());
+    }
+
+    #[test]
+    fn the_cut_is_written_only_when_set_and_an_older_record_loads_without_it() {
+        let (rec, _) = stopped_record(false);
+        let text = serde_json::to_string(&rec).unwrap();
+        assert!(!text.contains("PoststopCut"), "{text}");
+        let old: AllocRecord = serde_json::from_str(&text).unwrap();
+        assert!(!old.poststop_cut);
+        let (rec, _) = stopped_record(true);
+        let text = serde_json::to_string(&rec).unwrap();
+        assert!(text.contains("\"PoststopCut\":true"), "{text}");
+        assert!(
+            serde_json::from_str::<AllocRecord>(&text)
+                .unwrap()
+                .poststop_cut
+        );
     }
 }

@@ -8,7 +8,9 @@
 //! ([`super::lifecycle::plan_stop`]), starts the poststop tasks once the others are dead, and
 //! returns once every task is dead. Otherwise the gate is stopped and returned for the caller to
 //! join, and tasks that never ran are marked dead. A purge forgets the allocation: nothing of it
-//! runs on, its poststop tasks are not run and one that runs is killed ([`end_all`]).
+//! runs on, its poststop tasks are not run and one that runs is killed ([`end_all`]). A second
+//! stop, of an allocation that runs its poststop tasks, kills them ([`cut_poststop`]) once the
+//! state file records the cut ([`cut_record`]): a restart after it runs none of them.
 
 use crate::alloc::lifecycle::Role;
 use crate::records::{AllocRecord, DesiredStatus};
@@ -65,7 +67,7 @@ pub(super) fn poststop_to_run(alloc: &Allocation) -> Vec<String> {
     poststop_names(alloc)
 }
 
-fn poststop_names(alloc: &Allocation) -> Vec<String> {
+pub(super) fn poststop_names(alloc: &Allocation) -> Vec<String> {
     alloc
         .group_spec()
         .tasks
@@ -116,16 +118,36 @@ pub(super) fn stop_alloc(alloc: &Allocation, at: i64, purge: bool) -> Option<Wor
     gate
 }
 
-/// A stop of an allocation that is already stopped and runs its poststop tasks: they are killed
-/// as a stop kills a task (`kill_signal`, then SIGKILL after `kill_timeout`), and one that has not
-/// started is marked dead and never starts. The operator's way out of a poststop task that hangs,
-/// short of a purge. Returns whether there was anything to cut.
-pub(super) fn cut_poststop(alloc: &Allocation) -> bool {
+/// Whether a stop of `alloc`, already stopped, now cuts its poststop tasks ([`cut_poststop`]): it
+/// still runs them.
+pub(super) fn runs_poststop(alloc: &Allocation) -> bool {
+    let inner = alloc.inner.lock();
+    inner.desired == DesiredStatus::Stop && inner.run_poststop
+}
+
+/// An allocation's record as [`cut_poststop`] will leave it: what a staged second stop writes,
+/// so that the cut is on disk before any poststop task is killed, and a restart neither takes
+/// over nor starts them (`super::restore`).
+pub(super) fn cut_record(record: &mut AllocRecord, poststop: &[String]) {
+    record.poststop_cut = true;
+    for (name, s) in record.task_states.iter_mut() {
+        if never_ran(s) && poststop.contains(name) {
+            s.state = TaskStatus::Dead;
+        }
+    }
+}
+
+/// A stop of an allocation that is already stopped and runs its poststop tasks, once the state
+/// file records it ([`cut_record`]): they are killed as a stop kills a task (`kill_signal`, then
+/// SIGKILL after `kill_timeout`), and one that has not started is marked dead and never starts.
+/// The operator's way out of a poststop task that hangs, short of a purge.
+pub(super) fn cut_poststop(alloc: &Allocation) {
     let mut inner = alloc.inner.lock();
     if inner.desired != DesiredStatus::Stop || !inner.run_poststop {
-        return false;
+        return;
     }
     inner.run_poststop = false;
+    inner.poststop_cut = true;
     let poststop = poststop_names(alloc);
     for (name, r) in &inner.runners {
         if poststop.contains(name) {
@@ -143,7 +165,6 @@ pub(super) fn cut_poststop(alloc: &Allocation) -> bool {
         "alloc {}: stopped again, its poststop tasks are killed",
         alloc.id
     );
-    true
 }
 
 /// Ends whatever of a stopped allocation still runs, its poststop tasks too (a purge forgets it):

@@ -92,8 +92,8 @@ fn v2_enables_controllers_down_to_the_task_and_writes_its_limits() {
     task.create(&Limits::of(&res(32, 64, 1024), &[])).unwrap();
     assert_eq!(
         get(&dir.join("cpuset.cpus")),
-        "",
-        "v2's empty: the parent's CPUs"
+        "\n",
+        "v2's empty, the parent's CPUs: a newline, as no bytes make no write(2)"
     );
     let p = task.paths();
     assert!(p.v2);

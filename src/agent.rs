@@ -51,6 +51,8 @@ pub struct AgentHooks {
     pub csi: Arc<PluginRegistry>,
     pub csi_volumes: Arc<CsiVolumeManager>,
     pub csi_settings: CsiSettings,
+    /// The agent's variables tasks get, as the runners have them ([`RunnerDeps::task_env`]).
+    pub task_env: Arc<BTreeMap<String, String>>,
 }
 
 impl HookFactory for AgentHooks {
@@ -60,6 +62,7 @@ impl HookFactory for AgentHooks {
             Arc::new(VolumeMountHook {
                 volumes: self.volumes.clone(),
                 csi: Some(self.csi_volumes.clone()),
+                task_env: self.task_env.clone(),
             }),
         ];
         if let Some(csi) = CsiPluginHook::new(task, self.csi.clone(), self.csi_settings) {
@@ -293,6 +296,11 @@ impl Agent {
             n.base.capacity = Some(capacity);
             Arc::new(n)
         };
+        // Read once: the agent's environment does not change while it runs.
+        let task_env = Arc::new(crate::task::env::passthrough(
+            std::env::vars_os(),
+            &config.task_env_passthrough,
+        ));
         let engine = Engine {
             data_dir: config.data_dir.clone(),
             node_id: store.node_id().to_string(),
@@ -302,11 +310,7 @@ impl Agent {
                 store: store.clone(),
                 shutdown: shutdown.clone(),
                 stop_tasks_on_shutdown: config.stop_tasks_on_shutdown,
-                // Read once: the agent's environment does not change while it runs.
-                task_env: Arc::new(crate::task::env::passthrough(
-                    std::env::vars_os(),
-                    &config.task_env_passthrough,
-                )),
+                task_env: task_env.clone(),
                 changed: None,
             },
             hooks: Arc::new(AgentHooks {
@@ -316,6 +320,7 @@ impl Agent {
                 csi_settings: CsiSettings {
                     probe_interval: config.csi_probe_interval,
                 },
+                task_env,
             }),
             volumes: volumes.clone(),
             csi_volumes: Some(csi_volumes.clone()),

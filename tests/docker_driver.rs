@@ -483,6 +483,63 @@ job "vol" {
     assert_eq!(out, "/data\n");
 }
 
+/// A `volume_mount` destination written as Nomad's jobspecs do, `${NOMAD_ALLOC_DIR}/volume0`, is
+/// interpolated with the container's environment: the volume is at `/alloc/volume0` inside it.
+/// One that interpolates to a path with `..` fails the task with a Setup Failure naming both.
+#[test]
+fn an_interpolated_volume_destination_is_the_containers_path() {
+    let volume = TempDir::new("dk-vmi-data");
+    let data = volume.path().to_path_buf();
+    std::fs::write(data.join("in"), "from host\n").unwrap();
+    let Some((env, _dir, agent)) = docker_agent(
+        "an_interpolated_volume_destination_is_the_containers_path",
+        "dk-vmi",
+        &format!(
+            "client {{\n  host_volume \"data\" {{\n    path = \"{}\"\n  }}\n}}\n",
+            data.display()
+        ),
+    ) else {
+        return;
+    };
+    let job = |name: &str, destination: &str| {
+        batch_sh(
+            name,
+            "cat ${NOMAD_ALLOC_DIR}/volume0/in && echo $NOMAD_VOLUME_DATA && echo out > /alloc/volume0/out",
+            &format!(
+                "volume_mount {{\n        volume      = \"data\"\n        destination = \"{destination}\"\n      }}"
+            ),
+        )
+        .replace(
+            "  group \"g\" {\n",
+            "  group \"g\" {\n    volume \"data\" {\n      type   = \"host\"\n      source = \"data\"\n    }\n",
+        )
+    };
+    let alloc = agent.alloc_id(&agent.run_hcl(&job("vmi", "${NOMAD_ALLOC_DIR}/volume0")));
+    let _cleanup = Cleanup::of(&env, &alloc);
+    let state = wait_state(&agent, &alloc, "t", "dead");
+    assert_eq!(state["Failed"], false, "{state}");
+    let (_, out) = agent.request(
+        "GET",
+        &format!("/v1/client/fs/logs/{alloc}?task=t&type=stdout&plain=true&origin=start"),
+        None,
+    );
+    assert_eq!(out, "from host\n/alloc/volume0\n");
+    assert_eq!(std::fs::read_to_string(data.join("out")).unwrap(), "out\n");
+
+    let bad = agent.alloc_id(&agent.run_hcl(&job("vmi-bad", "${NOMAD_ALLOC_DIR}/../etc")));
+    let _cleanup_bad = Cleanup::of(&env, &bad);
+    let state = wait_state(&agent, &bad, "t", "dead");
+    assert_eq!(state["Failed"], true, "{state}");
+    let events = agent.events(&bad, "t");
+    assert!(
+        events.contains(&(
+            "Setup Failure".to_string(),
+            "volume_mount destination \"${NOMAD_ALLOC_DIR}/../etc\" (interpolated: \"/alloc/../etc\") of a docker task must be an absolute path in the container, without \"..\"".to_string()
+        )),
+        "{events:?}"
+    );
+}
+
 /// An image the engine does not have is pulled: `Downloading image`, and a pull that fails is a
 /// Driver Failure with the engine's message, counted by the restart policy.
 #[test]

@@ -323,6 +323,58 @@ job "vol" {
     wait_for(WAIT, "the task to stop", || (!alive(pid)).then_some(()));
 }
 
+/// `${NOMAD_ALLOC_DIR}/volume0` as a destination is the exec task's `/alloc/volume0`: the volume
+/// is bound there, inside the allocation directory's own bind, and NOMAD_VOLUME_* names it.
+#[test]
+fn an_interpolated_volume_destination_is_the_exec_tasks_path() {
+    if !can_isolate("an_interpolated_volume_destination_is_the_exec_tasks_path") {
+        return;
+    }
+    let dir = TempDir::new("exec-vmi");
+    let vol = dir.path().join("vol");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join("in"), "from host\n").unwrap();
+    let agent = TestAgent::start_in(
+        dir.path(),
+        &format!(
+            "client {{\n  host_volume \"shared\" {{ path = \"{}\" }}\n}}\n",
+            vol.display()
+        ),
+    );
+    let job = r#"
+job "vmi" {
+  type = "batch"
+  group "g" {
+    volume "v" {
+      type   = "host"
+      source = "shared"
+    }
+    task "t" {
+      driver = "exec"
+      volume_mount {
+        volume      = "v"
+        destination = "${NOMAD_ALLOC_DIR}/volume0"
+      }
+      config {
+        command = "/bin/sh"
+        args = ["-c", "cat /alloc/volume0/in > /local/seen && echo $NOMAD_VOLUME_V > /local/env && echo out > /alloc/volume0/out"]
+      }
+    }
+  }
+}"#;
+    let alloc = agent.alloc_id(&agent.run_hcl(job));
+    wait_for(WAIT, "the task to end", || {
+        let s = agent.task_state(&alloc, "t");
+        (s["State"] == "dead").then_some(())
+    });
+    assert_eq!(agent.task_state(&alloc, "t")["Failed"], false);
+    let local = alloc_dir(&agent, &alloc).join("t/local");
+    let read = |f: &str| std::fs::read_to_string(local.join(f)).unwrap();
+    assert_eq!(read("seen"), "from host\n");
+    assert_eq!(read("env"), "/alloc/volume0\n");
+    assert_eq!(std::fs::read_to_string(vol.join("out")).unwrap(), "out\n");
+}
+
 /// `cap_drop = ["all"]` with `cap_add = ["kill"]` leaves the bounding set `kill` only; a `cap_add`
 /// beyond the driver's set is a Driver Failure naming it; an unknown name is refused at parse.
 #[test]

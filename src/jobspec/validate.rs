@@ -170,26 +170,11 @@ fn validate_task(group: &TaskGroup, task: &Task) -> Result<(), JobspecError> {
                 mount.volume, group.name
             )));
         };
-        if task.driver == super::docker::NAME {
-            // A container path (docker.md): bound there by the docker driver.
-            let clean = mount.destination.starts_with('/')
-                && !mount.destination.split('/').any(|c| c == "..");
-            if !clean {
-                return Err(invalid(format!(
-                    "{ctx}: volume_mount destination {:?} of a docker task must be an absolute path in the container, without \"..\"",
-                    mount.destination
-                )));
-            }
-        } else if task.driver == "exec"
-            && mount.destination.starts_with('/')
-            && !mount.destination.split('/').any(|c| c == "..")
-        {
-            // A path in the exec task's root, which is its task directory.
-        } else if !is_relative_inside(&mount.destination) {
-            return Err(invalid(format!(
-                "{ctx}: volume_mount destination {:?} must be a relative path inside the task directory, without \"..\"",
-                mount.destination
-            )));
+        // One with `${...}` is checked by the mount hook once interpolated with the task's
+        // environment (`${NOMAD_ALLOC_DIR}/volume0`, as Nomad's jobspecs write it).
+        if !mount.destination.contains("${") {
+            check_mount_destination(&task.driver, &mount.destination, &mount.destination)
+                .map_err(|e| invalid(format!("{ctx}: {e}")))?;
         }
         if volume.read_only && !mount.read_only {
             return Err(invalid(format!(
@@ -202,6 +187,39 @@ fn validate_task(group: &TaskGroup, task: &Task) -> Result<(), JobspecError> {
         validate_csi_plugin(&ctx, csi)?;
     }
     Ok(())
+}
+
+/// Checks a `volume_mount` destination of a task of `driver`: a docker task's is an absolute path
+/// in the container (docker.md), an exec task's an absolute path in its root or a relative one,
+/// any other's a relative path inside the task directory; none has `..`. `written` is the
+/// destination as the jobspec has it, `destination` what it is after interpolation; the message
+/// shows both when they differ.
+pub fn check_mount_destination(
+    driver: &str,
+    written: &str,
+    destination: &str,
+) -> Result<(), String> {
+    let absolute_clean = destination.starts_with('/') && !destination.split('/').any(|c| c == "..");
+    let shown = if written == destination {
+        format!("{written:?}")
+    } else {
+        format!("{written:?} (interpolated: {destination:?})")
+    };
+    // An exec task's absolute destination is a path in its root, which is its task directory.
+    let allowed = match driver {
+        super::docker::NAME => absolute_clean,
+        "exec" => absolute_clean || is_relative_inside(destination),
+        _ => is_relative_inside(destination),
+    };
+    match (allowed, driver) {
+        (true, _) => Ok(()),
+        (false, super::docker::NAME) => Err(format!(
+            "volume_mount destination {shown} of a docker task must be an absolute path in the container, without \"..\""
+        )),
+        (false, _) => Err(format!(
+            "volume_mount destination {shown} must be a relative path inside the task directory, without \"..\""
+        )),
+    }
 }
 
 /// A destination `d` ends up at `<task dir>/<d>`: it must name something strictly below the task
@@ -679,6 +697,18 @@ mod tests {
                 format!("task \"task\": volume_mount destination {bad:?} must be a relative path inside the task directory, without \"..\"")
             );
         }
+        // `${...}` waits for the mount hook, which checks it once interpolated.
+        validate_job(&mount("data", "${NOMAD_ALLOC_DIR}/volume0", false)).unwrap();
+        validate_job(&mount("data", "/${X}/../..", false)).unwrap();
+        let mut docker = mount("data", "${NOMAD_ALLOC_DIR}/volume0", false);
+        docker.task_groups[0].tasks[0].driver = "docker".to_string();
+        docker.task_groups[0].tasks[0].config.docker.image = "busybox:1".to_string();
+        validate_job(&docker).unwrap();
+        docker.task_groups[0].tasks[0].volume_mounts[0].destination = "alloc/volume0".into();
+        assert_eq!(
+            err(&docker),
+            "task \"task\": volume_mount destination \"alloc/volume0\" of a docker task must be an absolute path in the container, without \"..\""
+        );
         let mut j = mount("data", "data", false);
         j.task_groups[0].volumes.get_mut("data").unwrap().read_only = true;
         assert_eq!(
@@ -687,6 +717,32 @@ mod tests {
         );
         j.task_groups[0].tasks[0].volume_mounts[0].read_only = true;
         validate_job(&j).unwrap();
+    }
+
+    #[test]
+    fn interpolated_destinations_are_checked_with_both_forms() {
+        let check = check_mount_destination;
+        assert_eq!(
+            check("docker", "${NOMAD_ALLOC_DIR}/volume0", "/alloc/volume0"),
+            Ok(())
+        );
+        assert_eq!(
+            check("docker", "${NOMAD_ALLOC_DIR}/../x", "/alloc/../x").unwrap_err(),
+            "volume_mount destination \"${NOMAD_ALLOC_DIR}/../x\" (interpolated: \"/alloc/../x\") of a docker task must be an absolute path in the container, without \"..\""
+        );
+        // An unknown name stays as written, which is not an absolute path.
+        assert_eq!(
+            check("docker", "${NOPE}/v", "${NOPE}/v").unwrap_err(),
+            "volume_mount destination \"${NOPE}/v\" of a docker task must be an absolute path in the container, without \"..\""
+        );
+        assert_eq!(check("exec", "${NOMAD_ALLOC_DIR}/v", "/alloc/v"), Ok(()));
+        assert_eq!(check("exec", "${D}", "data"), Ok(()));
+        // raw_exec's NOMAD_ALLOC_DIR is a host path: not inside the task directory.
+        assert_eq!(
+            check("raw_exec", "${NOMAD_ALLOC_DIR}/v", "/data/alloc/1/alloc/v").unwrap_err(),
+            "volume_mount destination \"${NOMAD_ALLOC_DIR}/v\" (interpolated: \"/data/alloc/1/alloc/v\") must be a relative path inside the task directory, without \"..\""
+        );
+        assert_eq!(check("raw_exec", "${D}/v", "local/v"), Ok(()));
     }
 
     #[test]

@@ -151,6 +151,58 @@ pub fn base_env(ctx: &TaskContext, passed: &BTreeMap<String, String>) -> BTreeMa
     env
 }
 
+/// What `${name}` stands for in a task's jobspec: `node.unique.id` and `node.unique.name`,
+/// `meta.k` (the merged meta value, held as `NOMAD_META_k`), `env.X` from `passed` (the agent's
+/// variables tasks get), else the variable `name` of `env`. `None`: it stays as written.
+fn resolve_name(
+    ctx: &TaskContext,
+    env: &BTreeMap<String, String>,
+    passed: &BTreeMap<String, String>,
+    name: &str,
+) -> Option<String> {
+    match name {
+        "node.unique.id" => Some(ctx.node_id.clone()),
+        "node.unique.name" => Some(ctx.node_name.clone()),
+        _ if name.starts_with("meta.") => env.get(&format!("NOMAD_META_{}", &name[5..])).cloned(),
+        _ => name
+            .strip_prefix("env.")
+            .and_then(|v| passed.get(v).cloned())
+            .or_else(|| env.get(name).cloned()),
+    }
+}
+
+/// Interpolates `${...}` in the values of the task's own `env` entries, each from `env` as it
+/// was before any of them was interpolated.
+fn interpolate_env_values(
+    ctx: &TaskContext,
+    env: &mut BTreeMap<String, String>,
+    passed: &BTreeMap<String, String>,
+) {
+    let snapshot = env.clone();
+    for (k, v) in env.iter_mut() {
+        if ctx.task.env.contains_key(k) {
+            *v = interpolate(v, &|n| resolve_name(ctx, &snapshot, passed, n));
+        }
+    }
+}
+
+/// `input` with `${...}` interpolated from the environment the task starts with ([`base_env`],
+/// its `env` values interpolated), as its command is: for a docker or exec task the directories
+/// are where it sees them (`NOMAD_ALLOC_DIR` is `/alloc`), for raw_exec their host paths. A
+/// volume_mount's destination is interpolated with it (Nomad's volume hook does the same).
+pub fn interpolate_for_task(
+    ctx: &TaskContext,
+    passed: &BTreeMap<String, String>,
+    input: &str,
+) -> String {
+    if !input.contains("${") {
+        return input.to_string();
+    }
+    let mut env = base_env(ctx, passed);
+    interpolate_env_values(ctx, &mut env, passed);
+    interpolate(input, &|n| resolve_name(ctx, &env, passed, n))
+}
+
 /// Interpolates `${...}` in command, args and env values from the final environment; `env.X`
 /// reads `passed`, the agent's variables that tasks get.
 pub fn start_spec(
@@ -158,27 +210,8 @@ pub fn start_spec(
     mut env: BTreeMap<String, String>,
     passed: &BTreeMap<String, String>,
 ) -> StartSpec {
-    let lookup_in = |env: &BTreeMap<String, String>, name: &str| -> Option<String> {
-        match name {
-            "node.unique.id" => Some(ctx.node_id.clone()),
-            "node.unique.name" => Some(ctx.node_name.clone()),
-            // `${meta.k}` is the merged meta value, which the environment holds as NOMAD_META_k.
-            _ if name.starts_with("meta.") => {
-                env.get(&format!("NOMAD_META_{}", &name[5..])).cloned()
-            }
-            _ => name
-                .strip_prefix("env.")
-                .and_then(|v| passed.get(v).cloned())
-                .or_else(|| env.get(name).cloned()),
-        }
-    };
-    let snapshot = env.clone();
-    for (k, v) in env.iter_mut() {
-        if ctx.task.env.contains_key(k) {
-            *v = interpolate(v, &|n| lookup_in(&snapshot, n));
-        }
-    }
-    let lookup = |n: &str| lookup_in(&env, n);
+    interpolate_env_values(ctx, &mut env, passed);
+    let lookup = |n: &str| resolve_name(ctx, &env, passed, n);
     let task = &ctx.task;
     let command = interpolate(&task.config.command, &lookup);
     let args = task

@@ -58,6 +58,16 @@ pub struct VolumeMountHook {
     pub volumes: Arc<dyn VolumeLookup>,
     /// `None` where CSI volumes are not used (tests of the runner).
     pub csi: Option<Arc<dyn CsiMountPaths>>,
+    /// The agent's variables tasks get (`task_env_passthrough`), for `${env.X}` in a destination.
+    pub task_env: Arc<BTreeMap<String, String>>,
+}
+
+/// A `volume_mount` as this run mounts it: its destination interpolated.
+struct Resolved<'t> {
+    mount: &'t VolumeMount,
+    request: &'t VolumeRequest,
+    volume: HostVolume,
+    destination: String,
 }
 
 /// `NOMAD_VOLUME_<NAME>`: the volume label upper-cased, with characters that cannot be in a
@@ -123,18 +133,16 @@ fn link_volume(
 }
 
 impl VolumeMountHook {
-    /// Each `volume_mount` of the task with its group's request and the ready host volume.
-    fn resolve<'t>(
-        &self,
-        task: &'t TaskContext,
-    ) -> Result<Vec<(&'t VolumeMount, &'t VolumeRequest, HostVolume)>, HookError> {
+    /// Each `volume_mount` of the task with its group's request, the ready host volume and its
+    /// destination interpolated with the task's environment, and checked as the jobspec checks
+    /// one written without `${...}`.
+    fn resolve<'t>(&self, task: &'t TaskContext) -> Result<Vec<Resolved<'t>>, HookError> {
         let group = task
             .job
             .task_groups
             .iter()
             .find(|g| g.name == task.group)
             .ok_or_else(|| HookError(format!("group {:?} not found", task.group)))?;
-        let container = task.task.driver == crate::jobspec::docker::NAME;
         task.task
             .volume_mounts
             .iter()
@@ -161,13 +169,23 @@ impl VolumeMountHook {
                         HookError(format!("missing host volume {:?}", request.source))
                     })?
                 };
-                if container && !mount.destination.starts_with('/') {
-                    return Err(HookError(format!(
-                        "volume_mount destination {:?} of a docker task must be an absolute path in the container",
-                        mount.destination
-                    )));
-                }
-                Ok((mount, request, volume))
+                let destination = crate::task::env::interpolate_for_task(
+                    task,
+                    &self.task_env,
+                    &mount.destination,
+                );
+                crate::jobspec::validate::check_mount_destination(
+                    &task.task.driver,
+                    &mount.destination,
+                    &destination,
+                )
+                .map_err(HookError)?;
+                Ok(Resolved {
+                    mount,
+                    request,
+                    volume,
+                    destination,
+                })
             })
             .collect()
     }
@@ -178,10 +196,10 @@ impl TaskHook for VolumeMountHook {
         Ok(self
             .resolve(task)?
             .into_iter()
-            .map(|(mount, request, volume)| crate::driver::Bind {
-                host: volume.path,
-                container: mount.destination.clone(),
-                read_only: mount.read_only || request.read_only || volume.read_only,
+            .map(|r| crate::driver::Bind {
+                host: r.volume.path,
+                container: r.destination,
+                read_only: r.mount.read_only || r.request.read_only || r.volume.read_only,
             })
             .collect())
     }
@@ -198,15 +216,20 @@ impl TaskHook for VolumeMountHook {
         let mut notes = Vec::new();
         let container = task.task.driver == crate::jobspec::docker::NAME;
         let exec = task.task.driver == crate::driver::exec::NAME;
-        for (mount, request, volume) in self.resolve(task)? {
+        for Resolved {
+            mount,
+            request,
+            volume,
+            destination,
+        } in self.resolve(task)?
+        {
             if container || exec {
                 // Bound at its destination by the docker driver, or in an exec task's root by
                 // the keeper (`container_binds`): a link would not resolve there.
-                let shown = crate::driver::exec::path_in_task(&mount.destination);
                 let shown = if exec {
-                    shown
+                    crate::driver::exec::path_in_task(&destination)
                 } else {
-                    mount.destination.clone()
+                    destination
                 };
                 env.insert(volume_env_name(&mount.volume), shown);
                 if !request.is_csi() {
@@ -214,10 +237,10 @@ impl TaskHook for VolumeMountHook {
                 }
                 continue;
             }
-            let rel = inside(&mount.destination).ok_or_else(|| {
+            // `resolve` checked it: this is the path below the task directory it names.
+            let rel = inside(&destination).ok_or_else(|| {
                 HookError(format!(
-                    "volume_mount destination {:?} must be a relative path inside the task directory",
-                    mount.destination
+                    "volume_mount destination {destination:?} must be a relative path inside the task directory"
                 ))
             })?;
             if request.is_csi() && crate::task::bind::can_bind() {

@@ -442,15 +442,13 @@ mod tests {
             with(&|j| j["TaskGroups"] = json!([])),
             invalid("job \"j\" must have at least one group")
         );
-        assert_eq!(
-            with(&|j| {
-                j["TaskGroups"][0]["Volumes"] =
-                    json!({"v": {"Type": "host", "Source": "s", "ReadOnly": true}});
-                j["TaskGroups"][0]["Tasks"][0]["VolumeMounts"] =
-                    json!([{"Volume": "v", "Destination": "v"}]);
-            }),
-            invalid("task \"t\": volume_mount of volume \"v\" is read-write but the group's volume is read-only")
-        );
+        // A read-only group volume mounted without `ReadOnly` is accepted, as in Nomad.
+        let mut ro = minimal();
+        ro["TaskGroups"][0]["Volumes"] =
+            json!({"v": {"Type": "host", "Source": "s", "ReadOnly": true}});
+        ro["TaskGroups"][0]["Tasks"][0]["VolumeMounts"] =
+            json!([{"Volume": "v", "Destination": "v"}]);
+        assert!(parse(&ro).is_ok());
         let mut ok = minimal();
         ok["TaskGroups"][0]["Tasks"][0]["KillSignal"] = json!("TERM");
         assert_eq!(

@@ -164,24 +164,20 @@ fn validate_task(group: &TaskGroup, task: &Task) -> Result<(), JobspecError> {
         )));
     }
     for mount in &task.volume_mounts {
-        let Some(volume) = group.volumes.get(&mount.volume) else {
+        if !group.volumes.contains_key(&mount.volume) {
             return Err(invalid(format!(
                 "{ctx}: volume_mount names volume {:?}, which group {:?} does not define",
                 mount.volume, group.name
             )));
-        };
+        }
         // One with `${...}` is checked by the mount hook once interpolated with the task's
         // environment (`${NOMAD_ALLOC_DIR}/volume0`, as Nomad's jobspecs write it).
         if !mount.destination.contains("${") {
             check_mount_destination(&task.driver, &mount.destination, &mount.destination)
                 .map_err(|e| invalid(format!("{ctx}: {e}")))?;
         }
-        if volume.read_only && !mount.read_only {
-            return Err(invalid(format!(
-                "{ctx}: volume_mount of volume {:?} is read-write but the group's volume is read-only",
-                mount.volume
-            )));
-        }
+        // A read-only group volume with a `volume_mount` that does not say `read_only` is
+        // accepted, as in Nomad: the mount is read-only when either is (the mount hook).
     }
     if let Some(csi) = &task.csi_plugin {
         validate_csi_plugin(&ctx, csi)?;
@@ -709,12 +705,10 @@ mod tests {
             err(&docker),
             "task \"task\": volume_mount destination \"alloc/volume0\" of a docker task must be an absolute path in the container, without \"..\""
         );
+        // Read-only when either says so, as in Nomad: not a refusal.
         let mut j = mount("data", "data", false);
         j.task_groups[0].volumes.get_mut("data").unwrap().read_only = true;
-        assert_eq!(
-            err(&j),
-            "task \"task\": volume_mount of volume \"data\" is read-write but the group's volume is read-only"
-        );
+        validate_job(&j).unwrap();
         j.task_groups[0].tasks[0].volume_mounts[0].read_only = true;
         validate_job(&j).unwrap();
     }

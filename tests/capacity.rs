@@ -1,7 +1,8 @@
 //! Node resources and placement by resources through the real agent: the fingerprint and
 //! `client { reserved }` in `/v1/node/:id` and `node status`, a job that does not fit in what
 //! is left getting Nomad's `Dimension "memory" exhausted` with no allocation, and its placement
-//! once a stopped job frees the room; a reservation larger than the node refused at start.
+//! once a stopped job frees the room; the same for a group's `ephemeral_disk` against the
+//! node's disk; a reservation larger than the node refused at start.
 
 use crate::common::*;
 use serde_json::Value;
@@ -148,6 +149,76 @@ fn a_job_that_does_not_fit_in_unreserved_memory_waits_for_room() {
     assert!(out.status.success(), "{out:?}");
     running(&agent, "more");
     assert_eq!(agent.allocs("more").len(), 1);
+}
+
+/// A service of one task that sleeps, its group asking `disk` MB of ephemeral disk.
+fn disk_service(dir: &TempDir, name: &str, disk: u64) -> PathBuf {
+    let p = dir.path().join(format!("{name}.hcl"));
+    std::fs::write(
+        &p,
+        format!(
+            r#"
+job "{name}" {{
+  group "g" {{
+    ephemeral_disk {{
+      size = {disk}
+    }}
+    task "t" {{
+      driver = "raw_exec"
+      kill_timeout = "2s"
+      config {{
+        command = "/bin/sleep"
+        args = ["{}"]
+      }}
+      resources {{
+        cpu    = 50
+        memory = 50
+      }}
+    }}
+  }}
+}}"#,
+            unique_marker(200_000)
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// The groups' `ephemeral_disk { size }` counts against the node's disk (`Disk.DiskMB`): a
+/// job asking more than the node has is refused with Nomad's `Dimension "disk"` and exit 2 and
+/// gets no allocation; a small one runs, shows its size in `alloc status -stats`, and what it
+/// holds is counted against the next job.
+#[test]
+fn a_job_whose_ephemeral_disk_does_not_fit_gets_no_allocation() {
+    let dir = TempDir::new("cap-disk");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let nodes = agent.get("/v1/nodes");
+    let node = agent.get(&format!("/v1/node/{}", nodes[0]["ID"].as_str().unwrap()));
+    let disk = node["NodeResources"]["Disk"]["DiskMB"].as_u64().unwrap();
+    assert_eq!(node["ReservedResources"]["Disk"]["DiskMB"], 0, "{node}");
+    assert!(disk > 20, "{node}");
+    let disk_failure = "    Task Group \"g\" (failed to place 1 allocation):\n      \
+                        * Resources exhausted on 1 nodes\n      \
+                        * Dimension \"disk\" exhausted on 1 nodes\n";
+
+    let (code, out) = run(&agent, &disk_service(&dir, "huge", disk + 1));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains(disk_failure), "{out}");
+    assert!(agent.allocs("huge").is_empty());
+
+    let (code, out) = run(&agent, &disk_service(&dir, "small", 10));
+    assert_eq!(code, Some(0), "{out}");
+    let alloc = running(&agent, "small");
+    let out = agent.cli(&["alloc", "status", "-stats", &alloc]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("50 MiB  10 MiB"), "{text}");
+
+    // What is left once the small job holds its 10 MB is one MB too few for this one.
+    let (code, out) = run(&agent, &disk_service(&dir, "rest", disk - 9));
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains(disk_failure), "{out}");
+    assert!(agent.allocs("rest").is_empty());
 }
 
 /// Reserving more memory than the node has is a configuration error: the agent says which key

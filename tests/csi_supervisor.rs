@@ -107,6 +107,7 @@ fn task_context(
         task_groups: vec![TaskGroup {
             shutdown_delay: Default::default(),
             meta: Default::default(),
+            ephemeral_disk: Default::default(),
             name: "group".into(),
             count: 1,
             restart_policy: policy,

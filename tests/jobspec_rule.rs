@@ -2,7 +2,7 @@
 //! Nomad's documentation writes a typical job — `update`, `migrate`, `reschedule`, `service`,
 //! `ephemeral_disk`, `meta` at three levels and a task directly in `job` — runs with the merged
 //! `NOMAD_META_*` in its environment and `${meta.x}` interpolated, and `job run` prints one warning per
-//! block that has no effect on one node; a `template` is refused with its line and nothing is
+//! block (or `ephemeral_disk`'s `sticky`) that has no effect on one node; a `template` is refused with its line and nothing is
 //! registered; a name Nomad does not know is still an error with its line; the JSON a Nomad
 //! client would send for the same job registers the same job.
 
@@ -49,7 +49,8 @@ job "docs" {
     }
 
     ephemeral_disk {
-      size = 10
+      size   = 10
+      sticky = false
     }
 
     service {
@@ -116,7 +117,7 @@ fn a_typical_nomad_job_runs_with_its_warnings_printed() {
         "\"update\" has no effect on one node",
         "\"migrate\" has no effect on one node",
         "\"reschedule\" has no effect on one node",
-        "\"ephemeral_disk\" has no effect on one node",
+        "\"ephemeral_disk.sticky\" has no effect on one node",
         "\"service\" has no effect on one node: services are not registered on this node",
     ];
     assert!(stdout.starts_with("Job Warnings:\n"), "{stdout}");
@@ -181,7 +182,7 @@ fn hcl_and_nomad_api_json_give_the_same_job() {
         "TaskGroups": [
             {"Name": "cache", "Count": 1,
              "ReschedulePolicy": {"Delay": 30_000_000_000u64, "Unlimited": true},
-             "EphemeralDisk": {"SizeMB": 10},
+             "EphemeralDisk": {"SizeMB": 10, "Sticky": false, "Migrate": false},
              "Services": [{"Name": "cache", "PortLabel": "db"}],
              "Meta": {"tier": "group", "zone": "a"},
              "Tasks": [redis]},
@@ -195,6 +196,7 @@ fn hcl_and_nomad_api_json_give_the_same_job() {
     assert!(warnings.contains("TaskGroups[0].Services"), "{warnings}");
     let registered = agent.get("/v1/job/docs");
     assert_eq!(registered["TaskGroups"], from_hcl["TaskGroups"]);
+    assert_eq!(registered["TaskGroups"][0]["EphemeralDisk"]["SizeMB"], 10);
     assert_eq!(registered["Type"], from_hcl["Type"]);
     assert_eq!(registered["Meta"], from_hcl["Meta"]);
     assert_eq!(

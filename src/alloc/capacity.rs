@@ -40,10 +40,14 @@ pub struct Asks {
 impl Asks {
     /// One allocation of `group`: its tasks' `resources` summed. The scheduler counts
     /// `memory`, not `memory_max` (Nomad's oversubscription), and a task's `cores` as that many
-    /// cores and `mhz_per_core` MHz each of `cpu` (Nomad's `SharesPerCore`). The group's
-    /// `ephemeral_disk` is not read by the jobspec yet, so it asks nothing.
+    /// cores and `mhz_per_core` MHz each of `cpu` (Nomad's `SharesPerCore`). The disk is the
+    /// group's `ephemeral_disk` size, once per allocation (Nomad's `AllocatedSharedResources`).
     pub fn of_group(group: &TaskGroup, mhz_per_core: u64) -> Asks {
-        group.tasks.iter().fold(Asks::default(), |a, t| Asks {
+        let shared = Asks {
+            disk_mb: group.ephemeral_disk.size_mb,
+            ..Asks::default()
+        };
+        group.tasks.iter().fold(shared, |a, t| Asks {
             cpu_mhz: a.cpu_mhz + task_cpu_mhz(&t.resources, mhz_per_core),
             memory_mb: a.memory_mb + u64::from(t.resources.memory_mb),
             cores: a.cores + t.resources.cores,
@@ -168,6 +172,8 @@ mod tests {
                 let mut g = template.clone();
                 g.name = name.to_string();
                 g.count = *count;
+                // Small enough that only the tests of the disk run out of it.
+                g.ephemeral_disk.size_mb = 10;
                 g.tasks[0].resources.cpu = *cpu;
                 g.tasks[0].resources.memory_mb = *mem;
                 g
@@ -258,6 +264,38 @@ mod tests {
             "* Dimension \"cores\" exhausted on 1 nodes"
         );
         assert_eq!((after.cores, after.cpu_mhz), (2, 500));
+    }
+
+    #[test]
+    fn the_groups_ephemeral_disk_is_asked_once_per_allocation() {
+        let mut j = job(&[("a", 3, 10, 10), ("b", 1, 10, 10)]);
+        j.task_groups[0].ephemeral_disk.size_mb = 300;
+        let second = j.task_groups[0].tasks[0].clone();
+        j.task_groups[0].tasks.push(second);
+        j.task_groups[1].ephemeral_disk.size_mb = 500;
+        assert_eq!(Asks::of_group(&j.task_groups[0], 500).disk_mb, 300);
+        let mut p = placing(&j);
+        let used = Asks {
+            disk_mb: 100,
+            ..Asks::default()
+        };
+        let after = fit(&j, &cap(), used, &mut p);
+        // 100 held and three of a's 300 (once each, though a has two tasks) fill the 1000
+        // exactly, which fits; b's 500 then does not.
+        assert_eq!(p.place, BTreeMap::from([("a".into(), 3)]));
+        assert_eq!(
+            p.failures,
+            vec![PlacementFailure {
+                group: "b".into(),
+                failed: 1,
+                reason: Reason::Dimension("disk".into()),
+            }]
+        );
+        assert_eq!(
+            p.failures[0].lines()[1],
+            "* Dimension \"disk\" exhausted on 1 nodes"
+        );
+        assert_eq!(after.disk_mb, 1000);
     }
 
     #[test]

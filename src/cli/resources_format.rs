@@ -51,7 +51,8 @@ fn asks_of(alloc: &Value, task: &Value) -> (u64, u64) {
 }
 
 /// Nomad's `Allocated Resources` of a node: what the live allocations (`allocs`, with their
-/// jobs) ask out of the node's unreserved resources.
+/// jobs) ask out of the node's unreserved resources, the disk being their groups'
+/// `ephemeral_disk`.
 pub fn allocated_resources(node: &Value, allocs: &[Value]) -> String {
     let total = |k: &str, field: &str| {
         u(node, &["NodeResources", k, field])
@@ -61,6 +62,7 @@ pub fn allocated_resources(node: &Value, allocs: &[Value]) -> String {
         .iter()
         .map(alloc_asks)
         .fold((0, 0), |(c, m), (ac, am)| (c + ac, m + am));
+    let disk: u64 = allocs.iter().map(group_disk_mb).sum();
     const MIB: u64 = 1024 * 1024;
     format!(
         "Allocated Resources\n{}\n",
@@ -73,10 +75,25 @@ pub fn allocated_resources(node: &Value, allocs: &[Value]) -> String {
                     ibytes(mem * MIB),
                     ibytes(total("Memory", "MemoryMB") * MIB)
                 ),
-                format!("0 B/{}", ibytes(total("Disk", "DiskMB") * MIB)),
+                format!(
+                    "{}/{}",
+                    ibytes(disk * MIB),
+                    ibytes(total("Disk", "DiskMB") * MIB)
+                ),
             ],
         ])
     )
+}
+
+/// The `EphemeralDisk.SizeMB` of an allocation's group in its `Job`: a job writes none when it
+/// is Nomad's default of 300 MB.
+fn group_disk_mb(alloc: &Value) -> u64 {
+    let group = s(alloc, "TaskGroup");
+    let groups = alloc["Job"]["TaskGroups"].as_array().into_iter().flatten();
+    groups
+        .filter(|g| s(g, "Name") == group)
+        .find_map(|g| g["EphemeralDisk"]["SizeMB"].as_u64())
+        .unwrap_or(crate::jobspec::ephemeral_disk::DEFAULT_SIZE_MB)
 }
 
 /// A task's `Resources` in an allocation's `Job` (MHz, MB).
@@ -91,11 +108,12 @@ fn task_asks(alloc: &Value, task: &str) -> (u64, u64) {
 }
 
 /// Nomad's `Task Resources` of one task with its usage from the allocation's stats
-/// (`AllocResourceUsage`): `12/100 MHz  1.2 MiB/300 MiB  300 MiB`. The disk is Nomad's default
-/// `ephemeral_disk`, which the jobspec does not read yet. A task the stats lack (not running)
-/// shows its asks alone.
+/// (`AllocResourceUsage`): `12/100 MHz  1.2 MiB/300 MiB  300 MiB`. The disk is the group's
+/// `ephemeral_disk` size (Nomad's CLI prints the allocation's shared disk on every task). A
+/// task the stats lack (not running) shows its asks alone.
 pub fn task_resources(alloc: &Value, stats: &Value, task: &str) -> String {
     let (cpu, mem) = task_asks(alloc, task);
+    let disk = ibytes(group_disk_mb(alloc) * 1024 * 1024);
     let usage = &stats["Tasks"][task]["ResourceUsage"];
     let mem_total = ibytes(mem * 1024 * 1024);
     let (cpu_cell, mem_cell) = if usage.is_object() {
@@ -126,7 +144,7 @@ pub fn task_resources(alloc: &Value, stats: &Value, task: &str) -> String {
                 "Disk".into(),
                 "Addresses".into()
             ],
-            vec![cpu_cell, mem_cell, "300 MiB".into(), String::new()],
+            vec![cpu_cell, mem_cell, disk, String::new()],
         ])
     )
 }
@@ -175,14 +193,14 @@ mod tests {
         });
         let alloc = json!({"TaskGroup": "g", "Job": {"TaskGroups": [
             {"Name": "other", "Tasks": [{"Resources": {"CPU": 999, "MemoryMB": 999}}]},
-            {"Name": "g", "Tasks": [
+            {"Name": "g", "EphemeralDisk": {"SizeMB": 100}, "Tasks": [
                 {"Resources": {"CPU": 100, "MemoryMB": 100}},
                 {"Resources": {"CPU": 50, "MemoryMB": 50}}
             ]}
         ]}});
         assert_eq!(
             allocated_resources(&node, &[alloc]),
-            "Allocated Resources\nCPU           Memory           Disk\n150/4000 MHz  150 MiB/200 MiB  0 B/1.0 GiB\n"
+            "Allocated Resources\nCPU           Memory           Disk\n150/4000 MHz  150 MiB/200 MiB  100 MiB/1.0 GiB\n"
         );
         // A task with cores: the job says CPU 0, the allocation its cores' MHz.
         let pinned = json!({"TaskGroup": "g", "Job": {"TaskGroups": [
@@ -207,6 +225,13 @@ mod tests {
         assert_eq!(
             task_resources(&alloc, &json!({}), "t"),
             "Task Resources:\nCPU      Memory   Disk     Addresses\n100 MHz  300 MiB  300 MiB\n"
+        );
+        // The group's ephemeral disk where it has one.
+        let mut sized = alloc.clone();
+        sized["Job"]["TaskGroups"][0]["EphemeralDisk"] = json!({"SizeMB": 2048});
+        assert_eq!(
+            task_resources(&sized, &json!({}), "t"),
+            "Task Resources:\nCPU      Memory   Disk     Addresses\n100 MHz  300 MiB  2.0 GiB\n"
         );
         let host = json!({"CPUTicksConsumed": 164.9, "Memory": {"Used": 1_288_490_189u64, "Total": 8_160_437_862u64},
                           "DiskStats": [{"Device": "/dev/vda"}]});

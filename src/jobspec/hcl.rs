@@ -14,7 +14,7 @@
 //! job "<id>" { type datacenters node_pool  constraint {..}  group "<name>" {..}
 //!              periodic { cron crons prohibit_overlap time_zone enabled }
 //!              parameterized { payload meta_required meta_optional } (super::periodic) }
-//! group "<name>" { count  restart {..}  constraint {..}
+//! group "<name>" { count  restart {..}  constraint {..}  ephemeral_disk { size } (super::ephemeral_disk)
 //!                  volume "<label>" { type source read_only access_mode attachment_mode per_alloc
 //!                                     mount_options { fs_type mount_flags } }
 //!                  network { mode  port "<label>" { static to host_network } } (super::network)
@@ -169,7 +169,15 @@ impl Walk<'_> {
             &what,
             &block.body,
             &["count", "shutdown_delay"],
-            &["restart", "volume", "network", "task", "constraint", "meta"],
+            &[
+                "restart",
+                "volume",
+                "network",
+                "task",
+                "constraint",
+                "meta",
+                "ephemeral_disk",
+            ],
         )?;
         let count = self.src.opt_u32(&items, "count")?;
         let restart_policy = self
@@ -203,6 +211,7 @@ impl Walk<'_> {
             constraints: Some(self.constraints(&what, Level::Group, &items)?),
             meta: super::meta::read_hcl(self.src, &items)?,
             shutdown_delay: self.duration(&items, "shutdown_delay")?,
+            ephemeral_disk: super::ephemeral_disk::read_hcl(self.src, &items)?,
             tasks: Some(tasks),
             ..RawGroup::default()
         })
@@ -635,6 +644,7 @@ job "example" {
             task_groups: vec![TaskGroup {
                 shutdown_delay: Duration::ZERO,
                 meta: Default::default(),
+                ephemeral_disk: Default::default(),
                 name: "group".to_string(),
                 count: 1,
                 restart_policy: policy,

@@ -12,6 +12,7 @@
 pub mod constraint;
 pub mod cron;
 pub mod docker;
+pub mod ephemeral_disk;
 pub mod fields;
 pub mod hcl;
 pub mod interpolate;
@@ -268,6 +269,13 @@ pub struct TaskGroup {
     /// `meta { }` ([`meta`]); not written when empty, so a job without one keeps its JSON.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub meta: meta::Meta,
+    /// `ephemeral_disk` ([`ephemeral_disk`]): what each allocation asks of the node's disk. Not
+    /// written when it is Nomad's default, so a job without one keeps its JSON.
+    #[serde(
+        default,
+        skip_serializing_if = "ephemeral_disk::EphemeralDisk::is_default"
+    )]
+    pub ephemeral_disk: ephemeral_disk::EphemeralDisk,
     pub tasks: Vec<Task>,
 }
 

@@ -69,6 +69,7 @@ pub(crate) struct RawGroup {
     pub meta: Option<BTreeMap<String, String>>,
     #[serde(default, deserialize_with = "zero_is_unset")]
     pub shutdown_delay: Option<RawDuration>,
+    pub ephemeral_disk: Option<super::ephemeral_disk::RawEphemeralDisk>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -252,6 +253,9 @@ impl RawJob {
             }
             for (label, v) in g.volumes.iter().flatten() {
                 warn_extra(&mut out, &format!("{path}.Volumes.{label}."), &v.extra);
+            }
+            if let Some(d) = &g.ephemeral_disk {
+                warn_extra(&mut out, &format!("{path}.EphemeralDisk."), &d.extra);
             }
             super::network::ignored_fields(&mut out, &path, &g.networks);
             for (j, t) in g.tasks.iter().flatten().enumerate() {
@@ -452,6 +456,8 @@ fn group(path: &str, job_type: JobType, raw: RawGroup) -> Result<TaskGroup, Jobs
         .enumerate()
         .map(|(i, t)| task(&format!("{path}.Tasks[{i}]"), restart_policy, t))
         .collect::<Result<_, _>>()?;
+    let ephemeral_disk =
+        super::ephemeral_disk::convert(&format!("group {name:?}"), raw.ephemeral_disk.as_ref())?;
     let group = TaskGroup {
         constraints: constraint::convert(
             &format!("group {name:?}"),
@@ -466,6 +472,7 @@ fn group(path: &str, job_type: JobType, raw: RawGroup) -> Result<TaskGroup, Jobs
         shutdown_delay: duration(&format!("{path}.ShutdownDelay"), raw.shutdown_delay)?
             .unwrap_or_default(),
         meta: raw.meta.unwrap_or_default(),
+        ephemeral_disk,
         tasks,
     };
     super::network::check_docker_ports(&group)?;

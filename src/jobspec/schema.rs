@@ -34,6 +34,7 @@ pub enum Level {
 
 /// Blocks and attributes accepted with no effect on one node: the levels they may appear at,
 /// their name, and the one-line reason given in the job's warnings.
+#[rustfmt::skip]
 pub const NO_EFFECT: &[(&[Level], &str, &str)] = {
     use Level::{Group as G, Job as J, Task as T};
     &[
@@ -53,7 +54,6 @@ pub const NO_EFFECT: &[(&[Level], &str, &str)] = {
         (&[G], "max_client_disconnect", "a node without servers is never disconnected from them"),
         (&[G], "stop_after_client_disconnect", "a node without servers is never disconnected from them"),
         (&[G], "prevent_reschedule_on_lost", "there is no other node to reschedule allocations on"),
-        (&[G], "ephemeral_disk", "the allocation directory is always on this node's disk; sticky and migrate need another node"),
         (&[G, T], "service", "services are not registered on this node"),
         (&[T], "kind", "Consul Connect is not available on this node"),
         (&[T], "action", "actions are not run on this node"),
@@ -75,6 +75,21 @@ pub const REFUSED: &[(&[Level], &str, &str)] = {
 /// `DiskMB` (Nomad's own jobspecs write it). `memory_max` is implemented (resources.md).
 pub const RESOURCES_NO_EFFECT: &[(&str, &str)] =
     &[("disk", "deprecated in Nomad; disk is not reserved per task")];
+
+/// Attributes of a group's `ephemeral_disk` accepted with no effect (its `size` is read,
+/// `jobspec::ephemeral_disk`): the attribute, the name it is warned by, and why.
+pub const EPHEMERAL_DISK_NO_EFFECT: &[(&str, &str, &str)] = &[
+    (
+        "sticky",
+        "ephemeral_disk.sticky",
+        "there is no other node to keep the allocation directory for",
+    ),
+    (
+        "migrate",
+        "ephemeral_disk.migrate",
+        "there is no other node to migrate the allocation directory to",
+    ),
+];
 
 /// The one line of a no-effect name's warning.
 pub fn warning(name: &str, reason: &str) -> String {
@@ -107,7 +122,11 @@ pub fn prepare_hcl(body: &mut Body, src: &Source) -> Result<Vec<String>, Jobspec
                 let task_what = what("task", task);
                 strip(&mut task.body, src, Level::Task, &task_what, &mut out)?;
                 for resources in task.body.get_blocks_mut("resources") {
-                    strip_resources(&mut resources.body, &mut out);
+                    let table: Vec<_> = RESOURCES_NO_EFFECT
+                        .iter()
+                        .map(|&(n, reason)| (n, n, reason))
+                        .collect();
+                    strip_attributes(&mut resources.body, &table, &mut out);
                 }
             }
         }
@@ -115,19 +134,19 @@ pub fn prepare_hcl(body: &mut Body, src: &Source) -> Result<Vec<String>, Jobspec
     Ok(out.list)
 }
 
-/// Takes [`RESOURCES_NO_EFFECT`]'s attributes out of a `resources` body, warned.
-fn strip_resources(body: &mut Body, out: &mut Warnings) {
+/// Takes the attributes of `table` (attribute, warned name, reason) out of a block's body,
+/// warned: [`RESOURCES_NO_EFFECT`] from `resources`, [`EPHEMERAL_DISK_NO_EFFECT`] from
+/// `ephemeral_disk`.
+fn strip_attributes(body: &mut Body, table: &[(&str, &'static str, &str)], out: &mut Warnings) {
     let mut i = 0;
     while i < body.len() {
         let found = match body.get(i) {
-            Some(Structure::Attribute(a)) => RESOURCES_NO_EFFECT
-                .iter()
-                .find(|(n, _)| *n == a.key.as_str()),
+            Some(Structure::Attribute(a)) => table.iter().find(|(n, _, _)| *n == a.key.as_str()),
             _ => None,
         };
         match found {
-            Some((n, reason)) => {
-                out.add(n, reason);
+            Some((_, name, reason)) => {
+                out.add(name, reason);
                 body.remove(i);
             }
             None => i += 1,
@@ -197,6 +216,12 @@ fn strip(
             out.add(n, reason);
             body.remove(i);
             continue;
+        }
+        // In its place, so its warnings keep the order the names are written in.
+        if let (Level::Group, Some(Structure::Block(disk))) = (level, body.get_mut(i)) {
+            if disk.ident.as_str() == "ephemeral_disk" {
+                strip_attributes(&mut disk.body, EPHEMERAL_DISK_NO_EFFECT, out);
+            }
         }
         i += 1;
     }
@@ -274,7 +299,7 @@ job "docs" {
   migrate { max_parallel = 1 }
   group "web" {
     reschedule { delay = "30s" }
-    ephemeral_disk { size = 10 }
+    ephemeral_disk { sticky = true }
     service { name = "web" }
     task "server" {
       driver = "raw_exec"
@@ -298,10 +323,7 @@ job "docs" {
                     "reschedule",
                     lookup(NO_EFFECT, Level::Group, "reschedule").unwrap()
                 ),
-                warning(
-                    "ephemeral_disk",
-                    lookup(NO_EFFECT, Level::Group, "ephemeral_disk").unwrap()
-                ),
+                warning("ephemeral_disk.sticky", EPHEMERAL_DISK_NO_EFFECT[0].2),
                 "\"service\" has no effect on one node: services are not registered on this node"
                     .to_string(),
                 warning(

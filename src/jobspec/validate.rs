@@ -442,6 +442,7 @@ mod tests {
             task_groups: vec![TaskGroup {
                 shutdown_delay: Duration::ZERO,
                 meta: Default::default(),
+                ephemeral_disk: Default::default(),
                 name: "group".to_string(),
                 count: 1,
                 restart_policy: JobType::Service.default_restart_policy(),

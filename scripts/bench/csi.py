@@ -19,7 +19,7 @@ from benchlib import RELEASE_BIN, TARGET, cpu_ns, pct, req, start_agent, stop_ag
 
 
 def plugin_job(jid, plugin, mode, count=1, delay_ms=500):
-    return {"Job": {"ID": jid, "Name": jid, "TaskGroups": [{"Name": "g", "Count": count,
+    return {"Job": {"ID": jid, "Name": jid, "TaskGroups": [{"Name": "g", "Count": count, "EphemeralDisk": {"SizeMB": 10},
         "RestartPolicy": {"Attempts": 0, "Interval": 1_800_000_000_000, "Delay": 15_000_000_000, "Mode": "fail"},
         "Tasks": [{"Name": "plugin", "Driver": "raw_exec", "Resources": {"CPU": 1, "MemoryMB": 16},
                    "Config": {"command": plugin, "args": ["--mode", mode, "--delay-ms", str(delay_ms), "--endpoint", "${CSI_ENDPOINT}"]},

@@ -162,7 +162,7 @@ def run_nodeward(binary, engine, n, kills):
     extra = f'plugin "docker" {{\n config {{ endpoint = "{engine.endpoint}" }}\n}}\n'
     agent, addr, _ = start_agent(binary, tmp, extra)
     job = {"Job": {"ID": "bench", "Name": "bench", "Type": "service", "TaskGroups": [{
-        "Name": "g", "Count": n,
+        "Name": "g", "Count": n, "EphemeralDisk": {"SizeMB": 10},
         "RestartPolicy": {"Attempts": 100000, "Interval": 3600 * 10**9, "Delay": 0, "Mode": "delay"},
         "Tasks": [{"Name": "t", "Driver": "docker", "Resources": {"CPU": 1, "MemoryMB": 16}, "KillTimeout": 10**9,
                    "Config": {"image": "busybox:1", "command": "sleep", "args": ["3600"],

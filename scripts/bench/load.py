@@ -169,7 +169,7 @@ def main():
         time.sleep(1)
         idle["before"] = proc_sample(agent.pid)
         req(addr, "PUT", "/v1/jobs", {"Job": {"ID": "crashloop", "Name": "crashloop", "Type": "service",
-            "TaskGroups": [{"Name": "g", "Count": a.tasks,
+            "TaskGroups": [{"Name": "g", "Count": a.tasks, "EphemeralDisk": {"SizeMB": 10},
                 "RestartPolicy": {"Attempts": 100_000, "Interval": 100_000 * 2 * 10**9, "Delay": 10**9, "Mode": "delay"},
                 "Tasks": [{"Name": "t", "Driver": "raw_exec", "Resources": {"CPU": 1, "MemoryMB": 16},
                            "Config": {"command": "/bin/sh", "args": ["-c", f"sleep {marker}; exit 1"]},

@@ -28,7 +28,7 @@ from benchlib import (RELEASE_BIN, keeper_pid, pids_with, req, rollup, spawn_age
 
 def jobs(n, k, marker):
     """N groups of one `sleep` task each, spread over K jobs."""
-    groups = [{"Name": f"g{i}", "Count": 1,
+    groups = [{"Name": f"g{i}", "Count": 1, "EphemeralDisk": {"SizeMB": 10},
                "RestartPolicy": {"Attempts": 2, "Interval": 1_800_000_000_000, "Delay": 15_000_000_000, "Mode": "fail"},
                "Tasks": [{"Name": "t", "Driver": "raw_exec", "Resources": {"CPU": 1, "MemoryMB": 16},
                           "Config": {"command": "/bin/sleep", "args": [marker]}}]}

@@ -109,7 +109,7 @@ def run_nodeward(binary, tmp, n, kills, jobs=1):
     pidfiles = [os.path.join(tmp, f"p{i}") for i in range(n)]
     agent, addr, data = start_agent(binary, tmp)
     def start():
-        groups = [{"Name": f"s{i}", "Count": 1,
+        groups = [{"Name": f"s{i}", "Count": 1, "EphemeralDisk": {"SizeMB": 10},
                    "RestartPolicy": {"Attempts": 100000, "Interval": 3_600_000_000_000 * 24 * 365, "Delay": 0, "Mode": "delay"},
                    "Tasks": [{"Name": "t", "Driver": "raw_exec", "Resources": {"CPU": 1, "MemoryMB": 16},
                               "Config": {"command": "/bin/sh", "args": ["-c", wrapper(pidfiles[i], marker)]}}]}

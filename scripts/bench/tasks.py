@@ -26,7 +26,7 @@ from benchlib import RELEASE_BIN, cpu_ns, memory, pct, procs_with, req, start_ag
 
 def job(jid, count, args, delay="15s", attempts=2, mode="fail"):
     return {"Job": {"ID": jid, "Name": jid, "Type": "service", "TaskGroups": [{
-        "Name": "g", "Count": count,
+        "Name": "g", "Count": count, "EphemeralDisk": {"SizeMB": 10},
         "RestartPolicy": {"Attempts": attempts, "Interval": 600_000_000_000 if attempts > 2 else 1_800_000_000_000,
                           "Delay": int(float(delay.rstrip("s")) * 1e9), "Mode": mode},
         "Tasks": [{"Name": "t", "Driver": "raw_exec", "Resources": {"CPU": 1, "MemoryMB": 16}, "Config": {"command": args[0], "args": args[1:]},

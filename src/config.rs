@@ -91,8 +91,9 @@ pub struct AgentConfig {
     pub docker: DockerSettings,
     /// `client { reserved { } }`: what placement leaves to the host (resources.md).
     pub reserved: crate::resources::ReservedResources,
-    /// `client { cpu_total_compute memory_total_mb }` (Nomad's): the node's CPU (MHz) and memory
-    /// (MB) as the operator states them, instead of the fingerprint's.
+    /// `client { cpu_total_compute memory_total_mb disk_free_mb }` (Nomad's): the node's CPU
+    /// (MHz), memory and free disk (MB) as the operator states them, instead of the
+    /// fingerprint's.
     pub totals: crate::resources::Totals,
     /// The drivers' settings (`client { chroot_env options }`): exec's, and the denylist.
     pub drivers: exec::DriverSettings,
@@ -202,6 +203,7 @@ struct RawClient {
     reserved: Option<reserved::RawReserved>,
     cpu_total_compute: Option<u64>,
     memory_total_mb: Option<u64>,
+    disk_free_mb: Option<u64>,
     cgroups: Option<bool>,
     cgroup_parent: Option<String>,
     /// Values may be written as numbers or booleans too; each is kept as its text.
@@ -286,6 +288,7 @@ impl RawConfig {
                 reserved,
                 cpu_total_compute,
                 memory_total_mb,
+                disk_free_mb,
                 chroot_env,
                 cgroups,
                 cgroup_parent
@@ -470,6 +473,7 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
     let totals = crate::resources::Totals {
         cpu_mhz: positive("client.cpu_total_compute", client.cpu_total_compute)?,
         memory_mb: positive("client.memory_total_mb", client.memory_total_mb)?,
+        disk_free_mb: positive("client.disk_free_mb", client.disk_free_mb)?,
     };
     let (docker, mut warnings) = plugins::validate(raw.plugin.unwrap_or_default())?;
     let drivers = exec::settings(client.chroot_env, client.options, &mut warnings)?;

@@ -84,7 +84,7 @@ fn a_full_disk_changes_nothing_and_the_state_is_written_once_there_is_room() {
     let dir = TempDir::new("dur-full");
     let data = dir.path().join("data");
     let _tmpfs = Tmpfs::mount(&data, "4m");
-    let agent = TestAgent::start_in(dir.path(), "");
+    let agent = TestAgent::start_in(dir.path(), FULL_DISK_CONFIG);
     let m = marker();
     agent.run_hcl(&job(&m, "v1"));
     let alloc = agent.alloc_id("web");

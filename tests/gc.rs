@@ -337,7 +337,8 @@ fn a_full_disk_is_freed_by_collecting_terminal_allocations() {
     let _tmpfs = Tmpfs::mount(&dir.path().join("data"), "8m");
     let agent = TestAgent::start_in(
         dir.path(),
-        "client {\n  gc_interval = \"100ms\"\n  gc_disk_usage_threshold = 50\n}\n",
+        // As FULL_DISK_CONFIG: the tmpfs has no room for the allocations' ephemeral disk.
+        "client {\n  gc_interval = \"100ms\"\n  gc_disk_usage_threshold = 50\n  disk_free_mb = 10000\n}\n",
     );
     let (svc, pid) = service(&agent, "svc");
     // The task fills the disk and then waits for `go`: until the test knows the allocation's

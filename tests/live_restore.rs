@@ -658,7 +658,7 @@ fn a_full_disk_at_start_changes_no_task() {
     let dir = TempDir::new("lr-full");
     let data = dir.path().join("data");
     let _tmpfs = Tmpfs::mount(&data, "4m");
-    let mut agent = TestAgent::start_in(dir.path(), "");
+    let mut agent = TestAgent::start_in(dir.path(), FULL_DISK_CONFIG);
     let (m, m2) = (marker(), marker());
     let alloc = agent.alloc_id(&agent.run_hcl(&job("full", "", "", &format!("exec sleep {m}"))));
     let other = agent.alloc_id(&agent.run_hcl(&job("other", "", "", &format!("exec sleep {m2}"))));

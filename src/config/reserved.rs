@@ -91,14 +91,15 @@ mod tests {
         };
         let c = load(
             "t.hcl",
-            "client {\n  cpu_total_compute = 8000\n  memory_total_mb = 4096\n}\n",
+            "client {\n  cpu_total_compute = 8000\n  memory_total_mb = 4096\n  disk_free_mb = 20000\n}\n",
         )
         .unwrap();
         assert_eq!(
             c.totals,
             crate::resources::Totals {
                 cpu_mhz: Some(8000),
-                memory_mb: Some(4096)
+                memory_mb: Some(4096),
+                disk_free_mb: Some(20000),
             }
         );
         let err = load("z.hcl", "client {\n  memory_total_mb = 0\n}\n").unwrap_err();

@@ -160,11 +160,14 @@ pub fn format_cpuset(cores: &[u32]) -> String {
 }
 
 /// The node's totals as the agent's configuration states them (`client { cpu_total_compute
-/// memory_total_mb }`), each replacing the fingerprint's reading when set.
+/// memory_total_mb disk_free_mb }`), each replacing the fingerprint's reading when set.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Totals {
     pub cpu_mhz: Option<u64>,
     pub memory_mb: Option<u64>,
+    /// The disk placement counts allocations' `ephemeral_disk` against (the data directory's
+    /// free space otherwise).
+    pub disk_free_mb: Option<u64>,
 }
 
 /// The frequency a core is counted at when neither cpufreq nor /proc/cpuinfo gives one (ARM
@@ -218,16 +221,24 @@ pub fn fingerprint(data_dir: &Path, totals: Totals) -> Result<NodeResources, Res
             })? / 1024
         }
     };
-    let disk = stats::disk_of(data_dir).map_err(|e| ResourcesError::Fingerprint {
-        what: "disk",
-        reason: format!("{}: {e}", data_dir.display()),
-    })?;
+    let disk_mb = match totals.disk_free_mb {
+        Some(free) => free,
+        None => {
+            stats::disk_of(data_dir)
+                .map_err(|e| ResourcesError::Fingerprint {
+                    what: "disk",
+                    reason: format!("{}: {e}", data_dir.display()),
+                })?
+                .available
+                / (1024 * 1024)
+        }
+    };
     Ok(NodeResources {
         cpu_mhz,
         total_cores: cores.len() as u32,
         cores,
         memory_mb,
-        disk_mb: disk.available / (1024 * 1024),
+        disk_mb,
     })
 }
 

@@ -422,6 +422,11 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The configuration of an agent on a [`Tmpfs`] of a few MB: such a disk has no room for the
+/// allocations' `ephemeral_disk` (300 MB each by default, a placement dimension), so the test
+/// states the disk placement counts, as an operator may (`client { disk_free_mb }`).
+pub const FULL_DISK_CONFIG: &str = "client { disk_free_mb = 10000 }\n";
+
 /// A tmpfs mounted for one test (root only), unmounted (lazily: the keeper may still hold a log
 /// file) when dropped.
 pub struct Tmpfs(pub PathBuf);

@@ -470,11 +470,11 @@ fn validate(raw: RawConfig, dev: bool) -> Result<AgentConfig, ConfigError> {
             .map_err(|e| ConfigError::Invalid(format!("client.task_env_passthrough: {e}")))?;
     }
     let reserved = reserved::validate(client.reserved.as_ref())?;
-    let totals = crate::resources::Totals {
-        cpu_mhz: positive("client.cpu_total_compute", client.cpu_total_compute)?,
-        memory_mb: positive("client.memory_total_mb", client.memory_total_mb)?,
-        disk_free_mb: positive("client.disk_free_mb", client.disk_free_mb)?,
-    };
+    let totals = reserved::totals([
+        ("cpu_total_compute", client.cpu_total_compute),
+        ("memory_total_mb", client.memory_total_mb),
+        ("disk_free_mb", client.disk_free_mb),
+    ])?;
     let (docker, mut warnings) = plugins::validate(raw.plugin.unwrap_or_default())?;
     let drivers = exec::settings(client.chroot_env, client.options, &mut warnings)?;
     let mut host_volumes = BTreeMap::new();
@@ -638,13 +638,6 @@ fn validate_gc(client: &RawClient) -> Result<(GcConfig, usize), ConfigError> {
 }
 
 /// A total the operator states: a number above zero when given.
-fn positive(key: &str, v: Option<u64>) -> Result<Option<u64>, ConfigError> {
-    match v {
-        Some(0) => Err(ConfigError::Invalid(format!("{key}: must be more than 0"))),
-        v => Ok(v),
-    }
-}
-
 /// `client { min_dynamic_port max_dynamic_port }`: ports, the first not above the second.
 fn dynamic_ports(client: &RawClient) -> Result<(u16, u16), ConfigError> {
     use crate::jobspec::network::{DEFAULT_MAX_DYNAMIC_PORT, DEFAULT_MIN_DYNAMIC_PORT};

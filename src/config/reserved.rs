@@ -20,6 +20,24 @@ pub(super) struct RawReserved {
     cores: Option<String>,
 }
 
+/// `client { cpu_total_compute memory_total_mb disk_free_mb }`, by key: each more than 0 where
+/// it is set.
+pub(super) fn totals(
+    [cpu, memory, disk]: [(&str, Option<u64>); 3],
+) -> Result<crate::resources::Totals, ConfigError> {
+    let positive = |(key, v): (&str, Option<u64>)| match v {
+        Some(0) => Err(ConfigError::Invalid(format!(
+            "client.{key}: must be more than 0"
+        ))),
+        v => Ok(v),
+    };
+    Ok(crate::resources::Totals {
+        cpu_mhz: positive(cpu)?,
+        memory_mb: positive(memory)?,
+        disk_free_mb: positive(disk)?,
+    })
+}
+
 pub(super) fn validate(raw: Option<&RawReserved>) -> Result<ReservedResources, ConfigError> {
     let Some(raw) = raw else {
         return Ok(ReservedResources::default());

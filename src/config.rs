@@ -700,9 +700,7 @@ mod tests {
     use super::*;
 
     fn write(name: &str, body: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("nodeward-cfg-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join(name);
+        let p = crate::util::scratch::dir("nodeward-cfg").join(name);
         std::fs::write(&p, body).unwrap();
         p
     }

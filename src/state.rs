@@ -700,9 +700,7 @@ mod tests {
     use super::*;
 
     fn tempdir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("nodeward-state-{}", uuid::Uuid::new_v4()));
-        fs::create_dir_all(&d).unwrap();
-        d
+        crate::util::scratch::dir("nodeward-state")
     }
 
     #[test]

@@ -6,6 +6,8 @@ pub mod duration;
 pub mod logging;
 pub mod mounts;
 pub mod netif;
+#[cfg(test)]
+pub mod scratch;
 pub mod systemd;
 pub mod version;
 

@@ -30,8 +30,7 @@ mod tests {
 
     #[test]
     fn sends_to_the_notify_socket() {
-        let dir = std::env::temp_dir().join(format!("nodeward-notify-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::util::scratch::dir("nodeward-notify");
         let path = dir.join("notify.sock");
         let server = UnixDatagram::bind(&path).unwrap();
         std::env::set_var("NOTIFY_SOCKET", &path);

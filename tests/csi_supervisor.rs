@@ -90,6 +90,7 @@ fn task_context(
         leader: false,
         constraints: vec![],
         dispatch_payload: None,
+        kept: Default::default(),
     };
     let job = Job {
         fields: Default::default(),
@@ -104,6 +105,7 @@ fn task_context(
         parameterized_job: None,
         parent_id: String::new(),
         payload: String::new(),
+        kept: Default::default(),
         task_groups: vec![TaskGroup {
             shutdown_delay: Default::default(),
             meta: Default::default(),
@@ -115,6 +117,7 @@ fn task_context(
             networks: Vec::new(),
             constraints: vec![],
             tasks: vec![task.clone()],
+            kept: Default::default(),
         }],
     };
     let alloc_dir = data_dir.join("alloc").join(&alloc_id);

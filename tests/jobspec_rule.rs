@@ -177,11 +177,13 @@ fn hcl_and_nomad_api_json_give_the_same_job() {
         "ID": "docs", "Name": "docs", "Type": "batch", "Region": "eu", "Namespace": "default",
         "Priority": 60, "AllAtOnce": false,
         "Meta": {"owner": "ops", "tier": "job"},
-        "Update": {"MaxParallel": 1, "MinHealthyTime": 10_000_000_000u64},
+        "Update": {"MaxParallel": 1, "MinHealthyTime": 10_000_000_000u64,
+                   "HealthyDeadline": 180_000_000_000u64},
         "Migrate": {"MaxParallel": 1},
         "TaskGroups": [
             {"Name": "cache", "Count": 1,
-             "ReschedulePolicy": {"Delay": 30_000_000_000u64, "Unlimited": true},
+             "ReschedulePolicy": {"Delay": 30_000_000_000u64, "DelayFunction": "exponential",
+                                  "MaxDelay": 3_600_000_000_000u64, "Unlimited": true},
              "EphemeralDisk": {"SizeMB": 10, "Sticky": false, "Migrate": false},
              "Services": [{"Name": "cache", "PortLabel": "db"}],
              "Meta": {"tier": "group", "zone": "a"},
@@ -193,7 +195,13 @@ fn hcl_and_nomad_api_json_give_the_same_job() {
     assert_eq!(status, 200, "{body}");
     let answer: Value = serde_json::from_str(&body).unwrap();
     let warnings = answer["Warnings"].as_str().unwrap();
-    assert!(warnings.contains("TaskGroups[0].Services"), "{warnings}");
+    // The same no-effect names as from HCL, each once with its reason (a false `Sticky` is how
+    // Go writes "not set": no warning).
+    for name in ["update", "migrate", "reschedule", "service"] {
+        let w = format!("\"{name}\" has no effect on one node");
+        assert_eq!(warnings.matches(&w).count(), 1, "{w} in {warnings}");
+    }
+    assert!(!warnings.contains("not supported"), "{warnings}");
     let registered = agent.get("/v1/job/docs");
     assert_eq!(registered["TaskGroups"], from_hcl["TaskGroups"]);
     assert_eq!(registered["TaskGroups"][0]["EphemeralDisk"]["SizeMB"], 10);
@@ -208,6 +216,58 @@ fn hcl_and_nomad_api_json_give_the_same_job() {
         (&json!("eu"), &json!(60))
     );
     assert_eq!(registered["Meta"], json!({"owner": "ops", "tier": "job"}));
+    // The no-effect blocks are kept in the job as registered, in Nomad's API shape, and the
+    // HCL's are what Nomad's client sends for them.
+    for (job, from) in [(&registered, "JSON"), (&from_hcl, "HCL")] {
+        assert_eq!(job["Update"], nomad["Job"]["Update"], "{from}");
+        assert_eq!(job["Migrate"], json!({"MaxParallel": 1}), "{from}");
+        let group = &job["TaskGroups"][0];
+        assert_eq!(
+            group["ReschedulePolicy"], nomad["Job"]["TaskGroups"][0]["ReschedulePolicy"],
+            "{from}"
+        );
+        assert_eq!(
+            group["Services"],
+            json!([{"Name": "cache", "PortLabel": "db"}]),
+            "{from}"
+        );
+    }
+}
+
+/// What a registered job keeps of its no-effect blocks is in the state file: a SIGKILL of the
+/// agent and a start on the same data directory show them unchanged.
+#[test]
+fn no_effect_blocks_are_kept_across_an_agent_restart() {
+    let dir = TempDir::new("rule-kept");
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    let spec = dir.path().join("docs.nomad.hcl");
+    std::fs::write(&spec, TYPICAL).unwrap();
+    let out = agent.cli(&["job", "run", "-detach", spec.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let before = agent.get("/v1/job/docs");
+    assert_eq!(
+        before["Update"],
+        json!({"MaxParallel": 1, "MinHealthyTime": 10_000_000_000u64,
+               "HealthyDeadline": 180_000_000_000u64})
+    );
+    agent.stop_with(libc::SIGKILL, WAIT);
+    agent.restart();
+    let after = agent.get("/v1/job/docs");
+    for key in ["Update", "Migrate"] {
+        assert_eq!(after[key], before[key], "{key}");
+    }
+    assert_eq!(
+        after["TaskGroups"][0]["ReschedulePolicy"],
+        before["TaskGroups"][0]["ReschedulePolicy"]
+    );
+    assert_eq!(
+        after["TaskGroups"][0]["Services"],
+        before["TaskGroups"][0]["Services"]
+    );
+    // `job inspect` prints them too.
+    let out = agent.cli(&["job", "inspect", "docs"]);
+    let inspect: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(inspect["Job"]["Update"], before["Update"]);
 }
 
 #[test]

@@ -86,8 +86,9 @@ fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
                 .to_string(),
         ));
     }
-    // An HCL jobspec is parsed here, so what the parser warns about (blocks with no effect on one
-    // node) is known here only: the job sent to the agent no longer carries them.
+    // An HCL jobspec is parsed here, so what the parser warns about is known here first; the job
+    // sent keeps its no-effect blocks (`jobspec::kept`), which the agent warns again: each
+    // warning is printed once.
     let mut warnings = Vec::new();
     let job = if is_json {
         let v: Value = serde_json::from_str(&text)
@@ -113,12 +114,11 @@ fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         .put("/v1/jobs", &json!({ "Job": job }))
         .map_err(|e| failed("submitting job", e))?;
     let eval = s(&answer, "EvalID").to_string();
-    warnings.extend(
-        s(&answer, "Warnings")
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string),
-    );
+    for line in s(&answer, "Warnings").lines() {
+        if !line.is_empty() && !warnings.iter().any(|w| w == line) {
+            warnings.push(line.to_string());
+        }
+    }
     if !warnings.is_empty() {
         ctx.println(&format!("Job Warnings:\n{}\n", warnings.join("\n")));
     }

@@ -64,6 +64,15 @@ impl Source {
         Ok(out)
     }
 
+    /// The value of `attr` in `what`, read as [`Source::body_value`] reads attributes.
+    pub fn attr_value(
+        &self,
+        what: &str,
+        attr: &hcl::edit::structure::Attribute,
+    ) -> Result<Value, Error> {
+        self.expr_value(what, attr.key.as_str(), &attr.value, attr.span())
+    }
+
     fn expr_value(
         &self,
         what: &str,

@@ -1,8 +1,8 @@
 //! A group's `ephemeral_disk` (spec jobspec.md "No effect on one node"): its `size` in MB is what
 //! each allocation of the group asks of the node's disk at placement (`alloc::capacity`), and
 //! what `alloc status -stats` prints as the task's disk. `sticky` and `migrate` need another node
-//! to move the allocation directory to: HCL takes them out with a warning (`schema`), JSON keeps
-//! Nomad's `Sticky`/`Migrate` among the ignored fields (warned when `true`).
+//! to move the allocation directory to: they have no effect, are warned once when set (`schema`
+//! for HCL, [`RawEphemeralDisk`]'s reader for JSON) and are kept in the job as written.
 //!
 //! From HCL `ephemeral_disk { size = 300  sticky = false  migrate = false }`; from JSON Nomad's
 //! `EphemeralDisk {SizeMB, Sticky, Migrate}`. Absent, the group asks Nomad's default of 300 MB;
@@ -25,12 +25,24 @@ pub const MIN_SIZE_MB: i64 = 10;
 pub struct EphemeralDisk {
     #[serde(rename = "SizeMB")]
     pub size_mb: u64,
+    /// No effect on one node; kept as written, not written when false.
+    #[serde(rename = "Sticky", default, skip_serializing_if = "std::ops::Not::not")]
+    pub sticky: bool,
+    /// No effect on one node; kept as written, not written when false.
+    #[serde(
+        rename = "Migrate",
+        default,
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub migrate: bool,
 }
 
 impl Default for EphemeralDisk {
     fn default() -> Self {
         EphemeralDisk {
             size_mb: DEFAULT_SIZE_MB,
+            sticky: false,
+            migrate: false,
         }
     }
 }
@@ -41,19 +53,20 @@ impl EphemeralDisk {
     }
 }
 
-/// The fields of an `ephemeral_disk` block (HCL) or `EphemeralDisk` object (JSON). `Sticky` and
-/// `Migrate` land in `extra`: they have no effect on one node.
+/// The fields of an `ephemeral_disk` block (HCL) or `EphemeralDisk` object (JSON).
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", expecting = "an EphemeralDisk object")]
 pub(crate) struct RawEphemeralDisk {
     #[serde(rename = "SizeMB")]
     pub size_mb: Option<i64>,
+    pub sticky: Option<bool>,
+    pub migrate: Option<bool>,
     #[serde(flatten)]
     pub extra: Extra,
 }
 
 /// The `ephemeral_disk` block of a group's `items` (at most one), or `None`. Its `sticky` and
-/// `migrate` were taken out before, warned (`schema::prepare_hcl`).
+/// `migrate` were warned before (`schema::prepare_hcl`).
 pub(crate) fn read_hcl(
     src: &Source,
     items: &Items,
@@ -63,11 +76,24 @@ pub(crate) fn read_hcl(
     };
     src.no_labels(&items.what, block)?;
     let what = format!("ephemeral_disk block of {}", items.what);
-    let inner = src.items(&what, &block.body, &["size"], &[])?;
+    let inner = src.items(&what, &block.body, &["size", "sticky", "migrate"], &[])?;
     Ok(Some(RawEphemeralDisk {
         size_mb: src.opt_u32(&inner, "size")?.map(i64::from),
+        sticky: src.opt_bool(&inner, "sticky")?,
+        migrate: src.opt_bool(&inner, "migrate")?,
         ..RawEphemeralDisk::default()
     }))
+}
+
+/// The names of `raw`'s no-effect settings that are set (`ephemeral_disk.sticky`), for the JSON
+/// front-end's warnings; HCL's are warned where they are written (`schema::prepare_hcl`).
+pub(crate) fn no_effect_set(raw: &RawEphemeralDisk) -> impl Iterator<Item = &'static str> {
+    [
+        (raw.sticky, "ephemeral_disk.sticky"),
+        (raw.migrate, "ephemeral_disk.migrate"),
+    ]
+    .into_iter()
+    .filter_map(|(set, name)| (set == Some(true)).then_some(name))
 }
 
 /// The group's disk with Nomad's default applied, validated as Nomad validates it. `group` names
@@ -76,11 +102,16 @@ pub(crate) fn convert(
     group: &str,
     raw: Option<&RawEphemeralDisk>,
 ) -> Result<EphemeralDisk, JobspecError> {
+    let kept = EphemeralDisk {
+        sticky: raw.and_then(|r| r.sticky).unwrap_or(false),
+        migrate: raw.and_then(|r| r.migrate).unwrap_or(false),
+        ..EphemeralDisk::default()
+    };
     let Some(size) = raw.and_then(|r| r.size_mb) else {
-        return Ok(EphemeralDisk::default());
+        return Ok(kept);
     };
     match u64::try_from(size) {
-        Ok(size_mb) if size >= MIN_SIZE_MB => Ok(EphemeralDisk { size_mb }),
+        Ok(size_mb) if size >= MIN_SIZE_MB => Ok(EphemeralDisk { size_mb, ..kept }),
         _ => Err(JobspecError::Invalid(format!(
             "{group} ephemeral disk: minimum DiskMB value is {MIN_SIZE_MB}; got {size}"
         ))),
@@ -106,14 +137,18 @@ mod tests {
     }
 
     #[test]
-    fn hcl_size_is_read_and_sticky_and_migrate_are_warned() {
+    fn hcl_size_is_read_and_sticky_and_migrate_are_kept_and_warned() {
         let parsed = hcl::parse_job(&hcl_job(
             "    ephemeral_disk {\n      size = 500\n      sticky = true\n      migrate = false\n    }",
         ))
         .unwrap();
         assert_eq!(
             parsed.job.task_groups[0].ephemeral_disk,
-            EphemeralDisk { size_mb: 500 }
+            EphemeralDisk {
+                size_mb: 500,
+                sticky: true,
+                migrate: false
+            }
         );
         assert_eq!(
             parsed.warnings,
@@ -124,9 +159,12 @@ mod tests {
                  to migrate the allocation directory to",
             ]
         );
-        // Written in Nomad's shape, and read back.
+        // Kept and written in Nomad's shape, and read back.
         let encoded = serde_json::to_value(&parsed.job.task_groups[0]).unwrap();
-        assert_eq!(encoded["EphemeralDisk"], serde_json::json!({"SizeMB": 500}));
+        assert_eq!(
+            encoded["EphemeralDisk"],
+            serde_json::json!({"SizeMB": 500, "Sticky": true})
+        );
         let bytes = serde_json::to_vec(&parsed.job).unwrap();
         assert_eq!(json::parse_job(&bytes).unwrap().job, parsed.job);
     }
@@ -144,7 +182,7 @@ mod tests {
     }
 
     #[test]
-    fn json_reads_size_mb_and_warns_a_set_sticky() {
+    fn json_reads_size_mb_and_keeps_and_warns_a_set_sticky() {
         let parsed = json::parse_job(&json_job(
             serde_json::json!({"SizeMB": 150, "Sticky": false, "Migrate": false}),
         ))
@@ -153,10 +191,17 @@ mod tests {
         // Go writes false for "not set": no warning.
         assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
         let sticky = json::parse_job(&json_job(serde_json::json!({"Sticky": true}))).unwrap();
-        assert_eq!(sticky.job.task_groups[0].ephemeral_disk.size_mb, 300);
+        let disk = sticky.job.task_groups[0].ephemeral_disk;
+        assert_eq!(
+            (disk.size_mb, disk.sticky, disk.migrate),
+            (300, true, false)
+        );
         assert_eq!(
             sticky.warnings,
-            ["field \"TaskGroups[0].EphemeralDisk.Sticky\" is not supported by nodeward and was ignored"]
+            [
+                "\"ephemeral_disk.sticky\" has no effect on one node: there is no other node to \
+              keep the allocation directory for"
+            ]
         );
     }
 

@@ -59,11 +59,15 @@ pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
 pub fn parse_job_with(src: &str, inputs: &Inputs) -> Result<Parsed, JobspecError> {
     let raw = crate::hcl::read(src, |Document { mut body, source }| {
         crate::hcl::eval::evaluate(&mut body, &source, inputs)?;
-        let warnings = super::schema::prepare_hcl(&mut body, &source)?;
+        let (warnings, kept) = super::schema::prepare_hcl(&mut body, &source)?;
         let top = source.items("the jobspec", &body, &[], &["job"])?;
         let jobs = top.blocks("job");
         match jobs.as_slice() {
-            [one] => Ok((Walk { src: &source }.job(one)?, warnings)),
+            [one] => {
+                let mut job = Walk { src: &source }.job(one)?;
+                kept.attach(&mut job);
+                Ok((job, warnings))
+            }
             [] => Err(invalid("the jobspec has no job block")),
             [_, second, ..] => Err(invalid(format!(
                 "the jobspec has more than one job block (second at line {})",
@@ -641,10 +645,12 @@ job "example" {
             parameterized_job: None,
             parent_id: String::new(),
             payload: String::new(),
+            kept: Default::default(),
             task_groups: vec![TaskGroup {
                 shutdown_delay: Duration::ZERO,
                 meta: Default::default(),
                 ephemeral_disk: Default::default(),
+                kept: Default::default(),
                 name: "group".to_string(),
                 count: 1,
                 restart_policy: policy,
@@ -707,6 +713,7 @@ job "example" {
                     leader: false,
                     constraints: Vec::new(),
                     dispatch_payload: None,
+                    kept: Default::default(),
                 }],
             }],
         }

@@ -33,9 +33,10 @@ pub fn parse_job(bytes: &[u8]) -> Result<Parsed, JobspecError> {
         ));
     }
     super::schema::check_json(&job)?;
-    let raw: RawJob = serde_path_to_error::deserialize(job).map_err(|e| {
+    let mut raw: RawJob = serde_path_to_error::deserialize(job).map_err(|e| {
         JobspecError::Invalid(format!("invalid field \"{}\": {}", e.path(), e.inner()))
     })?;
+    super::kept::keep_json(&mut raw, &mut warnings);
     warnings.extend(raw.ignored_fields());
     Ok(Parsed {
         job: Job::try_from(raw)?,
@@ -206,22 +207,20 @@ mod tests {
     #[test]
     fn unsupported_fields_are_listed_as_warnings() {
         let mut job = minimal();
-        job["Affinities"] = json!([{"LTarget": "${node.class}", "RTarget": "x"}]);
         job["TaskGroups"][0]["Networks"] = json!([{"Mode": "host", "MBits": 10}]);
-        job["TaskGroups"][0]["Tasks"][0]["Services"] = json!([{"Name": "web"}]);
         job["TaskGroups"][0]["Tasks"][0]["Config"]["pid_mode"] = json!("host");
         job["TaskGroups"][0]["Tasks"][0]["Resources"] =
             json!({"CPU": 200, "MemoryMaxMB": 512, "IOPS": 1});
         job["TaskGroups"][0]["Tasks"][0]["Templates"] = json!(null);
+        job["TaskGroups"][0]["Tasks"][0]["Bogus"] = json!(1);
         let parsed = parse(&json!({"Job": job, "EnforceIndex": true})).unwrap();
         let field = |f: &str| format!("field \"{f}\" is not supported by nodeward and was ignored");
         assert_eq!(
             parsed.warnings,
             vec![
                 field("EnforceIndex"),
-                field("Affinities"),
                 field("TaskGroups[0].Networks[0].MBits"),
-                field("TaskGroups[0].Tasks[0].Services"),
+                field("TaskGroups[0].Tasks[0].Bogus"),
                 field("TaskGroups[0].Tasks[0].Config.pid_mode"),
                 field("TaskGroups[0].Tasks[0].Resources.IOPS"),
             ]
@@ -231,6 +230,53 @@ mod tests {
             parsed.job.task_groups[0].tasks[0].resources.memory_max_mb,
             512
         );
+        // What nodeward does not know is not kept.
+        let encoded = serde_json::to_value(&parsed.job).unwrap();
+        assert!(encoded["TaskGroups"][0]["Tasks"][0].get("Bogus").is_none());
+    }
+
+    #[test]
+    fn no_effect_fields_are_kept_as_given_and_warned_once_with_their_reason() {
+        let mut job = minimal();
+        let affinities =
+            json!([{"LTarget": "${node.class}", "RTarget": "x", "Operand": "=", "Weight": 50}]);
+        let update = json!({"MaxParallel": 2, "MinHealthyTime": 10_000_000_000u64});
+        let services = json!([{"Name": "web", "PortLabel": "http"}]);
+        job["Affinities"] = affinities.clone();
+        job["Update"] = update.clone();
+        job["TaskGroups"][0]["ReschedulePolicy"] = json!({"Attempts": 3});
+        job["TaskGroups"][0]["Services"] = services.clone();
+        job["TaskGroups"][0]["Tasks"][0]["Services"] = services.clone();
+        job["TaskGroups"][0]["Tasks"][0]["Affinities"] = json!(null);
+        let parsed = parse(&job).unwrap();
+        let reason = |name: &str| crate::jobspec::schema::no_effect_warning(name);
+        assert_eq!(
+            parsed.warnings,
+            [
+                reason("affinity"),
+                reason("update"),
+                reason("reschedule"),
+                reason("service")
+            ]
+        );
+        let j = &parsed.job;
+        assert_eq!(j.kept["Affinities"], affinities);
+        assert_eq!(j.kept["Update"], update);
+        assert_eq!(
+            j.task_groups[0].kept["ReschedulePolicy"],
+            json!({"Attempts": 3})
+        );
+        assert_eq!(j.task_groups[0].kept["Services"], services);
+        let task = &j.task_groups[0].tasks[0];
+        assert_eq!(task.kept.keys().collect::<Vec<_>>(), ["Services"]);
+        // Written back where Nomad writes them, and read back the same.
+        let encoded = serde_json::to_value(j).unwrap();
+        assert_eq!(encoded["Update"], update);
+        assert_eq!(encoded["TaskGroups"][0]["Tasks"][0]["Services"], services);
+        let again = parse(&encoded).unwrap();
+        assert_eq!(&again.job, j);
+        let stored: Job = serde_json::from_value(encoded).unwrap();
+        assert_eq!(&stored, j);
     }
 
     #[test]

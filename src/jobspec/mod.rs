@@ -17,6 +17,7 @@ pub mod fields;
 pub mod hcl;
 pub mod interpolate;
 pub mod json;
+pub mod kept;
 pub mod lifecycle;
 pub mod meta;
 pub mod network;
@@ -186,6 +187,10 @@ pub struct Job {
     /// A dispatched child's payload, base64 as in Nomad's JSON; empty for others.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub payload: String,
+    /// The no-effect settings written at this level (`Update`, `Affinities`, `Services`...),
+    /// kept as registered in Nomad's API shape ([`kept`]); nothing on one node reads them.
+    #[serde(flatten, deserialize_with = "kept::job_level")]
+    pub kept: kept::Kept,
 }
 
 /// The job fields that only a cluster acts on. Defaults are Nomad's; a field at its default is not
@@ -277,6 +282,10 @@ pub struct TaskGroup {
     )]
     pub ephemeral_disk: ephemeral_disk::EphemeralDisk,
     pub tasks: Vec<Task>,
+    /// The no-effect settings written at this level (`Update`, `Affinities`, `Services`...),
+    /// kept as registered in Nomad's API shape ([`kept`]); nothing on one node reads them.
+    #[serde(flatten, deserialize_with = "kept::group_level")]
+    pub kept: kept::Kept,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -397,6 +406,10 @@ pub struct Task {
     /// `dispatch_payload { file }`: a dispatched payload is written to `local/<file>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatch_payload: Option<periodic::DispatchPayload>,
+    /// The no-effect settings written at this level (`Update`, `Affinities`, `Services`...),
+    /// kept as registered in Nomad's API shape ([`kept`]); nothing on one node reads them.
+    #[serde(flatten, deserialize_with = "kept::task_level")]
+    pub kept: kept::Kept,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -51,6 +51,10 @@ pub(crate) struct RawJob {
     pub periodic: Option<super::periodic::RawPeriodic>,
     #[serde(rename = "ParameterizedJob")]
     pub parameterized_job: Option<super::periodic::RawParameterized>,
+    /// The no-effect settings, in Nomad's API shape ([`super::kept`]): set by the HCL walk,
+    /// or taken out of `extra` by [`super::kept::keep_json`].
+    #[serde(skip)]
+    pub kept: super::kept::Kept,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -70,6 +74,10 @@ pub(crate) struct RawGroup {
     #[serde(default, deserialize_with = "zero_is_unset")]
     pub shutdown_delay: Option<RawDuration>,
     pub ephemeral_disk: Option<super::ephemeral_disk::RawEphemeralDisk>,
+    /// The no-effect settings, in Nomad's API shape ([`super::kept`]): set by the HCL walk,
+    /// or taken out of `extra` by [`super::kept::keep_json`].
+    #[serde(skip)]
+    pub kept: super::kept::Kept,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -133,6 +141,10 @@ pub(crate) struct RawTask {
     #[serde(default, deserialize_with = "zero_is_unset")]
     pub shutdown_delay: Option<RawDuration>,
     pub dispatch_payload: Option<super::periodic::RawDispatchPayload>,
+    /// The no-effect settings, in Nomad's API shape ([`super::kept`]): set by the HCL walk,
+    /// or taken out of `extra` by [`super::kept::keep_json`].
+    #[serde(skip)]
+    pub kept: super::kept::Kept,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -312,7 +324,7 @@ pub(crate) fn warn_extra(warnings: &mut Vec<String>, prefix: &str, extra: &Extra
 }
 
 /// Whether a value is Go's "not set".
-fn is_empty(value: &Value) -> bool {
+pub(crate) fn is_empty(value: &Value) -> bool {
     match value {
         Value::Null => true,
         Value::Bool(b) => !b,
@@ -407,6 +419,7 @@ impl TryFrom<RawJob> for Job {
             parameterized_job,
             parent_id: String::new(),
             payload: String::new(),
+            kept: raw.kept,
         };
         validate_job(&job)?;
         Ok(job)
@@ -474,6 +487,7 @@ fn group(path: &str, job_type: JobType, raw: RawGroup) -> Result<TaskGroup, Jobs
         meta: raw.meta.unwrap_or_default(),
         ephemeral_disk,
         tasks,
+        kept: raw.kept,
     };
     super::network::check_docker_ports(&group)?;
     Ok(group)
@@ -606,6 +620,7 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
     Ok(Task {
         lifecycle,
         dispatch_payload,
+        kept: raw.kept,
         leader: raw.leader.unwrap_or(false),
         shutdown_delay: duration(&format!("{path}.ShutdownDelay"), raw.shutdown_delay)?
             .unwrap_or_default(),

@@ -21,6 +21,7 @@ use hcl::edit::structure::{Block, Body, Structure};
 use hcl::edit::{Decorated, Ident, Span};
 use serde_json::Value;
 
+use super::kept::{Collect, Kept, KeptHcl};
 use super::JobspecError;
 use crate::hcl::Source;
 
@@ -96,6 +97,23 @@ pub fn warning(name: &str, reason: &str) -> String {
     format!("{name:?} has no effect on one node: {reason}")
 }
 
+/// The warning of a no-effect name, whatever level it was met at (its reason is the same at
+/// each).
+pub fn no_effect_warning(name: &str) -> String {
+    let reason = NO_EFFECT
+        .iter()
+        .find(|(_, n, _)| *n == name)
+        .map(|(_, _, reason)| *reason)
+        .or_else(|| {
+            EPHEMERAL_DISK_NO_EFFECT
+                .iter()
+                .find(|(_, n, _)| *n == name)
+                .map(|(_, _, reason)| *reason)
+        })
+        .unwrap_or("");
+    warning(name, reason)
+}
+
 fn lookup(
     table: &'static [(&[Level], &str, &str)],
     level: Level,
@@ -108,19 +126,25 @@ fn lookup(
 }
 
 /// The HCL half of the rule, applied to the evaluated top-level body of a jobspec. Returns the
-/// warnings, in the order their names are first written.
-pub fn prepare_hcl(body: &mut Body, src: &Source) -> Result<Vec<String>, JobspecError> {
+/// warnings, in the order their names are first written, and the no-effect settings taken out,
+/// in Nomad's API shape, for the walked job to keep ([`super::kept`]).
+pub fn prepare_hcl(body: &mut Body, src: &Source) -> Result<(Vec<String>, KeptHcl), JobspecError> {
     let mut out = Warnings::default();
+    let mut kept = KeptHcl::default();
     for job in body.get_blocks_mut("job") {
         tasks_in_job(&mut job.body);
         let job_what = what("job", job);
-        strip(&mut job.body, src, Level::Job, &job_what, &mut out)?;
+        kept.job = strip(&mut job.body, src, Level::Job, &job_what, &mut out)?;
         for group in job.body.get_blocks_mut("group") {
             let group_what = what("group", group);
-            strip(&mut group.body, src, Level::Group, &group_what, &mut out)?;
+            let group_name = label(group);
+            let group_kept = strip(&mut group.body, src, Level::Group, &group_what, &mut out)?;
+            kept.groups.insert(group_name.clone(), group_kept);
             for task in group.body.get_blocks_mut("task") {
                 let task_what = what("task", task);
-                strip(&mut task.body, src, Level::Task, &task_what, &mut out)?;
+                let task_kept = strip(&mut task.body, src, Level::Task, &task_what, &mut out)?;
+                kept.tasks
+                    .insert((group_name.clone(), label(task)), task_kept);
                 for resources in task.body.get_blocks_mut("resources") {
                     let table: Vec<_> = RESOURCES_NO_EFFECT
                         .iter()
@@ -131,12 +155,19 @@ pub fn prepare_hcl(body: &mut Body, src: &Source) -> Result<Vec<String>, Jobspec
             }
         }
     }
-    Ok(out.list)
+    Ok((out.list, kept))
+}
+
+fn label(block: &Block) -> String {
+    block
+        .labels
+        .first()
+        .map(|l| l.as_str().to_string())
+        .unwrap_or_default()
 }
 
 /// Takes the attributes of `table` (attribute, warned name, reason) out of a block's body,
-/// warned: [`RESOURCES_NO_EFFECT`] from `resources`, [`EPHEMERAL_DISK_NO_EFFECT`] from
-/// `ephemeral_disk`.
+/// warned: [`RESOURCES_NO_EFFECT`] from `resources`.
 fn strip_attributes(body: &mut Body, table: &[(&str, &'static str, &str)], out: &mut Warnings) {
     let mut i = 0;
     while i < body.len() {
@@ -150,6 +181,15 @@ fn strip_attributes(body: &mut Body, table: &[(&str, &'static str, &str)], out: 
                 body.remove(i);
             }
             None => i += 1,
+        }
+    }
+}
+
+/// Warns the attributes of `table` (attribute, warned name, reason) that `body` holds.
+fn warn_attributes(body: &Body, table: &[(&str, &'static str, &str)], out: &mut Warnings) {
+    for a in body.attributes() {
+        if let Some((_, name, reason)) = table.iter().find(|(n, _, _)| *n == a.key.as_str()) {
+            out.add(name, reason);
         }
     }
 }
@@ -190,15 +230,17 @@ fn tasks_in_job(body: &mut Body) {
     }
 }
 
-/// Takes the no-effect names out of one body and refuses the refused ones; everything else is
-/// left for the walker, which refuses what Nomad does not know.
+/// Takes the no-effect names out of one body, kept in Nomad's API shape (returned), and refuses
+/// the refused ones; everything else is left for the walker, which refuses what Nomad does not
+/// know.
 fn strip(
     body: &mut Body,
     src: &Source,
     level: Level,
     what: &str,
     out: &mut Warnings,
-) -> Result<(), JobspecError> {
+) -> Result<Kept, JobspecError> {
+    let mut kept = Collect::new(src, level);
     let mut i = 0;
     while i < body.len() {
         let (name, kind, line) = match body.get(i) {
@@ -214,18 +256,22 @@ fn strip(
             .find(|(levels, n, _)| *n == name && levels.contains(&level))
         {
             out.add(n, reason);
+            if let Some(structure) = body.get(i) {
+                kept.add(what, structure)?;
+            }
             body.remove(i);
             continue;
         }
-        // In its place, so its warnings keep the order the names are written in.
-        if let (Level::Group, Some(Structure::Block(disk))) = (level, body.get_mut(i)) {
+        // In its place, so its warnings keep the order the names are written in; they stay
+        // in the block, which keeps them (`ephemeral_disk`).
+        if let (Level::Group, Some(Structure::Block(disk))) = (level, body.get(i)) {
             if disk.ident.as_str() == "ephemeral_disk" {
-                strip_attributes(&mut disk.body, EPHEMERAL_DISK_NO_EFFECT, out);
+                warn_attributes(&disk.body, EPHEMERAL_DISK_NO_EFFECT, out);
             }
         }
         i += 1;
     }
-    Ok(())
+    Ok(kept.kept)
 }
 
 fn refused(name: &str, what: &str, line: usize, things: &str) -> JobspecError {
@@ -332,9 +378,28 @@ job "docs" {
                 ),
             ]
         );
+        // Kept where they were written, in Nomad's API shape.
+        let job = &parsed.job;
+        assert_eq!(job.kept["Update"], serde_json::json!({"MaxParallel": 1}));
+        assert_eq!(job.kept["Migrate"], serde_json::json!({"MaxParallel": 1}));
+        let group = &job.task_groups[0];
+        assert_eq!(
+            group.kept["ReschedulePolicy"],
+            serde_json::json!({"Delay": 30_000_000_000u64})
+        );
+        assert_eq!(group.kept["Services"], serde_json::json!([{"Name": "web"}]));
+        assert!(group.ephemeral_disk.sticky);
+        let task = &group.tasks[0];
+        assert_eq!(
+            task.kept["Services"],
+            serde_json::json!([{"Name": "again"}])
+        );
+        assert_eq!(task.kept["Identity"], serde_json::json!({"Env": true}));
+        // Nothing else of the job changes: it is the job without them, plus them.
         let without = r#"
 job "docs" {
   group "web" {
+    ephemeral_disk { sticky = true }
     task "server" {
       driver = "raw_exec"
       config { command = "true" }
@@ -342,7 +407,126 @@ job "docs" {
   }
 }
 "#;
-        assert_eq!(parsed.job, hcl::parse_job(without).unwrap().job);
+        let mut bare = parsed.job.clone();
+        bare.kept.clear();
+        bare.task_groups[0].kept.clear();
+        bare.task_groups[0].tasks[0].kept.clear();
+        assert_eq!(bare, hcl::parse_job(without).unwrap().job);
+        // HCL and its JSON give the same job, and the JSON warns the same names (in the
+        // order of its fields, not of the HCL's lines).
+        let bytes = serde_json::to_vec(&parsed.job).unwrap();
+        let from_json = json::parse_job(&bytes).unwrap();
+        assert_eq!(from_json.job, parsed.job);
+        let sorted = |mut w: Vec<String>| {
+            w.sort();
+            w
+        };
+        assert_eq!(sorted(from_json.warnings), sorted(parsed.warnings));
+    }
+
+    #[test]
+    fn kept_blocks_take_nomads_api_shape() {
+        let src = r#"
+job "shape" {
+  affinity {
+    attribute = "${node.datacenter}"
+    value     = "dc1"
+    weight    = 100
+  }
+  spread {
+    attribute = "${node.datacenter}"
+    target "dc1" { percent = 60 }
+    target "dc2" { percent = 40 }
+  }
+  group "g" {
+    max_client_disconnect = "1h"
+    update {
+      max_parallel     = 1
+      min_healthy_time = "10s"
+      auto_revert      = true
+    }
+    scaling {
+      min = 1
+      max = 3
+      policy {
+        cooldown = "1m"
+        check "cpu" { source = "nomad-apm" }
+      }
+    }
+    service {
+      name = "web"
+      port = "http"
+      tags = ["a", "b"]
+      meta = { version = "1" }
+      check {
+        type     = "http"
+        path     = "/health"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "true" }
+      identity "vault" { aud = ["vault.io"] }
+      scaling "cpu" { max = 500 }
+      action "hello" {
+        command = "echo"
+        args    = ["hi"]
+      }
+    }
+  }
+}
+"#;
+        use serde_json::json;
+        let job = hcl::parse_job(src).unwrap().job;
+        assert_eq!(
+            job.kept["Affinities"],
+            json!([{"LTarget": "${node.datacenter}", "RTarget": "dc1", "Weight": 100}])
+        );
+        assert_eq!(
+            job.kept["Spreads"],
+            json!([{"Attribute": "${node.datacenter}", "SpreadTarget": [
+                {"Value": "dc1", "Percent": 60}, {"Value": "dc2", "Percent": 40}]}])
+        );
+        let g = &job.task_groups[0].kept;
+        assert_eq!(g["MaxClientDisconnect"], json!(3_600_000_000_000u64));
+        assert_eq!(
+            g["Update"],
+            json!({"MaxParallel": 1, "MinHealthyTime": 10_000_000_000u64, "AutoRevert": true})
+        );
+        assert_eq!(
+            g["Scaling"],
+            json!({"Min": 1, "Max": 3, "Policy": {"cooldown": "1m", "check": {"cpu": {"source": "nomad-apm"}}}})
+        );
+        assert_eq!(
+            g["Services"],
+            json!([{"Name": "web", "PortLabel": "http", "Tags": ["a", "b"], "Meta": {"version": "1"},
+                "Checks": [{"Type": "http", "Path": "/health", "Interval": 10_000_000_000u64,
+                    "Timeout": 2_000_000_000u64}]}])
+        );
+        let t = &job.task_groups[0].tasks[0].kept;
+        assert_eq!(
+            t["Identities"],
+            json!([{"Name": "vault", "Audience": ["vault.io"]}])
+        );
+        assert_eq!(
+            t["ScalingPolicies"],
+            json!([{"Type": "vertical_cpu", "Max": 500}])
+        );
+        assert_eq!(
+            t["Actions"],
+            json!([{"Name": "hello", "Command": "echo", "Args": ["hi"]}])
+        );
+        // A duration spelled wrong is an error naming it, as for the settings nodeward reads.
+        let bad = src.replace("min_healthy_time = \"10s\"", "min_healthy_time = \"10 s\"");
+        let err = hcl::parse_job(&bad).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "invalid duration for \"min_healthy_time\" in update block of group \"g\" at line"
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -408,6 +408,7 @@ mod tests {
             leader: false,
             constraints: Vec::new(),
             dispatch_payload: None,
+            kept: Default::default(),
         }
     }
 
@@ -439,10 +440,12 @@ mod tests {
             parameterized_job: None,
             parent_id: String::new(),
             payload: String::new(),
+            kept: Default::default(),
             task_groups: vec![TaskGroup {
                 shutdown_delay: Duration::ZERO,
                 meta: Default::default(),
                 ephemeral_disk: Default::default(),
+                kept: Default::default(),
                 name: "group".to_string(),
                 count: 1,
                 restart_policy: JobType::Service.default_restart_policy(),

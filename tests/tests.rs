@@ -30,6 +30,7 @@ mod durability;
 mod exec_driver;
 mod gc;
 mod jobspec_rule;
+mod jobspec_validate;
 mod jobspec_vars;
 mod kill_timeouts;
 mod lifecycle;

@@ -220,6 +220,29 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
         }))
     });
     let post = register.clone();
+    // Nomad's `PUT /v1/validate/job`: the job's rules, without registering it. Malformed JSON is a
+    // 400; a job that breaks a rule is an answer whose `Error` says which, in Nomad's shape.
+    let validate = Arc::new(|req: &Request| {
+        let answer = match jobspec::json::parse_job(req.body()) {
+            Ok(parsed) => json!({
+                "DriverConfigValidated": true,
+                "ValidationErrors": [],
+                "Error": "",
+                "Warnings": parsed.warnings.join("\n"),
+            }),
+            Err(e @ jobspec::JobspecError::Syntax(_)) => return Err(e.into()),
+            Err(e) => json!({
+                "DriverConfigValidated": true,
+                "ValidationErrors": [e.to_string()],
+                "Error": format!("1 error occurred:\n\t* {e}\n\n"),
+                "Warnings": "",
+            }),
+        };
+        Response::json(answer)
+    });
+    let validate_post = validate.clone();
+    r.put("/v1/validate/job", move |req| validate(req));
+    r.post("/v1/validate/job", move |req| validate_post(req));
     r.put("/v1/jobs", move |req| register(req));
     r.post("/v1/jobs", move |req| post(req));
     // A caller's HCL is evaluated in a child with limits: no jobspec can exhaust the agent.

@@ -23,6 +23,11 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// Whether the agent could not be reached at all (nothing answered).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, ClientError::Transport { .. })
+    }
+
     pub fn status(&self) -> Option<u16> {
         match self {
             ClientError::Status { status, .. } => Some(*status),

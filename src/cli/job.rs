@@ -1,16 +1,12 @@
 //! `job run`, `job status`, `job stop`, `job inspect`.
 
 use serde_json::{json, Value};
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
 
 use super::client::enc;
 use super::flags::{bool_flag, value_flag, Parsed};
 use super::format::{self, s, short_id, table};
+use super::job_file::JobFile;
 use super::{failed, CmdError, CmdResult, Ctx, Spec};
-use crate::hcl::eval::{Inputs, VarFile};
-use crate::hcl::funcs::Files;
-use crate::jobspec;
 
 pub(super) const COMMANDS: &[&Spec] = &[&RUN, &STATUS, &STOP, &INSPECT];
 
@@ -18,20 +14,22 @@ const RUN: Spec = Spec {
     words: &["job", "run"],
     flags: &[
         bool_flag("detach"),
+        bool_flag("json"),
         value_flag("var"),
         value_flag("var-file"),
     ],
     args: (1, 1),
     usage:
-        "Usage: nodeward job run [-detach] [-var name=value]... [-var-file file]... <jobspec file>
+        "Usage: nodeward job run [-detach] [-json] [-var name=value]... [-var-file file]... <jobspec file | ->
 
-  Registers the job in the file: HCL, or, for a .json file, Nomad's API JSON
-  (`{\"Job\": {...}}` or the bare job), sent as it is. HCL is evaluated here, as Nomad's CLI
-  does: its variables, locals and functions; file() reads files relative to the jobspec. Exits 2
-  when the job was registered but this node could not place all of it (the reasons are printed),
-  as Nomad's.
+  Registers the job in the file (`-`: standard input): HCL, or, with -json or for a .json file,
+  Nomad's API JSON (`{\"Job\": {...}}` or the bare job), sent as it is. HCL is evaluated here, as
+  Nomad's CLI does: its variables, locals and functions; file() reads files relative to the
+  jobspec (to the working directory for standard input). Exits 2 when the job was registered but
+  this node could not place all of it (the reasons are printed), as Nomad's.
 
   -detach          Print the evaluation ID and return without listing the allocations.
+  -json            The jobspec is JSON, whatever its name.
   -var name=value  Sets a variable of the jobspec (repeatable; the last one wins).
   -var-file file   Reads variable values from an HCL file of name = value lines, or a JSON
                    object (repeatable, in order). NOMAD_VAR_<name> environment variables set
@@ -74,37 +72,10 @@ const INSPECT: Spec = Spec {
 };
 
 fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
-    let file = Path::new(&p.args[0]);
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| failed("reading job file", format!("{}: {e}", file.display())))?;
-    let is_json = file
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    if is_json && (!p.values("var").is_empty() || !p.values("var-file").is_empty()) {
-        return Err(CmdError::Usage(
-            "-var and -var-file set the variables of an HCL jobspec; a .json job has none"
-                .to_string(),
-        ));
-    }
     // An HCL jobspec is parsed here, so what the parser warns about is known here first; the job
     // sent keeps its no-effect blocks (`jobspec::kept`), which the agent warns again: each
     // warning is printed once.
-    let mut warnings = Vec::new();
-    let job = if is_json {
-        let v: Value = serde_json::from_str(&text)
-            .map_err(|e| failed("parsing job file", format!("{}: {e}", file.display())))?;
-        match v {
-            Value::Object(mut o) if o.contains_key("Job") => o.remove("Job").unwrap_or_default(),
-            other => other,
-        }
-    } else {
-        let inputs = hcl_inputs(p, file, std::env::vars_os())?;
-        let parsed = jobspec::hcl::parse_job_with(&text, &inputs)
-            .map_err(|e| failed("parsing job file", format!("{}: {e}", file.display())))?;
-        warnings.extend(parsed.warnings.iter().cloned());
-        serde_json::to_value(&parsed.job)
-            .map_err(|e| failed("parsing job file", format!("{}: {e}", file.display())))?
-    };
+    let JobFile { job, mut warnings } = JobFile::load(p, "parsing job file")?;
     let job_id = match s(&job, "ID") {
         "" => s(&job, "Name").to_string(),
         id => id.to_string(),
@@ -114,11 +85,7 @@ fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         .put("/v1/jobs", &json!({ "Job": job }))
         .map_err(|e| failed("submitting job", e))?;
     let eval = s(&answer, "EvalID").to_string();
-    for line in s(&answer, "Warnings").lines() {
-        if !line.is_empty() && !warnings.iter().any(|w| w == line) {
-            warnings.push(line.to_string());
-        }
-    }
+    super::job_file::merge_warnings(&mut warnings, &answer);
     if !warnings.is_empty() {
         ctx.println(&format!("Job Warnings:\n{}\n", warnings.join("\n")));
     }
@@ -223,53 +190,6 @@ fn placement_section(evals: &[Value]) -> String {
         })
         .collect();
     format!("Placement Failure\n{}", groups.join("\n\n"))
-}
-
-/// What an HCL jobspec is evaluated with: `-var`, `-var-file` and the `NOMAD_VAR_<name>`
-/// variables of `env`, as Nomad's CLI takes them; `file()` reads beside the jobspec.
-fn hcl_inputs(
-    p: &Parsed,
-    jobspec: &Path,
-    env: impl Iterator<Item = (OsString, OsString)>,
-) -> Result<Inputs, CmdError> {
-    let args = p
-        .values("var")
-        .iter()
-        .map(|arg| match arg.split_once('=') {
-            Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
-            _ => Err(CmdError::Usage(format!(
-                "invalid -var {arg:?}: expected name=value"
-            ))),
-        })
-        .collect::<Result<_, _>>()?;
-    let var_files = p
-        .values("var-file")
-        .iter()
-        .map(|path| {
-            std::fs::read_to_string(path)
-                .map(|text| VarFile {
-                    name: format!("-var-file {path}"),
-                    text,
-                })
-                .map_err(|e| failed("reading var file", format!("{path}: {e}")))
-        })
-        .collect::<Result<_, _>>()?;
-    // Names or values that are not UTF-8 cannot be HCL variables; they are someone else's.
-    let env = env
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter_map(|(k, v)| Some((k.strip_prefix("NOMAD_VAR_")?.to_string(), v)))
-        .collect();
-    let dir = match jobspec.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    Ok(Inputs {
-        env,
-        var_files,
-        args,
-        files: Files::Dir(dir),
-        now: None,
-    })
 }
 
 fn status(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
@@ -431,53 +351,4 @@ fn inspect(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
     }
     ctx.print_json(&json!({ "Job": job }));
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cli::flags;
-
-    fn inputs(args: &[&str], env: &[(&str, &str)]) -> Result<Inputs, String> {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let p = flags::parse(RUN.flags, &args).unwrap();
-        let env = env
-            .iter()
-            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-            .collect::<Vec<_>>();
-        hcl_inputs(&p, Path::new(&p.args[0]), env.into_iter()).map_err(|e| match e {
-            CmdError::Usage(m) | CmdError::Failed(m) => m,
-            CmdError::Exit(code) => format!("exit {code}"),
-        })
-    }
-
-    #[test]
-    fn variables_come_from_flags_and_the_environment() {
-        let i = inputs(
-            &["-var", "a=1", "-var=b=x=y", "-var", "a=2", "jobs/web.hcl"],
-            &[("NOMAD_VAR_c", "3"), ("PATH", "/bin"), ("NOMAD_VAR_", "")],
-        )
-        .unwrap();
-        let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> {
-            p.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
-        assert_eq!(i.args, pairs(&[("a", "1"), ("b", "x=y"), ("a", "2")]));
-        assert_eq!(i.env, pairs(&[("c", "3"), ("", "")]));
-        assert_eq!(i.files, Files::Dir(PathBuf::from("jobs")));
-        assert_eq!(
-            inputs(&["web.hcl"], &[]).unwrap().files,
-            Files::Dir(".".into())
-        );
-        assert_eq!(
-            inputs(&["-var", "novalue", "web.hcl"], &[]).unwrap_err(),
-            "invalid -var \"novalue\": expected name=value"
-        );
-        let e = inputs(&["-var-file", "/nonexistent/v.hcl", "web.hcl"], &[]).unwrap_err();
-        assert!(
-            e.starts_with("Error reading var file: /nonexistent/v.hcl: "),
-            "{e}"
-        );
-    }
 }

@@ -19,6 +19,7 @@ pub mod volume_request;
 mod alloc;
 mod job;
 mod job_children;
+mod job_file;
 mod node;
 mod system;
 mod volume;
@@ -187,6 +188,7 @@ pub(crate) struct Spec {
 fn commands() -> Vec<&'static Spec> {
     let mut all: Vec<&'static Spec> = Vec::new();
     all.extend(job::COMMANDS);
+    all.extend(job_file::COMMANDS);
     all.extend(job_children::COMMANDS);
     all.extend(alloc::COMMANDS);
     all.extend(node::COMMANDS);
@@ -249,6 +251,9 @@ Commands:
     job status         List jobs, or show one job and its allocations
     job stop           Stop a job (and with -purge, forget it)
     job inspect        Show a job as JSON
+    job validate       Check a jobspec without registering it
+    job periodic force Launch a periodic job's child now
+    job dispatch       Dispatch a parameterized job
     alloc status       Show an allocation, its tasks and their recent events
     alloc restart      Restart an allocation's tasks
     alloc signal       Send a signal to an allocation's tasks

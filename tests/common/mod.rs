@@ -298,6 +298,23 @@ impl TestAgent {
             .expect("run nodeward CLI")
     }
 
+    /// [`TestAgent::cli`] with `input` on its standard input.
+    pub fn cli_with_stdin(&self, args: &[&str], input: &str) -> Output {
+        use std::io::Write;
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env("NODEWARD_ADDR", format!("http://{}", self.addr))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run nodeward CLI");
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).unwrap();
+        drop(stdin);
+        child.wait_with_output().expect("run nodeward CLI")
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.as_ref().unwrap().id() as i32
     }

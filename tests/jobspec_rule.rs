@@ -526,3 +526,88 @@ job "pub" {
         true
     );
 }
+
+/// A new version that changes only no-effect settings (`update`, a `service`) is Nomad's in-place
+/// update: the job's version and settings change, its allocation runs on untouched, also across
+/// an agent restart; a change to the task still replaces the allocation.
+#[test]
+fn a_change_to_no_effect_blocks_only_updates_the_job_in_place() {
+    let dir = TempDir::new("rule-inplace");
+    let mut agent = TestAgent::start_in(dir.path(), "");
+    let spec = dir.path().join("web.nomad.hcl");
+    let job = |update: &str, extra: &str, env: &str| {
+        format!(
+            "job \"web\" {{\n  update {{ {update} }}\n  group \"g\" {{\n{extra}\n    task \"t\" {{\n      \
+             driver = \"raw_exec\"\n      config {{\n        command = \"/bin/sh\"\n        \
+             args = [\"-c\", \"sleep 300\"]\n      }}\n      env {{ MARK = \"{env}\" }}\n    }}\n  }}\n}}\n"
+        )
+    };
+    let run = |agent: &TestAgent, text: &str| {
+        std::fs::write(&spec, text).unwrap();
+        let out = agent.cli(&["job", "run", "-detach", spec.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text_of(&out.stderr));
+    };
+    let running = |agent: &TestAgent| -> Vec<String> {
+        agent
+            .allocs("web")
+            .iter()
+            .filter(|a| a["ClientStatus"] == "running" && a["DesiredStatus"] == "run")
+            .map(|a| a["ID"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let started = |agent: &TestAgent, id: &str| -> usize {
+        let a = agent.get(&format!("/v1/allocation/{id}"));
+        a["TaskStates"]["t"]["Events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["Type"] == "Started")
+            .count()
+    };
+    run(&agent, &job("max_parallel = 1", "", "a"));
+    let first = wait_for(WAIT, "the allocation running", || running(&agent).pop());
+    assert_eq!(agent.get("/v1/job/web")["Version"], 0);
+
+    run(
+        &agent,
+        &job("max_parallel = 2", "    service { name = \"web\" }", "a"),
+    );
+    let registered = agent.get("/v1/job/web");
+    assert_eq!(registered["Version"], 1);
+    assert_eq!(registered["Update"], json!({"MaxParallel": 2}));
+    assert_eq!(
+        registered["TaskGroups"][0]["Services"],
+        json!([{"Name": "web"}])
+    );
+    assert_eq!(running(&agent), std::slice::from_ref(&first));
+    assert_eq!(started(&agent, &first), 1, "the task was restarted");
+    let allocs = agent.allocs("web");
+    assert_eq!(allocs.len(), 1, "{allocs:?}");
+
+    // Across a SIGKILL of the agent the allocation is the new version's.
+    agent.stop_with(libc::SIGKILL, WAIT);
+    agent.restart();
+    let alloc = wait_for(WAIT, "the allocation re-attached", || {
+        let a = agent.get(&format!("/v1/allocation/{first}"));
+        (a["ClientStatus"] == "running").then_some(a)
+    });
+    assert_eq!(alloc["Job"]["Update"], json!({"MaxParallel": 2}));
+    assert_eq!(started(&agent, &first), 1, "the task was restarted");
+    assert_eq!(agent.get("/v1/job/web")["Version"], 1);
+
+    // A change to the task is a new allocation, as before.
+    run(
+        &agent,
+        &job("max_parallel = 2", "    service { name = \"web\" }", "b"),
+    );
+    let second = wait_for(WAIT, "the new allocation running", || {
+        running(&agent).into_iter().find(|id| *id != first)
+    });
+    assert_ne!(second, first);
+    assert_eq!(agent.get("/v1/job/web")["Version"], 2);
+    agent.cli(&["job", "stop", "-purge", "web"]);
+}
+
+fn text_of(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

@@ -37,6 +37,32 @@ pub const TRIGGER_REGISTER: &str = "job-register";
 /// `TriggeredBy` of a blocked evaluation (Nomad's).
 pub const TRIGGER_QUEUED: &str = "queued-allocs";
 
+/// The change that registers `job`, which differs from the registered `e` only in its no-effect
+/// settings (`Job::eq_but_kept`): Nomad's in-place update. A new version of the job, evaluated,
+/// and nothing else: its allocations run on and count as the new version's (`manager`'s `fill`),
+/// and what waited to be placed still waits, named again in `failures`.
+pub(super) fn in_place(
+    e: &JobRecord,
+    job: crate::jobspec::Job,
+    eval_id: &str,
+    failures: &mut Vec<PlacementFailure>,
+) -> Change {
+    let now = now_nanos();
+    *failures = current_failures(e);
+    let evaluations = after_register(&e.evaluations, eval_id, failures, now);
+    Change {
+        put_job: Some(JobRecord {
+            version: e.version + 1,
+            job,
+            stop: false,
+            submit_time: now,
+            evaluations,
+        }),
+        at: now,
+        ..Change::default()
+    }
+}
+
 /// The job's blocked evaluation, when allocations wait to be placed.
 pub fn blocked(record: &JobRecord) -> Option<&EvalRecord> {
     record

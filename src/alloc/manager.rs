@@ -160,9 +160,11 @@ impl Snapshot for AllocManager {
         out.allocations = kept
             .chain(change.add.iter())
             .map(|a| {
-                let is_current = *current
-                    .entry(Arc::as_ptr(&a.job))
-                    .or_insert_with(|| change.job(&r, &a.job.id).is_some_and(|j| j.job == *a.job));
+                let is_current = *current.entry(Arc::as_ptr(&a.job)).or_insert_with(|| {
+                    change
+                        .job(&r, &a.job.id)
+                        .is_some_and(|j| j.job == *a.job || j.job.eq_but_kept(&a.job))
+                });
                 let mut record = a.record(is_current);
                 if stopped.contains(a.id.as_str()) {
                     stopped_record(&mut record, change.at, &stop::poststop_to_run(a));
@@ -337,6 +339,10 @@ impl AllocManager {
         let existing = reg.jobs.get(&job.id);
         if existing.is_some_and(|e| e.job == job && !e.stop) {
             return Ok(None);
+        }
+        // Only no-effect settings changed: Nomad's in-place update ([`evals::in_place`]).
+        if let Some(e) = existing.filter(|e| !e.stop && e.job.eq_but_kept(&job)) {
+            return Ok(Some(evals::in_place(e, job, eval_id, failures)));
         }
         let template = job.periodic.is_some() || job.parameterized_job.is_some();
         if !template {

@@ -412,6 +412,27 @@ pub(crate) fn task_level<'de, D: Deserializer<'de>>(d: D) -> Result<Kept, D::Err
     deserialize_level(d, Level::Task)
 }
 
+impl super::Job {
+    /// Whether `self` and `other` are the same job but for their no-effect settings: what
+    /// Nomad's scheduler updates in place, the allocations running on.
+    pub fn eq_but_kept(&self, other: &super::Job) -> bool {
+        fn bare(job: &super::Job) -> super::Job {
+            let mut job = job.clone();
+            job.kept.clear();
+            for group in &mut job.task_groups {
+                group.kept.clear();
+                group.ephemeral_disk.sticky = false;
+                group.ephemeral_disk.migrate = false;
+                for task in &mut group.tasks {
+                    task.kept.clear();
+                }
+            }
+            job
+        }
+        self.task_groups.len() == other.task_groups.len() && bare(self) == bare(other)
+    }
+}
+
 /// What the HCL walk kept, by where it was written: the job's, each group's by name and each
 /// task's by group and task name (names are unique; validation refuses a job where they are
 /// not).

@@ -758,3 +758,64 @@ fn a_denied_driver_is_a_placement_failure() {
         "Task Group \"g\":\n  * Constraint \"missing drivers\": 1 nodes excluded by filter"
     ));
 }
+
+/// A task that asks for a device (a GPU) is Nomad's `missing devices` placement failure on this
+/// node, which has none: registered, no allocation, `job run` exits 2; its request is kept in
+/// the job as Nomad's `Resources.Devices`. `numa` and `secrets` are accepted and warned.
+#[test]
+fn a_task_asking_for_a_device_is_a_placement_failure() {
+    let dir = TempDir::new("device");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let file = spec(
+        &dir,
+        "gpu.hcl",
+        r#"
+job "gpu" {
+  group "train" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      resources {
+        cpu     = 100
+        secrets = 10
+        device "nvidia/gpu" {
+          count = 2
+          constraint {
+            attribute = "${device.attr.memory}"
+            operator  = ">="
+            value     = "2 GiB"
+          }
+        }
+      }
+    }
+  }
+}
+"#,
+    );
+    let (code, out, err) = job_run(&agent, &file);
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(
+        out.contains("\"resources.secrets\" has no effect on one node"),
+        "{out}"
+    );
+    assert_eq!(
+        failure_lines(&out)[1..],
+        [
+            "    Task Group \"train\" (failed to place 1 allocation):",
+            "      * Constraint \"missing devices\": 1 nodes excluded by filter",
+            "    Evaluation \"<id>\" waiting for additional capacity to place remainder",
+        ],
+        "{out}"
+    );
+    assert!(agent.allocs("gpu").is_empty());
+    let job = agent.get("/v1/job/gpu");
+    assert_eq!(
+        job["TaskGroups"][0]["Tasks"][0]["Resources"]["Devices"],
+        serde_json::json!([{"Name": "nvidia/gpu", "Count": 2, "Constraints": [
+            {"LTarget": "${device.attr.memory}", "Operand": ">=", "RTarget": "2 GiB"}]}])
+    );
+    assert_eq!(
+        job["TaskGroups"][0]["Tasks"][0]["Resources"]["SecretsMB"],
+        10
+    );
+}

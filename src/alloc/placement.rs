@@ -23,6 +23,7 @@
 //! http=8080".into()))`. The failure, its metric lines, its evaluation record and its API shape
 //! follow.
 
+use crate::jobspec::devices::MISSING_DEVICES;
 use std::collections::BTreeMap;
 
 use crate::jobspec::{Constraint, Job, Operator, TaskGroup};
@@ -243,6 +244,14 @@ fn group_filter(group: &TaskGroup, node: &Node) -> Option<Reason> {
                 .find_map(|t| first_failed(&t.constraints, node))
         })
         .map(Reason::Constraint)
+        // After the constraints, as Nomad's feasibility checks run: this node has no devices.
+        .or_else(|| {
+            group
+                .tasks
+                .iter()
+                .any(|t| !t.resources.devices.is_empty())
+                .then(|| Reason::Constraint(MISSING_DEVICES.to_string()))
+        })
 }
 
 /// The first constraint `node` does not meet, as Nomad names it; the distinct operators count

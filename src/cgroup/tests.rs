@@ -32,6 +32,7 @@ fn res(memory_mb: u32, memory_max_mb: u32, cpu: u32) -> Resources {
         memory_mb,
         memory_max_mb,
         cores: 0,
+        ..Resources::default()
     }
 }
 

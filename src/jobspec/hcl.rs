@@ -75,11 +75,10 @@ pub fn parse_job_with(src: &str, inputs: &Inputs) -> Result<Parsed, JobspecError
             ))),
         }
     })?;
-    let (raw, warnings) = raw;
-    Ok(Parsed {
-        job: Job::try_from(raw)?,
-        warnings,
-    })
+    let (raw, mut warnings) = raw;
+    let job = Job::try_from(raw)?;
+    super::devices::warn(&job, &mut warnings);
+    Ok(Parsed { job, warnings })
 }
 
 /// How a task's `config` block is read: by its driver.
@@ -566,14 +565,18 @@ impl Walk<'_> {
         let items = self.src.items(
             &what,
             &block.body,
-            &["cpu", "memory", "memory_max", "cores"],
-            &[],
+            &["cpu", "memory", "memory_max", "cores", "secrets"],
+            &["device", "numa"],
         )?;
+        let (devices, numa) = super::devices::read_hcl(self.src, &what, &items)?;
         Ok(RawResources {
             cpu: self.src.opt_u32(&items, "cpu")?,
             memory_mb: self.src.opt_u32(&items, "memory")?,
             memory_max_mb: self.src.opt_u32(&items, "memory_max")?,
             cores: self.src.opt_u32(&items, "cores")?,
+            secrets_mb: self.src.opt_u32(&items, "secrets")?,
+            devices,
+            numa,
             ..RawResources::default()
         })
     }
@@ -708,6 +711,7 @@ job "example" {
                         memory_mb: 100,
                         memory_max_mb: 0,
                         cores: 0,
+                        ..Resources::default()
                     },
                     lifecycle: None,
                     leader: false,
@@ -1170,7 +1174,7 @@ job "docs" {
                 "",
                 &format!("      resources {{\n        {body}\n      }}"),
             ))
-            .map(|j| j.task_groups[0].tasks[0].resources)
+            .map(|j| j.task_groups[0].tasks[0].resources.clone())
         };
         let r = res("memory = 32\n        memory_max = 64").unwrap();
         assert_eq!((r.memory_mb, r.memory_max_mb), (32, 64));
@@ -1190,7 +1194,7 @@ job "docs" {
                 "",
                 &format!("      resources {{\n        {body}\n      }}"),
             ))
-            .map(|j| j.task_groups[0].tasks[0].resources)
+            .map(|j| j.task_groups[0].tasks[0].resources.clone())
         };
         let r = res("cores = 2\n        memory = 64").unwrap();
         assert_eq!((r.cores, r.cpu, r.memory_mb), (2, 0, 64));

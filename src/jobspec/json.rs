@@ -38,10 +38,9 @@ pub fn parse_job(bytes: &[u8]) -> Result<Parsed, JobspecError> {
     })?;
     super::kept::keep_json(&mut raw, &mut warnings);
     warnings.extend(raw.ignored_fields());
-    Ok(Parsed {
-        job: Job::try_from(raw)?,
-        warnings,
-    })
+    let job = Job::try_from(raw)?;
+    super::devices::warn(&job, &mut warnings);
+    Ok(Parsed { job, warnings })
 }
 
 #[cfg(test)]
@@ -285,7 +284,7 @@ mod tests {
         job["TaskGroups"][0]["Tasks"][0]["Resources"] = json!({"Cores": 1, "MemoryMB": 64});
         let parsed = parse(&job).unwrap();
         assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
-        let r = parsed.job.task_groups[0].tasks[0].resources;
+        let r = &parsed.job.task_groups[0].tasks[0].resources;
         assert_eq!((r.cores, r.cpu), (1, 0));
         job["TaskGroups"][0]["Tasks"][0]["Resources"] = json!({"Cores": 1, "CPU": 100});
         assert!(parse(&job)

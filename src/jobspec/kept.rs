@@ -117,6 +117,7 @@ const RENAMED: &[(&str, &str)] = &[
     ("operator", "Operand"),
     ("port", "PortLabel"),
     ("check", "Checks"),
+    ("constraint", "Constraints"),
     ("affinity", "Affinities"),
     ("target", "SpreadTarget"),
     ("region", "Regions"),
@@ -125,7 +126,14 @@ const RENAMED: &[(&str, &str)] = &[
 ];
 
 /// Blocks that are lists in Nomad's API even when written once.
-const LISTS: &[&str] = &["check", "affinity", "target", "region", "link"];
+const LISTS: &[&str] = &[
+    "check",
+    "affinity",
+    "constraint",
+    "target",
+    "region",
+    "link",
+];
 
 /// Blocks whose body Nomad keeps as a free-form map (keys as written).
 const FREE_FORM: &[&str] = &["policy", "meta", "header"];
@@ -154,13 +162,22 @@ fn pascal(name: &str) -> String {
 /// `operator` are `LTarget`, `RTarget` and `Operand`, as a constraint's; elsewhere (a spread's
 /// `attribute`) they are spelled as written.
 fn key_in(parent: &str, name: &str) -> String {
-    if parent != "affinity" && matches!(name, "attribute" | "value" | "operator") {
+    if !matches!(parent, "affinity" | "constraint")
+        && matches!(name, "attribute" | "value" | "operator")
+    {
         return pascal(name);
     }
     RENAMED
         .iter()
         .find(|(n, _)| *n == name)
         .map_or_else(|| pascal(name), |(_, api)| api.to_string())
+}
+
+/// A block (a task's `device`) as Nomad's API writes it, as the no-effect blocks are kept: its
+/// label as `Name`, its `constraint` and `affinity` blocks as `Constraints` and `Affinities`.
+pub(crate) fn block_value(src: &Source, what: &str, block: &Block) -> Result<Value, JobspecError> {
+    let collect = Collect::new(src, Level::Task);
+    Ok(object(collect.block(what, block.ident.as_str(), block)?))
 }
 
 /// One removed structure of `level` as `(api name, value)`, where `what` names its parent in
@@ -236,7 +253,14 @@ impl<'s> Collect<'s> {
                     let name = attr.key.as_str();
                     let value = self.src.attr_value(what, attr)?;
                     let value = self.duration(what, name, value, attr.span())?;
-                    out.insert(key_in(parent, name), value);
+                    // A block's list name (`Affinities`) is not an attribute's: numa's
+                    // `affinity = "prefer"` is its `Affinity`.
+                    let key = if LISTS.contains(&name) {
+                        pascal(name)
+                    } else {
+                        key_in(parent, name)
+                    };
+                    out.insert(key, value);
                 }
                 Structure::Block(inner) => {
                     let name = inner.ident.as_str();
@@ -471,6 +495,7 @@ mod tests {
         assert_eq!(key_in("spread", "attribute"), "Attribute");
         assert_eq!(key_in("service", "port"), "PortLabel");
         assert_eq!(key_in("check", "value"), "Value");
+        assert_eq!(key_in("constraint", "operator"), "Operand");
         assert_eq!(
             api_name(Level::Group, "reschedule", false).unwrap().0,
             "ReschedulePolicy"

@@ -11,6 +11,7 @@
 
 pub mod constraint;
 pub mod cron;
+pub mod devices;
 pub mod docker;
 pub mod ephemeral_disk;
 pub mod fields;
@@ -502,7 +503,7 @@ pub struct CsiPluginConfig {
     pub health_timeout: Duration,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Resources {
     #[serde(rename = "CPU")]
@@ -517,6 +518,19 @@ pub struct Resources {
     /// asks for cores asks for no `cpu` (0): its weight is the cores' MHz, given at placement.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cores: u32,
+    /// `device "<name>" { count ... }` blocks (Nomad's `Devices`), kept as Nomad's API writes
+    /// them: this node fingerprints no devices, so a task that asks for one is Nomad's
+    /// `missing devices` placement failure (`alloc::placement`). Not written when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<serde_json::Value>,
+    /// `numa { affinity }` (Nomad's `NUMA`), kept as written: `none` and `prefer` have no effect
+    /// (cores are not placed by NUMA node here); `require` is refused. Not written when absent.
+    #[serde(rename = "NUMA", default, skip_serializing_if = "Option::is_none")]
+    pub numa: Option<serde_json::Value>,
+    /// `secrets` (Nomad's `SecretsMB`, the size of a tmpfs secrets directory): no effect, the
+    /// secrets directory is a directory of the task's; kept, not written when 0.
+    #[serde(rename = "SecretsMB", default, skip_serializing_if = "is_zero")]
+    pub secrets_mb: u32,
 }
 
 /// An unset `memory_max` is left out of the job's JSON, which stays as it was before it existed.
@@ -531,6 +545,9 @@ impl Default for Resources {
             memory_mb: 300,
             memory_max_mb: 0,
             cores: 0,
+            devices: Vec::new(),
+            numa: None,
+            secrets_mb: 0,
         }
     }
 }

@@ -214,6 +214,11 @@ pub(crate) struct RawResources {
     #[serde(rename = "MemoryMaxMB")]
     pub memory_max_mb: Option<u32>,
     pub cores: Option<u32>,
+    pub devices: Option<Vec<Value>>,
+    #[serde(rename = "NUMA")]
+    pub numa: Option<Value>,
+    #[serde(rename = "SecretsMB")]
+    pub secrets_mb: Option<u32>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -597,6 +602,8 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
         )));
     }
     let cores = resources.cores.unwrap_or(0);
+    let numa = resources.numa.filter(|n| !is_empty(n));
+    super::devices::check_numa(&name, numa.as_ref())?;
     // Nomad's api.Resources.Canonicalize: a task that asks for cores gets no default `cpu`;
     // then its structs.Resources.Validate refuses both at once.
     let cpu = match resources.cpu {
@@ -651,6 +658,9 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
             memory_mb,
             memory_max_mb,
             cores,
+            devices: resources.devices.unwrap_or_default(),
+            numa,
+            secrets_mb: resources.secrets_mb.unwrap_or(0),
         },
         constraints: constraint::convert(&format!("task {name:?}"), Level::Task, raw.constraints)?,
         name,

@@ -230,7 +230,7 @@ pub fn start_spec(
         alloc_id: ctx.alloc_id.clone(),
         task_name: task.name.clone(),
         logs: task.log_config,
-        resources: task.resources,
+        resources: task.resources.clone(),
         cores: ctx.cores.clone(),
         env,
         container,

@@ -69,6 +69,12 @@ impl<'a> Refs<'a> {
         }
     }
 
+    /// Makes `names` known, as names bound around the expression (the iterators of the
+    /// `dynamic` blocks it is in).
+    pub fn bind(&mut self, names: &[String]) {
+        self.bound.extend(names.iter().cloned());
+    }
+
     /// Walks `expr`, changing it as the module says; the findings are in the fields.
     pub fn check(&mut self, expr: &mut Expression) {
         self.visit_expr_mut(expr);

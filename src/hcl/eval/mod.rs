@@ -1,6 +1,7 @@
 //! HCL2's expression language in jobspecs, as Nomad's jobspec2 has it: `variable` and `locals`
 //! blocks, `var.<name>` and `local.<name>`, operators, conditionals, `for` expressions, template
-//! directives and Nomad's functions ([`super::funcs`]), evaluated by hcl-rs ([`hcl::eval`]).
+//! directives and Nomad's functions ([`super::funcs`]), evaluated by hcl-rs ([`hcl::eval`]),
+//! with `try`, `can` and `convert`, which hcl-rs cannot call, evaluated first ([`lazy`]).
 //!
 //! [`evaluate`] is a pass over a parsed document before its schema's walker reads it. It takes the
 //! `variable`, `variables` and `locals` blocks out of the body, works out each variable's value
@@ -17,6 +18,7 @@
 //!
 //! It runs on the caller's thread (the parser's, see [`super::read`]) and starts none.
 
+mod lazy;
 pub mod refs;
 pub mod types;
 pub mod value;
@@ -598,6 +600,36 @@ block {
         assert_eq!(
             eval("x = root\n").unwrap_err(),
             "attribute \"x\" in the jobspec at line 1 must be a literal value (a string, number, bool, list or object)"
+        );
+    }
+
+    #[test]
+    fn try_can_and_convert_work_in_locals_and_validations() {
+        let src = r#"
+variable "port" {
+  default = "8080"
+  validation {
+    condition     = can(parseint(var.port, 10))
+    error_message = "The port must be a number."
+  }
+}
+variable "cfg" {
+  default = { name = "web" }
+}
+locals {
+  port  = try(var.cfg.port, parseint(var.port, 10))
+  ports = convert([var.port, 9090], list(number))
+}
+x = [local.port, local.ports]
+"#;
+        assert_eq!(eval(src).unwrap(), json!({"x": [8080, [8080, 9090]]}));
+        let bad = Inputs {
+            args: pairs(&[("port", "http")]),
+            ..Inputs::default()
+        };
+        assert_eq!(
+            eval_with(src, &bad).unwrap_err(),
+            "Invalid value for variable \"port\" from -var: The port must be a number. (checked by the validation rule at line 4)"
         );
     }
 

@@ -174,6 +174,16 @@ impl VisitMut for Refs<'_> {
                 }
                 self.unknown(expr, &root);
             }
+            // convert()'s second argument is a type (`list(string)`), not a value.
+            Expression::FuncCall(call)
+                if call.name.namespace.is_empty()
+                    && call.name.name.as_str() == "convert"
+                    && call.args.len() == 2 =>
+            {
+                if let Some(value) = call.args.get_mut(0) {
+                    self.visit_expr_mut(value);
+                }
+            }
             _ => visit_mut::visit_expr_mut(self, expr),
         }
     }

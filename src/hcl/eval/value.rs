@@ -7,6 +7,7 @@ use hcl::edit::template::{Element, Template};
 use hcl::eval::{Context, ErrorKind, Evaluate};
 use hcl::Value;
 
+use super::lazy;
 use super::refs::{LOCAL, VAR};
 use super::types::Type;
 
@@ -70,8 +71,15 @@ fn is_runtime_name(expr: &Expression, bound: &[String]) -> bool {
 
 /// Evaluates `expr`; the error is hcl-rs's reason, without the expression it quotes (the caller
 /// names the attribute and line instead).
+/// `try`, `can` and `convert` are evaluated first ([`lazy`]).
 pub fn evaluate(expr: &Expression, ctx: &Context) -> Result<Value, String> {
-    let expr = hcl::Expression::from(expr.clone());
+    let expr = if lazy::needed(expr) {
+        let mut expr = expr.clone();
+        lazy::resolve(&mut expr, ctx)?;
+        hcl::Expression::from(expr)
+    } else {
+        hcl::Expression::from(expr.clone())
+    };
     expr.evaluate(ctx).map_err(|e| reason(e.kind()))
 }
 

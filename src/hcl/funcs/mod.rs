@@ -1,5 +1,6 @@
 //! Nomad's HCL2 functions that do not reach the network, for [`super::eval`]: strings
-//! ([`text`]), numbers ([`number`]), collections ([`collection`]), encodings ([`encoding`]),
+//! ([`text`]), numbers ([`number`]), collections ([`collection`]), encodings ([`encoding`],
+//! [`yaml`]),
 //! dates and times ([`time`]), hashes and UUIDs ([`crypto`]), IP networks ([`cidr`]) and files
 //! ([`file`], [`fileset`]). `try`, `can` and `convert` need their arguments unevaluated and are
 //! the evaluator's own ([`super::eval`]). Each follows
@@ -24,6 +25,7 @@ pub mod fileset;
 pub mod number;
 pub mod text;
 pub mod time;
+pub mod yaml;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -99,6 +101,7 @@ pub fn all() -> Vec<(&'static str, FuncDef)> {
     all.extend(number::funcs());
     all.extend(collection::funcs());
     all.extend(encoding::funcs());
+    all.extend(yaml::funcs());
     all.extend(time::funcs());
     all.extend(crypto::funcs());
     all.extend(file::funcs());

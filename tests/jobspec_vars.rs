@@ -313,6 +313,70 @@ fn the_parse_api_takes_variables_and_keeps_runtime_names() {
     no_jobs(&agent);
 }
 
+/// `dynamic` blocks and `try`/`convert`/`cidrhost` evaluate in the agent's evaluation child as
+/// in the CLI; `fileset` is a filesystem function, refused there.
+#[test]
+fn the_parse_api_expands_dynamic_blocks() {
+    let dir = TempDir::new("dynamic");
+    let agent = TestAgent::start_in(dir.path(), "");
+    let hcl = r#"
+variable "ports" {
+  default = ["http", "admin"]
+}
+job "dyn" {
+  group "g" {
+    network {
+      dynamic "port" {
+        for_each = var.ports
+        labels   = [port.value]
+        content {
+          to = 8000 + port.key
+        }
+      }
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sleep"
+        args    = convert([try(var.nope_is_caught[0], 5), cidrhost("10.1.0.0/16", 300)], list(string))
+      }
+    }
+  }
+}
+"#;
+    let (status, body) = parse(&agent, hcl, "");
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("undeclared input variable \"nope_is_caught\""),
+        "{body}"
+    );
+    let hcl = hcl.replace("var.nope_is_caught[0]", "var.ports[9]");
+    let (status, body) = parse(&agent, &hcl, "");
+    assert_eq!(status, 200, "{body}");
+    let job: Value = serde_json::from_str(&body).unwrap();
+    let group = &job["TaskGroups"][0];
+    let ports = &group["Networks"][0]["DynamicPorts"];
+    assert_eq!(ports[0]["Label"], "http");
+    assert_eq!(ports[0]["To"], 8000);
+    assert_eq!(ports[1]["Label"], "admin");
+    assert_eq!(ports[1]["To"], 8001);
+    assert_eq!(
+        group["Tasks"][0]["Config"]["args"],
+        json!(["5", "10.1.1.44"])
+    );
+    let files = hcl.replace(
+        "cidrhost(\"10.1.0.0/16\", 300)",
+        "length(fileset(\".\", \"*\"))",
+    );
+    let (status, body) = parse(&agent, &files, "");
+    assert_eq!(status, 400);
+    assert!(
+        body.contains("fileset(): filesystem functions are disabled"),
+        "{body}"
+    );
+    no_jobs(&agent);
+}
+
 /// The endpoint evaluates in a child process of the agent: what it answers is the job that
 /// evaluating in this process gives, byte for byte once parsed.
 #[test]

@@ -129,3 +129,95 @@ job "d" {
     let job = parse_job(src).unwrap().job;
     assert_eq!(job.task_groups[0].tasks[0].config.args, ["-v", "ab"]);
 }
+
+#[test]
+fn dynamic_blocks_and_lazy_functions_make_a_job() {
+    let src = r#"
+variable "ports" {
+  default = { http = 8080, metrics = 9100 }
+}
+variable "tasks" {
+  default = ["web", "worker"]
+}
+locals {
+  settings = { web = { cmd = "/bin/web" } }
+}
+job "dyn" {
+  group "g" {
+    network {
+      dynamic "port" {
+        for_each = var.ports
+        labels   = [port.key]
+        content {
+          static = port.value
+        }
+      }
+    }
+    dynamic "constraint" {
+      for_each = ["linux"]
+      content {
+        attribute = "$${attr.kernel.name}"
+        value     = constraint.value
+      }
+    }
+    dynamic "task" {
+      for_each = var.tasks
+      iterator = t
+      labels   = [t.value]
+      content {
+        driver = "raw_exec"
+        config {
+          command = try(local.settings[t.value].cmd, "/bin/sleep")
+          args    = convert([t.key, cidrhost("10.0.0.0/24", t.key + 1)], list(string))
+        }
+      }
+    }
+  }
+}
+"#;
+    let job = parse_job(src).unwrap().job;
+    let group = &job.task_groups[0];
+    let ports: Vec<(&str, u16)> = group.networks[0]
+        .reserved_ports
+        .iter()
+        .map(|p| (p.label.as_str(), p.value))
+        .collect();
+    assert_eq!(ports, [("http", 8080), ("metrics", 9100)]);
+    assert_eq!(group.constraints[0].l_target, "${attr.kernel.name}");
+    assert_eq!(group.constraints[0].r_target, "linux");
+    let tasks: Vec<(&str, &str, &[String])> = group
+        .tasks
+        .iter()
+        .map(|t| {
+            (
+                t.name.as_str(),
+                t.config.command.as_str(),
+                t.config.args.as_slice(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tasks,
+        [
+            (
+                "web",
+                "/bin/web",
+                &["0".to_string(), "10.0.0.1".to_string()][..]
+            ),
+            (
+                "worker",
+                "/bin/sleep",
+                &["1".to_string(), "10.0.0.2".to_string()][..]
+            ),
+        ]
+    );
+    let bad = src.replace("for_each = [\"linux\"]", "for_each = \"linux\"");
+    assert_eq!(
+        parse_job(&bad).unwrap_err(),
+        JobspecError::Invalid("attribute \"for_each\" in dynamic \"constraint\" at line 23: cannot make blocks for each element of a string: for_each must be a list, set or map".into())
+    );
+    // A made block is read like a written one: the schema's errors name its line.
+    let bad = src.replace("static = port.value", "statik = port.value");
+    let e = parse_job(&bad).unwrap_err().to_string();
+    assert!(e.contains("\"statik\"") && e.contains("line 18"), "{e}");
+}

@@ -1,13 +1,15 @@
 //! HCL2's expression language in jobspecs, as Nomad's jobspec2 has it: `variable` and `locals`
 //! blocks, `var.<name>` and `local.<name>`, operators, conditionals, `for` expressions, template
-//! directives and Nomad's functions ([`super::funcs`]), evaluated by hcl-rs ([`hcl::eval`]).
+//! directives and Nomad's functions ([`super::funcs`]), evaluated by hcl-rs ([`hcl::eval`]),
+//! with `try`, `can` and `convert`, which hcl-rs cannot call, evaluated first ([`lazy`]).
 //!
 //! [`evaluate`] is a pass over a parsed document before its schema's walker reads it. It takes the
 //! `variable`, `variables` and `locals` blocks out of the body, works out each variable's value
 //! ([`vars`]: defaults, `NOMAD_VAR_`, `-var-file`, `-var`; types; validations), evaluates the
-//! local values in the order they depend on each other, and then replaces every attribute value
-//! that is not already a literal by the literal it evaluates to. The walker reads literals as it
-//! always has; an attribute keeps its span, so the walker's errors keep their line numbers.
+//! local values in the order they depend on each other, and then ([`walk`]) replaces every
+//! attribute value that is not already a literal by the literal it evaluates to and expands
+//! `dynamic` blocks into the blocks they describe. The walker reads literals and ordinary blocks
+//! as it always has; an attribute keeps its span, so the walker's errors keep their line numbers.
 //!
 //! Names the language does not know (`${attr.kernel.name}`, `${node.unique.id}`, `${meta.team}`,
 //! `${NOMAD_TASK_DIR}`, `${env.HOME}`) stay the `${...}` text written in a string ([`refs`]), as
@@ -16,10 +18,12 @@
 //!
 //! It runs on the caller's thread (the parser's, see [`super::read`]) and starts none.
 
+mod lazy;
 pub mod refs;
 pub mod types;
 pub mod value;
 pub mod vars;
+mod walk;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -34,7 +38,7 @@ use hcl::{Map, Value};
 use super::funcs::{self, Files, FuncEnv};
 use super::Source;
 use refs::{Refs, LOCAL, VAR};
-use value::is_static;
+use walk::Walk;
 
 /// What the caller gives a jobspec besides its text.
 #[derive(Debug, Clone, Default)]
@@ -119,6 +123,9 @@ pub enum Error {
         line: usize,
         reason: String,
     },
+    /// A `dynamic` block that cannot be expanded (the message names it and its line).
+    #[error("{0}")]
+    Dynamic(String),
     /// A -var-file or `Variables` that is not a list of `name = value` lines.
     #[error("{name}: {reason}")]
     VarFile { name: String, reason: String },
@@ -173,6 +180,7 @@ pub fn evaluate(body: &mut Body, source: &Source, inputs: &Inputs) -> Result<()>
             vars: &names,
             locals: &locals,
             ctx: &ctx,
+            bound: Vec::new(),
         }
         .body("the jobspec", body)
     })
@@ -261,76 +269,6 @@ fn locals(
         }
     }
     Ok(names)
-}
-
-/// Replaces the expressions of a body by their values, block by block.
-struct Walk<'a> {
-    source: &'a Source,
-    vars: &'a BTreeSet<String>,
-    locals: &'a BTreeSet<String>,
-    ctx: &'a Context<'a>,
-}
-
-impl Walk<'_> {
-    /// `what` names the body in messages, the way the schema's walker does (`task "web"`,
-    /// `config block of task "web"`).
-    fn body(&self, what: &str, body: &mut Body) -> Result<()> {
-        for mut structure in body.iter_mut() {
-            if let Some(mut attr) = structure.as_attribute_mut() {
-                let key = attr.key.as_str().to_string();
-                let line = self.source.line(attr.span());
-                let expr = attr.value_mut();
-                if let Some(value) =
-                    self.expression(expr, line)
-                        .map_err(|reason| Error::Expression {
-                            key,
-                            what: what.to_string(),
-                            line,
-                            reason,
-                        })?
-                {
-                    *expr = value;
-                }
-            } else if let Some(block) = structure.as_block_mut() {
-                let ident = block.ident.as_str().to_string();
-                let inner = match block.labels.first() {
-                    Some(label) => format!("{ident} {:?}", label.as_str()),
-                    None => format!("{ident} block of {what}"),
-                };
-                self.body(&inner, &mut block.body)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The literal `expr` evaluates to, or `None` to leave it as it is.
-    /// `line` is the attribute's, for messages.
-    fn expression(
-        &self,
-        expr: &mut Expression,
-        line: usize,
-    ) -> std::result::Result<Option<Expression>, String> {
-        if is_static(expr) {
-            return Ok(None);
-        }
-        // A bare name (`user = root`, quotes forgotten) is left to the walker, whose message
-        // says what the attribute must be.
-        if let Expression::Variable(v) = expr {
-            if v.as_str() != VAR && v.as_str() != LOCAL {
-                return Ok(None);
-            }
-        }
-        let mut refs = Refs::new(self.source, self.vars, self.locals);
-        refs.check(expr);
-        if let Some(bad) = refs.error {
-            return Err(if bad.line == line {
-                bad.reason
-            } else {
-                format!("{} (line {})", bad.reason, bad.line)
-            });
-        }
-        value::evaluate(expr, self.ctx).map(|v| Some(value::to_expr(v)))
-    }
 }
 
 #[cfg(test)]
@@ -662,6 +600,36 @@ block {
         assert_eq!(
             eval("x = root\n").unwrap_err(),
             "attribute \"x\" in the jobspec at line 1 must be a literal value (a string, number, bool, list or object)"
+        );
+    }
+
+    #[test]
+    fn try_can_and_convert_work_in_locals_and_validations() {
+        let src = r#"
+variable "port" {
+  default = "8080"
+  validation {
+    condition     = can(parseint(var.port, 10))
+    error_message = "The port must be a number."
+  }
+}
+variable "cfg" {
+  default = { name = "web" }
+}
+locals {
+  port  = try(var.cfg.port, parseint(var.port, 10))
+  ports = convert([var.port, 9090], list(number))
+}
+x = [local.port, local.ports]
+"#;
+        assert_eq!(eval(src).unwrap(), json!({"x": [8080, [8080, 9090]]}));
+        let bad = Inputs {
+            args: pairs(&[("port", "http")]),
+            ..Inputs::default()
+        };
+        assert_eq!(
+            eval_with(src, &bad).unwrap_err(),
+            "Invalid value for variable \"port\" from -var: The port must be a number. (checked by the validation rule at line 4)"
         );
     }
 

@@ -69,6 +69,12 @@ impl<'a> Refs<'a> {
         }
     }
 
+    /// Makes `names` known, as names bound around the expression (the iterators of the
+    /// `dynamic` blocks it is in).
+    pub fn bind(&mut self, names: &[String]) {
+        self.bound.extend(names.iter().cloned());
+    }
+
     /// Walks `expr`, changing it as the module says; the findings are in the fields.
     pub fn check(&mut self, expr: &mut Expression) {
         self.visit_expr_mut(expr);
@@ -167,6 +173,16 @@ impl VisitMut for Refs<'_> {
                     return visit_mut::visit_expr_mut(self, expr);
                 }
                 self.unknown(expr, &root);
+            }
+            // convert()'s second argument is a type (`list(string)`), not a value.
+            Expression::FuncCall(call)
+                if call.name.namespace.is_empty()
+                    && call.name.name.as_str() == "convert"
+                    && call.args.len() == 2 =>
+            {
+                if let Some(value) = call.args.get_mut(0) {
+                    self.visit_expr_mut(value);
+                }
             }
             _ => visit_mut::visit_expr_mut(self, expr),
         }

@@ -7,6 +7,7 @@ use hcl::edit::template::{Element, Template};
 use hcl::eval::{Context, ErrorKind, Evaluate};
 use hcl::Value;
 
+use super::lazy;
 use super::refs::{LOCAL, VAR};
 use super::types::Type;
 
@@ -15,10 +16,15 @@ use super::types::Type;
 /// what the agent interpolates when the task starts (`"${NOMAD_TASK_DIR}/x"`,
 /// `"${ node.unique.id }"`). The walker reads such an expression as it is, `${...}` as written.
 pub fn is_static(expr: &Expression) -> bool {
+    is_static_in(expr, &[])
+}
+
+/// [`is_static`] where `bound` are names of the language too (the iterators of `dynamic` blocks).
+pub fn is_static_in(expr: &Expression, bound: &[String]) -> bool {
     let template_is_static = |t: &Template| {
         t.iter().all(|e| match e {
             Element::Literal(_) => true,
-            Element::Interpolation(i) => is_runtime_name(&i.expr),
+            Element::Interpolation(i) => is_runtime_name(&i.expr, bound),
             Element::Directive(_) => false,
         })
     };
@@ -27,17 +33,17 @@ pub fn is_static(expr: &Expression) -> bool {
         | Expression::Bool(_)
         | Expression::Number(_)
         | Expression::String(_) => true,
-        Expression::Array(items) => items.iter().all(is_static),
+        Expression::Array(items) => items.iter().all(|e| is_static_in(e, bound)),
         Expression::Object(object) => object.iter().all(|(k, v)| {
             let key = match k {
                 ObjectKey::Ident(_) => true,
-                ObjectKey::Expression(e) => is_static(e),
+                ObjectKey::Expression(e) => is_static_in(e, bound),
             };
-            key && is_static(v.expr())
+            key && is_static_in(v.expr(), bound)
         }),
         Expression::StringTemplate(t) => t.iter().all(|e| match e {
             Element::Literal(_) => true,
-            Element::Interpolation(i) => is_runtime_name(&i.expr),
+            Element::Interpolation(i) => is_runtime_name(&i.expr, bound),
             Element::Directive(_) => false,
         }),
         Expression::HeredocTemplate(h) => template_is_static(&h.template),
@@ -47,8 +53,8 @@ pub fn is_static(expr: &Expression) -> bool {
 
 /// A name outside the language (`NOMAD_TASK_DIR`, `attr.kernel.name`, `env["HOME"]`), read
 /// with nothing but attribute names and literal indexes.
-fn is_runtime_name(expr: &Expression) -> bool {
-    let outside = |name: &str| name != VAR && name != LOCAL;
+fn is_runtime_name(expr: &Expression, bound: &[String]) -> bool {
+    let outside = |name: &str| name != VAR && name != LOCAL && !bound.iter().any(|b| b == name);
     match expr {
         Expression::Variable(v) => outside(v.as_str()),
         Expression::Traversal(t) => {
@@ -65,8 +71,15 @@ fn is_runtime_name(expr: &Expression) -> bool {
 
 /// Evaluates `expr`; the error is hcl-rs's reason, without the expression it quotes (the caller
 /// names the attribute and line instead).
+/// `try`, `can` and `convert` are evaluated first ([`lazy`]).
 pub fn evaluate(expr: &Expression, ctx: &Context) -> Result<Value, String> {
-    let expr = hcl::Expression::from(expr.clone());
+    let expr = if lazy::needed(expr) {
+        let mut expr = expr.clone();
+        lazy::resolve(&mut expr, ctx)?;
+        hcl::Expression::from(expr)
+    } else {
+        hcl::Expression::from(expr.clone())
+    };
     expr.evaluate(ctx).map_err(|e| reason(e.kind()))
 }
 

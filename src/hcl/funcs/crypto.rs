@@ -1,5 +1,5 @@
 //! Hash and UUID functions: `md5`, `sha1`, `sha256`, `sha512` (the lowercase hex digest of the
-//! string's UTF-8 bytes), `uuidv4`, `uuidv5`.
+//! string's UTF-8 bytes), `bcrypt`, `uuidv4`, `uuidv5`.
 
 use hcl::eval::{FuncArgs, FuncDef};
 use hcl::Value;
@@ -8,7 +8,7 @@ use sha1::Sha1;
 use sha2::{Digest, Sha256, Sha512};
 use uuid::Uuid;
 
-use super::{fixed, string};
+use super::{fixed, int, string, variadic};
 
 pub fn funcs() -> Vec<(&'static str, FuncDef)> {
     vec![
@@ -16,9 +16,39 @@ pub fn funcs() -> Vec<(&'static str, FuncDef)> {
         ("sha1", fixed(1, sha1)),
         ("sha256", fixed(1, sha256)),
         ("sha512", fixed(1, sha512)),
+        ("bcrypt", variadic(1, bcrypt)),
         ("uuidv4", fixed(0, uuidv4)),
         ("uuidv5", fixed(2, uuidv5)),
     ]
+}
+
+/// `bcrypt(str, cost)`: the string's bcrypt hash with a random salt, in the `$2a$` form Go's
+/// bcrypt writes. The cost is 10 unless given; one under 4 is 10 too, as in Go.
+fn bcrypt(args: FuncArgs) -> Result<Value, String> {
+    if args.len() > 2 {
+        return Err("bcrypt() takes no more than two arguments".into());
+    }
+    let input = string(&args, 0)?;
+    let cost = if args.len() > 1 { int(&args, 1)? } else { 10 };
+    let cost = if cost < 4 { 10 } else { cost };
+    if cost > 31 {
+        return Err(format!(
+            "error occurred generating password crypto/bcrypt: cost {cost} is outside allowed range (4,31)"
+        ));
+    }
+    let parts =
+        ::bcrypt::non_truncating_hash_with_result(input.as_bytes(), cost as u32).map_err(|e| {
+            match e {
+                ::bcrypt::BcryptError::Truncation(_) => {
+                    "error occurred generating password bcrypt: password length exceeds 72 bytes"
+                        .to_string()
+                }
+                other => format!("error occurred generating password {other}"),
+            }
+        })?;
+    Ok(Value::String(
+        parts.format_for_version(::bcrypt::Version::TwoA),
+    ))
 }
 
 fn hex_digest<D: Digest>(args: &FuncArgs) -> Result<Value, String> {
@@ -95,6 +125,41 @@ mod tests {
         same(
             "sha512(\"\")",
             "\"cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce47d0d13c5d85f2b0ff8318d2877eec2f63b931bd47417a81a538327af927da3e\"",
+        );
+    }
+
+    #[test]
+    fn bcrypt_hashes_verify() {
+        let Ok(hcl::Value::String(h)) = eval("bcrypt(\"s3cret\", 4)") else {
+            panic!("bcrypt")
+        };
+        assert!(h.starts_with("$2a$04$") && h.len() == 60, "{h}");
+        assert!(::bcrypt::verify("s3cret", &h).unwrap());
+        assert!(!::bcrypt::verify("other", &h).unwrap());
+        // A random salt: two hashes differ.
+        assert_ne!(
+            eval("bcrypt(\"s3cret\", 4)").unwrap(),
+            hcl::Value::String(h)
+        );
+        let Ok(hcl::Value::String(d)) = eval("bcrypt(\"x\")") else {
+            panic!("bcrypt")
+        };
+        assert!(d.starts_with("$2a$10$"), "{d}");
+        let Ok(hcl::Value::String(low)) = eval("bcrypt(\"x\", 1)") else {
+            panic!("bcrypt")
+        };
+        assert!(low.starts_with("$2a$10$"), "{low}");
+        fails(
+            "bcrypt(\"x\", 32)",
+            "cost 32 is outside allowed range (4,31)",
+        );
+        fails(
+            "bcrypt(\"x\", 4, 5)",
+            "bcrypt() takes no more than two arguments",
+        );
+        fails(
+            &format!("bcrypt({:?}, 4)", "a".repeat(73)),
+            "password length exceeds 72 bytes",
         );
     }
 

@@ -1,4 +1,5 @@
-//! File functions: `file`, `filebase64`, `fileexists`, `basename`, `dirname`.
+//! File functions: `file`, `filebase64`, `fileexists`, `abspath`, `basename`, `dirname`
+//! (`fileset` is in [`super::fileset`]).
 //!
 //! A relative path is relative to the jobspec's directory ([`super::Files::Dir`]), as Nomad's
 //! CLI resolves it. Where no directory is given (`POST /v1/jobs/parse`: the agent does not read
@@ -21,6 +22,7 @@ pub fn funcs() -> Vec<(&'static str, FuncDef)> {
         ("file", fixed(1, file)),
         ("filebase64", fixed(1, filebase64)),
         ("fileexists", fixed(1, fileexists)),
+        ("abspath", fixed(1, abspath)),
         ("basename", fixed(1, basename)),
         ("dirname", fixed(1, dirname)),
     ]
@@ -73,6 +75,26 @@ fn fileexists(args: FuncArgs) -> Result<Value, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Value::Bool(false)),
         Err(e) => Err(format!("cannot stat {}: {e}", path.display())),
     }
+}
+
+/// A path made absolute (Go's `filepath.Abs`): a relative one against the jobspec's directory,
+/// as `file()` reads it, and cleaned (no `.`, no `a/..`). Only the text is worked on; the file
+/// need not exist. A relative path where no directory is given fails with the reason.
+fn abspath(args: FuncArgs) -> Result<Value, String> {
+    let path = string(&args, 0)?;
+    let joined = if path.starts_with('/') {
+        PathBuf::from(&path)
+    } else {
+        let dir = match env().files {
+            Files::Dir(dir) => dir,
+            Files::Disabled(reason) => return Err(reason),
+        };
+        std::path::absolute(dir.join(&path))
+            .map_err(|e| format!("cannot make {path:?} absolute: {e}"))?
+    };
+    Ok(Value::String(super::fileset::clean(
+        &joined.to_string_lossy(),
+    )))
 }
 
 /// The last element of a path (Go's `filepath.Base`).
@@ -128,6 +150,21 @@ mod tests {
             same("fileexists(\"nope\")", "false");
             fails("fileexists(\"sub\")", "is not a regular file");
             fails("file(\"nope.txt\")", "cannot read");
+            same(
+                "abspath(\"sub/../x/./y\")",
+                &format!("{:?}", dir.join("x/y").display().to_string()),
+            );
+        });
+        let rel = FuncEnv {
+            files: Files::Dir("jobs".into()),
+            now: chrono::Utc::now(),
+        };
+        let cwd = std::env::current_dir().unwrap();
+        with_env(rel, || {
+            same(
+                "abspath(\"a\")",
+                &format!("{:?}", cwd.join("jobs/a").display().to_string()),
+            );
         });
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -135,6 +172,8 @@ mod tests {
     #[test]
     fn without_a_directory_files_are_refused() {
         fails("file(\"x\")", "filesystem functions are disabled");
+        fails("abspath(\"x\")", "filesystem functions are disabled");
+        same("abspath(\"/a/b/../c/\")", "\"/a/c\"");
         let e = eval("fileexists(\"/etc/passwd\")").unwrap_err();
         assert!(e.contains("disabled"), "{e}");
     }

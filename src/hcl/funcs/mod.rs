@@ -1,6 +1,9 @@
 //! Nomad's HCL2 functions that do not reach the network, for [`super::eval`]: strings
-//! ([`text`]), numbers ([`number`]), collections ([`collection`]), encodings ([`encoding`]),
-//! dates and times ([`time`]), hashes and UUIDs ([`crypto`]) and files ([`file`]). Each follows
+//! ([`text`]), numbers ([`number`]), collections ([`collection`]), encodings ([`encoding`],
+//! [`yaml`]),
+//! dates and times ([`time`]), hashes and UUIDs ([`crypto`]), IP networks ([`cidr`]) and files
+//! ([`file`], [`fileset`]). `try`, `can` and `convert` need their arguments unevaluated and are
+//! the evaluator's own ([`super::eval`]). Each follows
 //! the behaviour of the function of the same name in Nomad's jobspec2 (go-cty's standard library
 //! and go-cty-funcs); docs/jobspec.md lists them.
 //!
@@ -13,13 +16,16 @@
 //! bool where a string is wanted (`upper(5)` is `"5"`), and because the messages can then name
 //! what was wrong.
 
+pub mod cidr;
 pub mod collection;
 pub mod crypto;
 pub mod encoding;
 pub mod file;
+pub mod fileset;
 pub mod number;
 pub mod text;
 pub mod time;
+pub mod yaml;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -95,9 +101,12 @@ pub fn all() -> Vec<(&'static str, FuncDef)> {
     all.extend(number::funcs());
     all.extend(collection::funcs());
     all.extend(encoding::funcs());
+    all.extend(yaml::funcs());
     all.extend(time::funcs());
     all.extend(crypto::funcs());
     all.extend(file::funcs());
+    all.extend(fileset::funcs());
+    all.extend(cidr::funcs());
     all
 }
 

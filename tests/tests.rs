@@ -42,5 +42,6 @@ mod security;
 mod stats;
 mod task_env;
 mod task_fs;
+mod task_hooks;
 mod volumes;
 mod volumes_agent;

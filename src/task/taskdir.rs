@@ -23,7 +23,7 @@ use crate::task::hooks::{HookError, TaskContext, TaskHook};
 pub struct TaskDirHook;
 
 fn failed(what: &Path, e: impl std::fmt::Display) -> HookError {
-    HookError(format!(
+    HookError::new(format!(
         "failed to build task directory {}: {e}",
         what.display()
     ))
@@ -134,13 +134,15 @@ impl TaskHook for TaskDirHook {
         }
         if let Some(dispatch) = &task.task.dispatch_payload {
             let user = task.task.user.as_deref();
+            // Nomad's own hook for it is `dispatch_payload`: its failure is named so.
             write_payload(
                 &local,
                 &dispatch.file,
                 &task.job.payload,
                 user,
                 &mut replaced,
-            )?;
+            )
+            .map_err(|e| e.in_hook("dispatch_payload"))?;
         }
         Ok(replaced
             .into_iter()
@@ -193,7 +195,8 @@ fn write_payload(
     // SAFETY: geteuid has no preconditions.
     if let Some(user) = user.filter(|_| unsafe { libc::geteuid() } == 0) {
         use std::os::unix::fs::PermissionsExt as _;
-        let (uid, gid) = crate::driver::lookup_user(user).map_err(|e| HookError(e.to_string()))?;
+        let (uid, gid) =
+            crate::driver::lookup_user(user).map_err(|e| HookError::new(e.to_string()))?;
         // On the open file: a link put in its place cannot redirect the change.
         std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
             .and_then(|()| f.set_permissions(std::fs::Permissions::from_mode(0o600)))
@@ -210,10 +213,10 @@ fn chown_to(user: &str, dirs: &[&Dir]) -> Result<(), HookError> {
     if unsafe { libc::geteuid() } != 0 {
         return Ok(());
     }
-    let (uid, gid) = crate::driver::lookup_user(user).map_err(|e| HookError(e.to_string()))?;
+    let (uid, gid) = crate::driver::lookup_user(user).map_err(|e| HookError::new(e.to_string()))?;
     for d in dirs {
         let chown = |e: std::io::Error| {
-            HookError(format!(
+            HookError::new(format!(
                 "failed to chown {} to {user}: {e}",
                 d.path().display()
             ))

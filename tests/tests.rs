@@ -33,6 +33,7 @@ mod jobspec_rule;
 mod jobspec_vars;
 mod kill_timeouts;
 mod lifecycle;
+mod lifecycle_stop;
 mod live_restore;
 mod misbehaving;
 mod periodic;

@@ -34,6 +34,12 @@ pub(super) struct AllocInner {
     /// Stopped, and its poststop tasks are to run: its gate runs on to start them, the only tasks
     /// a stopped allocation starts (`super::stop`).
     pub(super) run_poststop: bool,
+    /// Stopped once its tasks began, in an ordered group: its gate carries out the stop, killing
+    /// the tasks in their order (`super::lifecycle::plan_stop`); the stop itself killed nothing.
+    pub(super) ordered_stop: bool,
+    /// Wakes the gate of an ordered allocation (its runners' `changed` channel: bounded,
+    /// `try_send`), so that it plans again at once; set once the gate orders the tasks.
+    pub(super) wake: Option<crossbeam_channel::Sender<()>>,
     /// Stopped again while its poststop tasks were to run: they are killed and never start
     /// (`super::stop::cut_poststop`); recorded, so that a restart does not run them either.
     pub(super) poststop_cut: bool,
@@ -125,6 +131,8 @@ impl Allocation {
                 runners: BTreeMap::new(),
                 gate: None,
                 run_poststop: false,
+                ordered_stop: false,
+                wake: None,
                 poststop_cut: false,
             }),
         }
@@ -159,6 +167,8 @@ impl Allocation {
                 runners: BTreeMap::new(),
                 gate: None,
                 run_poststop: false,
+                ordered_stop: false,
+                wake: None,
                 poststop_cut: rec.poststop_cut,
             }),
         })

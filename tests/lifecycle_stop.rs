@@ -1,0 +1,231 @@
+//! The order of a stop (jobspec.md `lifecycle`, Nomad's alloc runner `killTasks`) through the real
+//! agent: the leader first, then the other tasks but the sidecars, then the sidecars, then the
+//! poststop tasks, across a kill -9 of the agent too. Each task's signal handler writes its name to
+//! one file and then holds its task alive until the test lets it go, so the file's lines are the
+//! order the tasks got their signals, and a stage that began before the one ahead of it ended
+//! would show in it.
+
+use crate::common::*;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A `raw_exec` task that, once started, writes `<name> up` to `order`, and on SIGINT or SIGTERM
+/// writes `<name>` to `order` (once, however often it is signalled) and ends once `<dir>/go-<name>`
+/// exists. `extra` goes into its block.
+fn held(name: &str, extra: &str, dir: &Path) -> String {
+    let order = dir.join("order");
+    let (mark, go) = (
+        dir.join(format!("got-{name}")),
+        dir.join(format!("go-{name}")),
+    );
+    let script = format!(
+        "trap '[ -f {mark} ] || {{ touch {mark}; echo {name} >> {order}; }}; \
+         while [ ! -f {go} ]; do sleep 0.05; done; exit 0' INT TERM; \
+         echo {name} up >> {up}; while true; do sleep 0.05; done",
+        mark = mark.display(),
+        order = order.display(),
+        go = go.display(),
+        up = dir.join("up").display(),
+    );
+    format!(
+        r#"
+    task "{name}" {{
+      driver = "raw_exec"
+      kill_timeout = "5m"
+      {extra}
+      config {{
+        command = "/bin/sh"
+        args = ["-c", {script:?}]
+      }}
+    }}"#
+    )
+}
+
+/// A service job: a leader, a main task `worker`, a prestart sidecar `proxy` (all [`held`]) and a
+/// poststop task `cleanup` that writes `cleanup` to `order`.
+fn ordered_job(name: &str, dir: &Path) -> String {
+    let sidecar = "lifecycle {\n        hook = \"prestart\"\n        sidecar = true\n      }";
+    let cleanup = format!(
+        r#"
+    task "cleanup" {{
+      driver = "raw_exec"
+      lifecycle {{ hook = "poststop" }}
+      config {{
+        command = "/bin/sh"
+        args = ["-c", "echo cleanup >> {}"]
+      }}
+    }}"#,
+        dir.join("order").display()
+    );
+    format!(
+        r#"
+job "{name}" {{
+  group "g" {{
+    {}
+    {}
+    {}
+    {cleanup}
+  }}
+}}"#,
+        held("leader", "leader = true", dir),
+        held("worker", "", dir),
+        held("proxy", sidecar, dir),
+    )
+}
+
+/// Tasks may wait 5 minutes for their turn, not the default cap of 30 seconds.
+const CONFIG: &str = "client { max_kill_timeout = \"5m\" }";
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn wait_lines(path: &Path, want: &[&str]) {
+    wait_for(WAIT, &format!("{want:?} in {}", path.display()), || {
+        (lines(path) == want).then_some(())
+    });
+}
+
+fn types(agent: &TestAgent, alloc: &str, task: &str) -> Vec<String> {
+    agent
+        .events(alloc, task)
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect()
+}
+
+fn client_status(agent: &TestAgent, alloc: &str) -> String {
+    agent.get(&format!("/v1/allocation/{alloc}"))["ClientStatus"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn go(dir: &Path, task: &str) {
+    std::fs::write(dir.join(format!("go-{task}")), "").unwrap();
+}
+
+/// Lets every held task go when dropped, so that a test that fails leaves no task waiting.
+struct Release(PathBuf);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        for task in ["leader", "worker", "proxy"] {
+            let _ = std::fs::write(self.0.join(format!("go-{task}")), "");
+        }
+    }
+}
+
+/// Starts the job and waits for its three held tasks to run.
+fn start(agent: &TestAgent, name: &str, dir: &Path) -> (String, PathBuf) {
+    let job = agent.run_hcl(&ordered_job(name, dir));
+    let alloc = agent.alloc_id(&job);
+    wait_for(WAIT, "the tasks up", || {
+        (lines(&dir.join("up")).len() == 3).then_some(())
+    });
+    (alloc, dir.join("order"))
+}
+
+/// The rest of the order once the leader is let go: the worker, then the sidecar, then the
+/// poststop task, each stage only once the one before ended.
+fn finish_after_leader(agent: &TestAgent, alloc: &str, dir: &Path, order: &Path) {
+    go(dir, "leader");
+    wait_lines(order, &["leader", "worker"]);
+    assert_eq!(agent.task_state(alloc, "leader")["State"], "dead");
+    assert!(!types(agent, alloc, "proxy").contains(&"Killing".to_string()));
+    go(dir, "worker");
+    wait_lines(order, &["leader", "worker", "proxy"]);
+    assert_eq!(agent.task_state(alloc, "worker")["State"], "dead");
+    assert_eq!(agent.task_state(alloc, "cleanup")["State"], "pending");
+    go(dir, "proxy");
+    wait_lines(order, &["leader", "worker", "proxy", "cleanup"]);
+    wait_for(WAIT, "alloc complete", || {
+        (client_status(agent, alloc) == "complete").then_some(())
+    });
+}
+
+/// The tasks after the leader get Nomad's `Leader Task Dead` before their `Killing`.
+fn assert_leader_dead_then_killing(agent: &TestAgent, alloc: &str) {
+    for task in ["worker", "proxy"] {
+        let t = types(agent, alloc, task);
+        let at = |kind: &str| t.iter().position(|x| x == kind);
+        let (dead, killing) = (at("Leader Task Dead"), at("Killing"));
+        assert!(
+            dead.is_some() && killing.is_some() && dead < killing,
+            "{task}: {t:?}"
+        );
+    }
+}
+
+/// `job stop`: the leader alone gets its signal, and only once it ended the worker, then the
+/// sidecar, then the poststop task runs. The stop answers at once.
+#[test]
+fn a_stop_kills_the_leader_then_main_then_the_sidecar_then_runs_poststop() {
+    let tmp = TempDir::new("lc-order");
+    let dir = tmp.path();
+    let agent = TestAgent::start_in(dir, CONFIG);
+    let _release = Release(dir.to_path_buf());
+    let (alloc, order) = start(&agent, "ordered", dir);
+    let (status, body) = agent.request("DELETE", "/v1/job/ordered", None);
+    assert_eq!(status, 200, "{body}");
+    wait_lines(&order, &["leader"]);
+    for task in ["worker", "proxy"] {
+        assert_eq!(agent.task_state(&alloc, task)["State"], "running");
+        assert!(!types(&agent, &alloc, task).contains(&"Killing".to_string()));
+    }
+    assert!(types(&agent, &alloc, "leader").contains(&"Killing".to_string()));
+    finish_after_leader(&agent, &alloc, dir, &order);
+    assert_leader_dead_then_killing(&agent, &alloc);
+    let cleanup = agent.task_state(&alloc, "cleanup");
+    assert_eq!(cleanup["Failed"], false, "{cleanup}");
+}
+
+/// kill -9 of the agent while the stop waits for the leader: the next agent takes the live tasks
+/// over and carries on the order (it neither kills everything at once nor loses the poststop
+/// task).
+#[test]
+fn a_stop_carries_on_its_order_across_a_kill_9_of_the_agent() {
+    let tmp = TempDir::new("lc-order-kill");
+    let dir = tmp.path();
+    let mut agent = TestAgent::start_in(dir, CONFIG);
+    let _release = Release(dir.to_path_buf());
+    let (alloc, order) = start(&agent, "ordered-kill", dir);
+    let pids: Vec<_> = ["leader", "worker", "proxy"]
+        .iter()
+        .map(|t| agent.task_state(&alloc, t)["PID"].as_i64().unwrap())
+        .collect();
+    cli_ok(&agent, &["alloc", "stop", &alloc]);
+    wait_lines(&order, &["leader"]);
+
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    agent.restart();
+    wait_for(WAIT, "the tasks taken over", || {
+        let same = ["leader", "worker", "proxy"]
+            .iter()
+            .zip(&pids)
+            .all(|(t, p)| {
+                let s = agent.task_state(&alloc, t);
+                s["State"] == "running" && s["PID"] == *p
+            });
+        same.then_some(())
+    });
+    assert_eq!(lines(&order), ["leader"], "the restart killed out of order");
+    finish_after_leader(&agent, &alloc, dir, &order);
+    assert_leader_dead_then_killing(&agent, &alloc);
+}
+
+fn cli_ok(agent: &TestAgent, args: &[&str]) {
+    let out = agent.cli(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

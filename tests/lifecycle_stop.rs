@@ -3,7 +3,7 @@
 //! poststop tasks, across a kill -9 of the agent too. Each task's signal handler writes its name to
 //! one file and then holds its task alive until the test lets it go, so the file's lines are the
 //! order the tasks got their signals, and a stage that began before the one ahead of it ended
-//! would show in it.
+//! would show in it. Also a purge, which runs the poststop tasks before the allocation goes.
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
@@ -227,5 +227,92 @@ fn cli_ok(agent: &TestAgent, args: &[&str]) {
         "{args:?}: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A purge of a running job stops its allocation as a stop does: the poststop task runs, the
+/// allocation stays visible in `/v1/allocations` while it does (the job is gone at once), across a
+/// kill -9 of the agent too, and once it ended the collector forgets the allocation.
+#[test]
+fn a_purge_runs_the_poststop_task_then_forgets_the_allocation() {
+    let tmp = TempDir::new("lc-purge-poststop");
+    let dir = tmp.path();
+    let mut agent = TestAgent::start_in(dir, "client { gc_interval = \"1s\" }");
+    let (up, go, done) = (dir.join("up"), dir.join("go"), dir.join("done"));
+    let job = agent.run_hcl(&format!(
+        r#"
+job "purged" {{
+  group "g" {{
+    task "main" {{
+      driver = "raw_exec"
+      config {{
+        command = "/bin/sh"
+        args = ["-c", "touch {up}; exec sleep 3600"]
+      }}
+    }}
+    task "cleanup" {{
+      driver = "raw_exec"
+      lifecycle {{ hook = "poststop" }}
+      config {{
+        command = "/bin/sh"
+        args = ["-c", "while [ ! -f {go} ]; do sleep 0.05; done; echo cleaned > {done}"]
+      }}
+    }}
+  }}
+}}"#,
+        up = up.display(),
+        go = go.display(),
+        done = done.display(),
+    ));
+    let alloc = agent.alloc_id(&job);
+    wait_for(WAIT, "main running", || up.exists().then_some(()));
+    let (status, body) = agent.request("DELETE", "/v1/job/purged?purge=true", None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(agent.request("GET", "/v1/job/purged", None).0, 404);
+    let cleanup = wait_for(WAIT, "cleanup running", || {
+        let s = agent.task_state(&alloc, "cleanup");
+        (s["State"] == "running" && s["PID"].is_i64()).then_some(s)
+    });
+    assert_eq!(agent.task_state(&alloc, "main")["State"], "dead");
+    let listed = |agent: &TestAgent| {
+        agent
+            .get("/v1/allocations")
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["ID"] == alloc)
+    };
+    assert!(
+        listed(&agent),
+        "the purged job's running allocation is not listed"
+    );
+    wait_for(WAIT, "the state file to record cleanup's run", || {
+        let s = state_on_disk(&agent.data_dir)?.to_string();
+        s.contains(&format!("\"PID\":{}", cleanup["PID"]))
+            .then_some(())
+    });
+
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    agent.restart();
+    wait_for(WAIT, "cleanup taken over", || {
+        let s = agent.task_state(&alloc, "cleanup");
+        (s["State"] == "running" && s["PID"] == cleanup["PID"]).then_some(())
+    });
+    assert!(listed(&agent));
+    assert_eq!(agent.request("GET", "/v1/job/purged", None).0, 404);
+    std::fs::write(&go, "").unwrap();
+    wait_for(WAIT, "the allocation forgotten", || {
+        (agent
+            .request("GET", &format!("/v1/allocation/{alloc}"), None)
+            .0
+            == 404)
+            .then_some(())
+    });
+    assert_eq!(std::fs::read_to_string(&done).unwrap(), "cleaned\n");
+    assert!(!listed(&agent));
+    let on_disk = state_on_disk(&agent.data_dir).unwrap().to_string();
+    assert!(
+        !on_disk.contains(&alloc),
+        "the state file keeps the allocation"
     );
 }

@@ -43,6 +43,9 @@ pub(super) struct AllocInner {
     /// Stopped again while its poststop tasks were to run: they are killed and never start
     /// (`super::stop::cut_poststop`); recorded, so that a restart does not run them either.
     pub(super) poststop_cut: bool,
+    /// Its job was purged while its gate carried out its stop: it runs on until its tasks are
+    /// all dead, then the collector forgets it (`super::stop`); recorded.
+    pub(super) purged: bool,
 }
 
 pub struct Allocation {
@@ -134,6 +137,7 @@ impl Allocation {
                 ordered_stop: false,
                 wake: None,
                 poststop_cut: false,
+                purged: false,
             }),
         }
     }
@@ -170,6 +174,7 @@ impl Allocation {
                 ordered_stop: false,
                 wake: None,
                 poststop_cut: rec.poststop_cut,
+                purged: rec.purged,
             }),
         })
     }
@@ -249,6 +254,7 @@ impl Allocation {
             ports: self.ports.clone(),
             cores: self.cores.clone(),
             poststop_cut: inner.poststop_cut,
+            purged: inner.purged,
         }
     }
 }

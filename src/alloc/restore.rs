@@ -367,6 +367,7 @@ mod tests {
             ports: Vec::new(),
             cores: BTreeMap::new(),
             poststop_cut: cut,
+            purged: false,
         };
         (rec, job)
     }

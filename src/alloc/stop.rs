@@ -9,8 +9,12 @@
 //! starts the poststop tasks once the others are dead and returns once every task is dead. Any
 //! other allocation's runners are all sent `Kill` at once (they are all main tasks, or never
 //! began), its gate is stopped and returned for the caller to join, and tasks that never ran are
-//! marked dead. A purge forgets the allocation: nothing of it runs on, its poststop tasks are not
-//! run and one that runs is killed ([`end_all`]). A second stop, of an allocation that runs its
+//! marked dead. A purge stops the job's running allocations as a stop does: one whose gate
+//! carries out the stop stays, marked purged ([`purge_keeps`]), with its own copy of the job,
+//! until its tasks (its poststop tasks too) are all dead; the collector then forgets it
+//! (`super::gc`). Any other allocation of the job is forgotten at once: nothing of it runs on, and
+//! a poststop task that runs (the job was stopped before) is killed ([`end_all`]), the way out of
+//! one that hangs. A second stop, of an allocation that runs its
 //! poststop tasks, kills them ([`cut_poststop`]) once the state file records the cut
 //! ([`cut_record`]): a restart after it runs none of them.
 
@@ -93,8 +97,8 @@ pub(super) fn poststop_names(alloc: &Allocation) -> Vec<String> {
 }
 
 /// Marks an allocation stopped at `at` and has its tasks killed: by its gate, in their order, when
-/// it orders them ([`gate_orders_stop`]; not when `purge`: the allocation is forgotten), otherwise
-/// all at once here. Returns its gate, stopped, for the caller to join once it holds no lock (the
+/// it orders them ([`gate_orders_stop`]; then, `purge`, it is marked purged), otherwise all at
+/// once here. Returns its gate, stopped, for the caller to join once it holds no lock (the
 /// gate may be taking the allocation's), unless the gate runs on to carry out the stop.
 #[must_use = "the gate thread must be joined"]
 pub(super) fn stop_alloc(alloc: &Allocation, at: i64, purge: bool) -> Option<Worker<()>> {
@@ -104,7 +108,8 @@ pub(super) fn stop_alloc(alloc: &Allocation, at: i64, purge: bool) -> Option<Wor
     }
     inner.desired = DesiredStatus::Stop;
     inner.modify_time = at;
-    let ordered = !purge && gate_orders_stop(alloc, &inner);
+    let ordered = gate_orders_stop(alloc, &inner);
+    inner.purged |= purge && ordered;
     let poststop = if ordered && poststop_follows(alloc, &inner) {
         poststop_names(alloc)
     } else {
@@ -136,6 +141,20 @@ pub(super) fn stop_alloc(alloc: &Allocation, at: i64, purge: bool) -> Option<Wor
         }
     }
     gate
+}
+
+/// Whether `alloc` stays after a purge of its job, marked purged: it is purged already, or it
+/// runs and `stopping`, a stop that the purge makes now, is carried out by its gate
+/// ([`stop_alloc`] decides alike).
+pub(super) fn purge_keeps(alloc: &Allocation, stopping: bool) -> bool {
+    let inner = alloc.inner.lock();
+    inner.purged
+        || (stopping && inner.desired == DesiredStatus::Run && gate_orders_stop(alloc, &inner))
+}
+
+/// Whether the job of `alloc` was purged while it ran its stop (see [`purge_keeps`]).
+pub(super) fn is_purged(alloc: &Allocation) -> bool {
+    alloc.inner.lock().purged
 }
 
 /// Whether a stop of `alloc`, already stopped, now cuts its poststop tasks ([`cut_poststop`]): it

@@ -231,3 +231,44 @@ fn chown_to(user: &str, dirs: &[&Dir]) -> Result<(), HookError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_payload_that_cannot_be_written_is_named_as_nomads_dispatch_payload_hook() {
+        let dir = std::env::temp_dir().join(format!("nw-taskdir-{}", uuid::Uuid::new_v4()));
+        let hcl = "job \"j\" {\n group \"g\" {\n  task \"t\" {\n   driver = \"raw_exec\"\n   \
+                   dispatch_payload { file = \"in\" }\n   config { command = \"true\" }\n  }\n }\n}\n";
+        let mut job = crate::jobspec::hcl::parse_job(hcl).unwrap().job;
+        job.payload = "not base64!".to_string();
+        let job = Arc::new(job);
+        let ctx = TaskContext {
+            alloc_id: "a".to_string(),
+            task: job.task_groups[0].tasks[0].clone(),
+            group: "g".to_string(),
+            job,
+            alloc_dir: dir.join("a"),
+            task_dir: dir.join("a/t"),
+            data_dir: dir.clone(),
+            node_id: "node".to_string(),
+            node_name: "node".to_string(),
+            ports: Vec::new(),
+            cores: Vec::new(),
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = TaskDirHook
+            .prestart(&ctx, &mut BTreeMap::new())
+            .unwrap_err();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(e.hook_name(TaskDirHook.name()), "dispatch_payload");
+        assert!(e.message.contains("is not base64"), "{e}");
+        // Its other failures are the task directory hook's own.
+        assert_eq!(
+            HookError::new("x").hook_name(TaskDirHook.name()),
+            "task_dir"
+        );
+    }
+}

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// A `raw_exec` task that, once started, writes `<name> up` to `order`, and on SIGINT or SIGTERM
-/// writes `<name>` to `order` (once, however often it is signalled) and ends once `<dir>/go-<name>`
-/// exists. `extra` goes into its block.
+/// A `raw_exec` task that, once started, writes `<name> up` to `<dir>/up`, and on SIGINT or SIGTERM
+/// writes `<name>` to `<dir>/order` (once, however often it is signalled) and ends once
+/// `<dir>/go-<name>` exists. Unsignalled, it exits 0 once `<dir>/end-<name>` exists. `extra` goes
+/// into its block.
 fn held(name: &str, extra: &str, dir: &Path) -> String {
     let order = dir.join("order");
     let (mark, go) = (
@@ -23,11 +24,12 @@ fn held(name: &str, extra: &str, dir: &Path) -> String {
     let script = format!(
         "trap '[ -f {mark} ] || {{ touch {mark}; echo {name} >> {order}; }}; \
          while [ ! -f {go} ]; do sleep 0.05; done; exit 0' INT TERM; \
-         echo {name} up >> {up}; while true; do sleep 0.05; done",
+         echo {name} up >> {up}; while [ ! -f {end} ]; do sleep 0.05; done",
         mark = mark.display(),
         order = order.display(),
         go = go.display(),
         up = dir.join("up").display(),
+        end = dir.join(format!("end-{name}")).display(),
     );
     format!(
         r#"
@@ -44,8 +46,8 @@ fn held(name: &str, extra: &str, dir: &Path) -> String {
 }
 
 /// A service job: a leader, a main task `worker`, a prestart sidecar `proxy` (all [`held`]) and a
-/// poststop task `cleanup` that writes `cleanup` to `order`.
-fn ordered_job(name: &str, dir: &Path) -> String {
+/// poststop task `cleanup` that writes `cleanup` to `order`. `header` goes before the group.
+fn ordered_job(name: &str, dir: &Path, header: &str) -> String {
     let sidecar = "lifecycle {\n        hook = \"prestart\"\n        sidecar = true\n      }";
     let cleanup = format!(
         r#"
@@ -62,6 +64,7 @@ fn ordered_job(name: &str, dir: &Path) -> String {
     format!(
         r#"
 job "{name}" {{
+  {header}
   group "g" {{
     {}
     {}
@@ -124,7 +127,11 @@ impl Drop for Release {
 
 /// Starts the job and waits for its three held tasks to run.
 fn start(agent: &TestAgent, name: &str, dir: &Path) -> (String, PathBuf) {
-    let job = agent.run_hcl(&ordered_job(name, dir));
+    start_job(agent, &ordered_job(name, dir, ""), dir)
+}
+
+fn start_job(agent: &TestAgent, hcl: &str, dir: &Path) -> (String, PathBuf) {
+    let job = agent.run_hcl(hcl);
     let alloc = agent.alloc_id(&job);
     wait_for(WAIT, "the tasks up", || {
         (lines(&dir.join("up")).len() == 3).then_some(())
@@ -217,6 +224,36 @@ fn a_stop_carries_on_its_order_across_a_kill_9_of_the_agent() {
     });
     assert_eq!(lines(&order), ["leader"], "the restart killed out of order");
     finish_after_leader(&agent, &alloc, dir, &order);
+    assert_leader_dead_then_killing(&agent, &alloc);
+}
+
+/// The leader ending on its own (a batch job's leader that exits 0) kills the others in the same
+/// order: the worker, then the sidecar once the worker ended; then the poststop task runs.
+#[test]
+fn the_leader_ending_kills_main_then_the_sidecar() {
+    let tmp = TempDir::new("lc-order-leader");
+    let dir = tmp.path();
+    let agent = TestAgent::start_in(dir, CONFIG);
+    let _release = Release(dir.to_path_buf());
+    let hcl = ordered_job("leader-ends", dir, "type = \"batch\"");
+    let (alloc, order) = start_job(&agent, &hcl, dir);
+    std::fs::write(dir.join("end-leader"), "").unwrap();
+    wait_lines(&order, &["worker"]);
+    let leader = agent.task_state(&alloc, "leader");
+    assert_eq!(
+        (&leader["State"], &leader["Failed"]),
+        (&"dead".into(), &false.into())
+    );
+    assert_eq!(agent.task_state(&alloc, "proxy")["State"], "running");
+    assert!(!types(&agent, &alloc, "proxy").contains(&"Killing".to_string()));
+    go(dir, "worker");
+    wait_lines(&order, &["worker", "proxy"]);
+    assert_eq!(agent.task_state(&alloc, "cleanup")["State"], "pending");
+    go(dir, "proxy");
+    wait_lines(&order, &["worker", "proxy", "cleanup"]);
+    wait_for(WAIT, "alloc complete", || {
+        (client_status(&agent, &alloc) == "complete").then_some(())
+    });
     assert_leader_dead_then_killing(&agent, &alloc);
 }
 

@@ -151,6 +151,12 @@ pub struct AllocRecord {
     /// before it existed, and not written when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub poststop_cut: bool,
+    /// Its job was purged while the allocation's stop had its order to carry out: it runs on
+    /// (its poststop tasks too) with its own copy of the job, and the collector forgets it once
+    /// its tasks are all dead (docs/jobspec.md "Stopping"). Absent in files written before it
+    /// existed, and not written when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub purged: bool,
 }
 
 // ---- task states ----

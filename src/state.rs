@@ -848,6 +848,7 @@ mod tests {
             ports: Vec::new(),
             cores: BTreeMap::new(),
             poststop_cut: false,
+            purged: false,
         }
     }
 

@@ -12,8 +12,9 @@
 //!
 //! An allocation whose tasks are ordered (`lifecycle` blocks, a leader: [`super::lifecycle`])
 //! always gets a gate thread, and it does not return once the volumes are ready: it starts each
-//! task in its turn and kills what the order says, until every task is dead, the allocation is
-//! stopped or the agent shuts down.
+//! task in its turn and kills what the order says, until every task is dead or the agent shuts
+//! down. A stop of it once its tasks began is carried out by the gate too, in Nomad's order
+//! (`super::stop`); a stop before that ends the gate.
 //!
 //! So does an allocation with CSI volumes ([`super::csi`]): its gate also polls (every
 //! [`super::csi::CSI_POLL`]) until its volumes are claimed and mounted, and after starting the
@@ -51,8 +52,8 @@ impl AllocManager {
         }
         {
             let mut inner = alloc.inner.lock();
-            // A stopped allocation (restored) starts only to run its poststop tasks.
-            if inner.desired == DesiredStatus::Stop && !inner.run_poststop {
+            // A stopped allocation (restored) starts only to carry on its stop's order.
+            if inner.desired == DesiredStatus::Stop && !inner.ordered_stop {
                 return;
             }
             inner.pending_reason = missing.as_deref().map(missing_reason);
@@ -71,9 +72,10 @@ impl AllocManager {
             }
         };
         let mut inner = alloc.inner.lock();
-        if inner.desired == DesiredStatus::Stop && !inner.run_poststop {
+        if inner.desired == DesiredStatus::Stop && !inner.ordered_stop {
             // Stopped while the gate started: the stop found no gate to join, so join it here
-            // (unless the gate is to run the poststop tasks: then it is kept, as the stop would).
+            // (unless the gate is to carry out the stop's order: then it is kept, as the stop
+            // would).
             drop(inner);
             gate.join();
             return;
@@ -146,8 +148,9 @@ impl AllocManager {
     }
 
     /// Starts the runners of `specs` that are not dead and have none, unless the allocation was
-    /// stopped (then only its poststop tasks, when they are to run: `super::stop`); `restored`:
-    /// the agent picks them up from the state file.
+    /// stopped (then only its poststop tasks, when they are to run, and, `restored`, the live
+    /// tasks whose kill its gate carries on: `super::stop`); `restored`: the agent picks them up
+    /// from the state file.
     fn start_tasks(
         &self,
         alloc: &Arc<Allocation>,
@@ -166,11 +169,15 @@ impl AllocManager {
         };
         let mut inner = alloc.inner.lock();
         let stopped = inner.desired == DesiredStatus::Stop;
-        if stopped && !inner.run_poststop {
+        if stopped && !inner.ordered_stop {
             return;
         }
         for spec in specs {
-            if stopped && Role::of(spec) != Role::Poststop {
+            let allowed = match Role::of(spec) {
+                Role::Poststop => inner.run_poststop,
+                _ => restored,
+            };
+            if stopped && !allowed {
                 continue;
             }
             let state = alloc.tasks[&spec.name].clone();
@@ -214,6 +221,8 @@ impl AllocManager {
     fn coordinate(&self, alloc: &Arc<Allocation>, stop: &Receiver<Never>, restored: bool) {
         let (changed_tx, changed) = bounded::<()>(1);
         let mut deps = self.engine.deps.clone();
+        // A stop wakes the gate to carry out its order (`super::stop`).
+        alloc.inner.lock().wake = Some(changed_tx.clone());
         deps.changed = Some(changed_tx);
         let specs = &alloc.group_spec().tasks;
         if restored {
@@ -229,15 +238,15 @@ impl AllocManager {
         loop {
             let members = self.members(alloc);
             let plan = if alloc.desired() == DesiredStatus::Stop {
-                lifecycle::plan_stop(&members)
+                lifecycle::plan_stop(&members, &killed)
             } else {
                 lifecycle::plan(&members, &killed)
             };
             if plan.done {
                 return;
             }
-            if let Some(cause) = &plan.cause {
-                self.carry_out_kill(alloc, cause, &plan, &mut killed);
+            if !plan.kill.is_empty() || !plan.abandon.is_empty() {
+                self.carry_out_kill(alloc, &plan, &mut killed);
             }
             let starting: Vec<&Task> = specs
                 .iter()
@@ -285,24 +294,28 @@ impl AllocManager {
             .collect()
     }
 
-    /// Tells each task to kill why (its event), then kills it; a task that never started is
-    /// marked dead with the same event.
+    /// Tells each task to kill why (the plan's cause, as an event; a stop's kill has none but the
+    /// runner's `Killing`), then kills it; a task that never started is marked dead with the same
+    /// event.
     fn carry_out_kill(
         &self,
         alloc: &Allocation,
-        cause: &lifecycle::Cause,
         plan: &lifecycle::Plan,
         killed: &mut BTreeSet<String>,
     ) {
+        let cause = plan.cause.as_ref();
         if !plan.kill.is_empty() {
             log::info!(
-                "alloc {}: killing tasks {:?}: {cause:?}",
+                "alloc {}: killing tasks {:?}: {}",
                 alloc.id,
-                plan.kill
+                plan.kill,
+                cause.map_or("stopped".to_string(), |c| format!("{c:?}"))
             );
         }
         for name in &plan.kill {
-            alloc.tasks[name].lock().push(cause.event(now_nanos()));
+            if let Some(cause) = cause {
+                alloc.tasks[name].lock().push(cause.event(now_nanos()));
+            }
             if let Some(runner) = alloc.inner.lock().runners.get(name) {
                 runner.send(TaskCommand::Kill);
             }
@@ -310,7 +323,9 @@ impl AllocManager {
         }
         for name in &plan.abandon {
             let mut s = alloc.tasks[name].lock();
-            s.push(cause.event(now_nanos()));
+            if let Some(cause) = cause {
+                s.push(cause.event(now_nanos()));
+            }
             s.state = TaskStatus::Dead;
             s.finished_at = Some(now_rfc3339());
         }

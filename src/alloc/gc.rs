@@ -8,7 +8,9 @@
 //! without the copy of an older job version its record held), then its directory goes, logs
 //! included. In that order, so that an agent that dies between the two steps leaves a directory
 //! no allocation owns, never an allocation without its directory: every pass also removes such
-//! directories ([`Collector::sweep`]), which is where those of purged jobs go too.
+//! directories ([`Collector::sweep`]), which is where those of purged jobs go too. An allocation
+//! kept after its job's purge to carry out its stop (`super::stop::purge_keeps`) is destroyed by
+//! the first pass that finds it terminal, whatever the limits.
 //!
 //! An allocation is terminal when every task is `dead`, nothing waits for its host volumes and
 //! the keeper holds none of its tasks; a task that runs, waits out a restart delay or is being
@@ -240,7 +242,9 @@ impl Collector {
     /// (as many as are over `gc_max_allocs`, at least `gc_parallel_destroys` for the disk), then
     /// removes directories no allocation owns. Returns the IDs destroyed.
     pub fn keep_below_limits(&self) -> Result<Vec<String>, AllocError> {
-        let mut collected = Vec::new();
+        // The allocations of purged jobs whose stop ended: their job is gone, nothing shows them.
+        let purged = self.take_where(usize::MAX, None, true)?;
+        let mut collected = self.destroy(purged, "its job was purged")?;
         while !self.stopping() {
             let usage = match DiskUsage::of(self.usage_path()) {
                 Ok(u) => Some(u),
@@ -319,6 +323,16 @@ impl Collector {
     /// Takes up to `limit` terminal allocations out of the registry, oldest first; `only`: that
     /// one allocation, an error when it is unknown or not terminal.
     fn take(&self, limit: usize, only: Option<&str>) -> Result<Vec<Taken>, AllocError> {
+        self.take_where(limit, only, false)
+    }
+
+    /// [`Collector::take`]; `purged`: only allocations of purged jobs (`super::stop`).
+    fn take_where(
+        &self,
+        limit: usize,
+        only: Option<&str>,
+        purged: bool,
+    ) -> Result<Vec<Taken>, AllocError> {
         // Before the registry lock: the keeper's maps are leaves. A terminal allocation starts no
         // task, so the set cannot gain one of its tasks meanwhile.
         let held = self.allocs.engine.keeper.running();
@@ -336,6 +350,7 @@ impl Collector {
             None => reg
                 .allocs
                 .values()
+                .filter(|a| !purged || super::stop::is_purged(a))
                 .filter_map(|a| {
                     let since = terminal_since(a, &held).ok()?;
                     Some((since, a.create_time, a.id.clone()))

@@ -3,7 +3,10 @@
 //! completed and every prestart sidecar runs, poststart tasks once every main task started,
 //! poststop tasks once everything else is dead; the sidecars are killed when the main tasks are
 //! dead, everything when the leader ends or a task fails for good. A stopped allocation follows
-//! [`plan_stop`] instead: its poststop tasks run once the stop killed the others (`super::stop`).
+//! [`plan_stop`] instead: its tasks are killed in their order and its poststop tasks run once the
+//! others are dead (`super::stop`). Every kill goes by Nomad's order ([`kill_stage`], its alloc
+//! runner's `killTasks`): the leader alone first, then the other tasks but the sidecars, then the
+//! sidecars, each stage once the one before is dead.
 //!
 //! [`plan`] is the rule, a pure function of the tasks' states: nothing about the stage is kept
 //! apart from them, so an allocation restored after an agent restart resumes where its task
@@ -17,10 +20,13 @@
 //! task states (one short lock each), plans, and acts: it starts runners (under the allocation's
 //! inner lock, as the volume gate does), pushes the kill's event into a task's state and sends its
 //! runner `Kill`, or marks a task that never started dead. It returns once every task is dead, when
-//! the allocation is stopped with no poststop task to run (the stop kills the runners and joins
-//! it) or at shutdown (the tasks run on; the next agent plans again from the states). A stop that
-//! leaves poststop tasks to run leaves the gate running: it plans by [`plan_stop`] until every
-//! task is dead.
+//! the allocation is stopped while its tasks had not begun (the stop kills the runners and joins
+//! it) or at shutdown (the tasks run on; the next agent plans again from the states). A stop of an
+//! allocation whose tasks began leaves the gate running and wakes it (the allocation keeps a
+//! sender of `changed`): it plans by [`plan_stop`] until every task is dead. An agent restarted in
+//! the middle re-attaches the stopped allocation's live tasks and its gate plans on from their
+//! states; the kill of the current stage is sent again (the gate's memory of who was told is
+//! gone), so a task being killed gets a second `Killing`.
 
 use std::collections::BTreeSet;
 
@@ -118,6 +124,40 @@ pub(super) struct Plan {
     pub done: bool,
 }
 
+/// The tasks a kill takes now, of `live` (launched, not dead, no poststop task), in Nomad's order
+/// (its alloc runner's `killTasks`): a live leader alone; once it is dead, every other task but the
+/// sidecars (main tasks and prestart or poststart tasks still running) together; once they are all
+/// dead, the sidecars.
+fn kill_stage<'a>(live: &[&'a Member]) -> Vec<&'a Member> {
+    if let Some(leader) = live.iter().find(|m| m.leader) {
+        return vec![leader];
+    }
+    let not_sidecars: Vec<&Member> = live
+        .iter()
+        .copied()
+        .filter(|m| !m.role.is_sidecar())
+        .collect();
+    if not_sidecars.is_empty() {
+        live.to_vec()
+    } else {
+        not_sidecars
+    }
+}
+
+/// Fills `out`'s kill of `live` (the tasks but the poststop tasks that are not dead): the ones that
+/// never launched are abandoned at once, the others killed stage by stage ([`kill_stage`]), each
+/// once (`killed`: tasks already told).
+fn kill_in_order(out: &mut Plan, live: &[&Member], killed: &BTreeSet<String>) {
+    let (launched, never): (Vec<&Member>, Vec<&Member>) =
+        live.iter().copied().partition(|m| m.launched);
+    out.abandon = never.iter().map(|m| m.name.clone()).collect();
+    out.kill = kill_stage(&launched)
+        .into_iter()
+        .filter(|m| !killed.contains(&m.name))
+        .map(|m| m.name.clone())
+        .collect();
+}
+
 /// The allocation's next steps from its tasks' states; `killed`: tasks already told to die.
 pub(super) fn plan(members: &[Member], killed: &BTreeSet<String>) -> Plan {
     let dead = |m: &&Member| m.status == TaskStatus::Dead;
@@ -144,13 +184,7 @@ pub(super) fn plan(members: &[Member], killed: &BTreeSet<String>) -> Plan {
     };
     let mut out = Plan::default();
     if let Some(cause) = cause {
-        for m in &live {
-            if !m.launched {
-                out.abandon.push(m.name.clone());
-            } else if !killed.contains(&m.name) {
-                out.kill.push(m.name.clone());
-            }
-        }
+        kill_in_order(&mut out, &live, killed);
         out.cause = Some(cause);
     } else {
         let of = |role: Role| others.iter().filter(move |m| m.role == role);
@@ -180,10 +214,13 @@ pub(super) fn plan(members: &[Member], killed: &BTreeSet<String>) -> Plan {
     out
 }
 
-/// The next steps of a stopped allocation whose poststop tasks are to run (`super::stop`): the
-/// stop killed every other task; once they are all dead the poststop tasks that have not run
-/// start, and nothing else does. A poststop task that ran is not started again.
-pub(super) fn plan_stop(members: &[Member]) -> Plan {
+/// The next steps of a stopped allocation whose tasks began (`super::stop`): its tasks but the
+/// poststop tasks are killed in Nomad's order ([`kill_stage`]); each kill's event is the runner's
+/// `Killing`, and once a leader is dead the tasks killed after it first get `Leader Task Dead`, as
+/// Nomad's alloc runner gives them when it sees the dead leader. Once they are all dead the poststop
+/// tasks that have not run start (unless a second stop cut them: they are dead), and nothing else
+/// does. A poststop task that ran is not started again.
+pub(super) fn plan_stop(members: &[Member], killed: &BTreeSet<String>) -> Plan {
     let dead = |m: &Member| m.status == TaskStatus::Dead;
     if members.iter().all(dead) {
         return Plan {
@@ -193,13 +230,19 @@ pub(super) fn plan_stop(members: &[Member]) -> Plan {
     }
     let (poststop, others): (Vec<&Member>, Vec<&Member>) =
         members.iter().partition(|m| m.role == Role::Poststop);
+    let live: Vec<&Member> = others.iter().copied().filter(|m| !dead(m)).collect();
     let mut out = Plan::default();
-    if others.iter().all(|m| dead(m)) {
+    if live.is_empty() {
         out.start = poststop
             .iter()
             .filter(|m| !m.launched && !dead(m))
             .map(|m| m.name.clone())
             .collect();
+        return out;
+    }
+    kill_in_order(&mut out, &live, killed);
+    if others.iter().any(|m| m.leader && m.launched && dead(m)) {
+        out.cause = Some(Cause::LeaderDead);
     }
     out
 }
@@ -322,38 +365,111 @@ mod tests {
     }
 
     #[test]
-    fn the_leader_ending_kills_the_others() {
+    fn the_leader_ending_kills_the_main_tasks_then_the_sidecars() {
         let mut leader = ended(m("leader", Role::Main), false);
         leader.leader = true;
-        let all = [
+        let mut all = [
             leader,
             running(m("worker", Role::Main)),
             running(m("proxy", Role::PrestartSidecar)),
         ];
         let p = plan(&all, &none());
         assert_eq!(p.cause, Some(Cause::LeaderDead));
-        assert_eq!(p.kill, names(&["worker", "proxy"]));
+        assert_eq!(
+            p.kill,
+            names(&["worker"]),
+            "the sidecar waits for the main tasks"
+        );
+        let told = BTreeSet::from(["worker".to_string()]);
+        assert!(plan(&all, &told).kill.is_empty());
+        all[1] = ended(all[1].clone(), false);
+        let p = plan(&all, &told);
+        assert_eq!(
+            (p.cause, p.kill),
+            (Some(Cause::LeaderDead), names(&["proxy"]))
+        );
     }
 
     #[test]
-    fn a_stop_runs_the_poststop_tasks_once_the_others_are_dead() {
+    fn a_failed_task_kills_a_live_leader_first() {
+        let mut leader = running(m("leader", Role::Main));
+        leader.leader = true;
+        let all = [
+            leader,
+            ended(m("worker", Role::Main), true),
+            running(m("other", Role::Main)),
+        ];
+        let p = plan(&all, &none());
+        assert_eq!(p.cause, Some(Cause::SiblingFailed("worker".into())));
+        assert_eq!(p.kill, names(&["leader"]));
+    }
+
+    #[test]
+    fn a_stop_kills_the_leader_then_the_others_then_the_sidecars_then_runs_poststop() {
+        let mut leader = running(m("leader", Role::Main));
+        leader.leader = true;
         let mut all = [
+            leader,
             running(m("proxy", Role::PrestartSidecar)),
             running(m("main", Role::Main)),
-            m("after", Role::Poststart),
+            running(m("after", Role::Poststart)),
             m("cleanup", Role::Poststop),
         ];
-        // Being killed by the stop: nothing starts, not even the poststart task's turn.
-        assert_eq!(plan_stop(&all), Plan::default());
-        all[1] = ended(all[1].clone(), false);
-        assert_eq!(plan_stop(&all), Plan::default(), "the sidecar still runs");
+        let mut told = none();
+        let p = plan_stop(&all, &told);
+        assert_eq!((p.cause, &p.kill), (None, &names(&["leader"])));
+        told.insert("leader".into());
+        assert_eq!(
+            plan_stop(&all, &told),
+            Plan::default(),
+            "wait for the leader"
+        );
         all[0] = ended(all[0].clone(), false);
-        all[2].status = Dead;
-        assert_eq!(plan_stop(&all).start, names(&["cleanup"]));
-        all[3].launched = true;
-        assert_eq!(plan_stop(&all), Plan::default(), "started once");
+        let p = plan_stop(&all, &told);
+        assert_eq!(p.cause, Some(Cause::LeaderDead));
+        assert_eq!(p.kill, names(&["main", "after"]));
+        told.extend(p.kill);
+        all[2] = ended(all[2].clone(), false);
+        assert!(
+            plan_stop(&all, &told).kill.is_empty(),
+            "a poststart task runs"
+        );
         all[3] = ended(all[3].clone(), false);
-        assert!(plan_stop(&all).done);
+        assert_eq!(plan_stop(&all, &told).kill, names(&["proxy"]));
+        told.insert("proxy".into());
+        assert!(plan_stop(&all, &told).start.is_empty(), "the sidecar runs");
+        all[1] = ended(all[1].clone(), false);
+        let p = plan_stop(&all, &told);
+        assert_eq!((p.start, p.kill), (names(&["cleanup"]), vec![]));
+        all[4].launched = true;
+        assert_eq!(plan_stop(&all, &told), Plan::default(), "started once");
+        all[4] = ended(all[4].clone(), false);
+        assert!(plan_stop(&all, &told).done);
+    }
+
+    #[test]
+    fn a_stop_without_a_leader_kills_the_main_tasks_first() {
+        let all = [
+            running(m("proxy", Role::PoststartSidecar)),
+            running(m("a", Role::Main)),
+            running(m("b", Role::Main)),
+            m("never", Role::Poststart),
+        ];
+        let p = plan_stop(&all, &none());
+        assert_eq!((p.cause, p.kill), (None, names(&["a", "b"])));
+        assert_eq!(p.abandon, names(&["never"]));
+    }
+
+    #[test]
+    fn a_restored_stop_kills_its_stage_again() {
+        // After an agent restart the gate's memory of whom it told is gone: the live stage is
+        // told again, the tasks already dead are not.
+        let all = [
+            ended(m("a", Role::Main), false),
+            running(m("b", Role::Main)),
+            running(m("proxy", Role::PrestartSidecar)),
+        ];
+        assert_eq!(plan_stop(&all, &none()).kill, names(&["b"]));
     }
 
     #[test]

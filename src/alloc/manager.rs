@@ -153,10 +153,11 @@ impl Snapshot for AllocManager {
         // job made every write compare a million groups).
         let mut current: HashMap<*const Job, bool> = HashMap::new();
         let (stopped, cut) = (ids(&change.stop), ids(&change.cut));
+        let forgotten = |a: &Allocation| change.forget_jobs.contains(&a.job.id);
         let kept = r
             .allocs
             .values()
-            .filter(|a| !change.forget_jobs.contains(&a.job.id));
+            .filter(|a| !forgotten(a) || stop::purge_keeps(a, stopped.contains(a.id.as_str())));
         out.allocations = kept
             .chain(change.add.iter())
             .map(|a| {
@@ -172,6 +173,7 @@ impl Snapshot for AllocManager {
                 if cut.contains(a.id.as_str()) {
                     stop::cut_record(&mut record, &stop::poststop_names(a));
                 }
+                record.purged |= forgotten(a);
                 record
             })
             .collect();
@@ -235,7 +237,8 @@ impl AllocManager {
         if !change.forget_jobs.is_empty() {
             // Ended allocations give back their volume claims, as the collector's destroy does.
             reg.allocs.retain(|_, a| {
-                let keep = !change.forget_jobs.contains(&a.job.id);
+                // One whose gate carries out the stop runs on, purged (`super::stop`).
+                let keep = !change.forget_jobs.contains(&a.job.id) || stop::is_purged(a);
                 if !keep {
                     // A stopped allocation may still run its poststop tasks: not once forgotten.
                     gates.extend(stop::end_all(a));

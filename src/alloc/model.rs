@@ -34,9 +34,18 @@ pub(super) struct AllocInner {
     /// Stopped, and its poststop tasks are to run: its gate runs on to start them, the only tasks
     /// a stopped allocation starts (`super::stop`).
     pub(super) run_poststop: bool,
+    /// Stopped once its tasks began, in an ordered group: its gate carries out the stop, killing
+    /// the tasks in their order (`super::lifecycle::plan_stop`); the stop itself killed nothing.
+    pub(super) ordered_stop: bool,
+    /// Wakes the gate of an ordered allocation (its runners' `changed` channel: bounded,
+    /// `try_send`), so that it plans again at once; set once the gate orders the tasks.
+    pub(super) wake: Option<crossbeam_channel::Sender<()>>,
     /// Stopped again while its poststop tasks were to run: they are killed and never start
     /// (`super::stop::cut_poststop`); recorded, so that a restart does not run them either.
     pub(super) poststop_cut: bool,
+    /// Its job was purged while its gate carried out its stop: it runs on until its tasks are
+    /// all dead, then the collector forgets it (`super::stop`); recorded.
+    pub(super) purged: bool,
 }
 
 pub struct Allocation {
@@ -125,7 +134,10 @@ impl Allocation {
                 runners: BTreeMap::new(),
                 gate: None,
                 run_poststop: false,
+                ordered_stop: false,
+                wake: None,
                 poststop_cut: false,
+                purged: false,
             }),
         }
     }
@@ -159,7 +171,10 @@ impl Allocation {
                 runners: BTreeMap::new(),
                 gate: None,
                 run_poststop: false,
+                ordered_stop: false,
+                wake: None,
                 poststop_cut: rec.poststop_cut,
+                purged: rec.purged,
             }),
         })
     }
@@ -239,6 +254,7 @@ impl Allocation {
             ports: self.ports.clone(),
             cores: self.cores.clone(),
             poststop_cut: inner.poststop_cut,
+            purged: inner.purged,
         }
     }
 }

@@ -79,16 +79,17 @@ impl AllocManager {
                 reg.allocs.insert(alloc.id.clone(), alloc.clone());
                 if rec.desired_status == DesiredStatus::Run {
                     to_start.push(alloc);
-                } else if runs_poststop(rec, alloc.group_spec()) {
-                    // Stopped while its poststop tasks had still to run or end: they run (or
-                    // are taken over) now, once; what else ran was stopped by the sweep above.
-                    for (name, state) in &alloc.tasks {
-                        let mut s = state.lock();
-                        if !poststop(alloc.group_spec(), name) && s.state != TaskStatus::Dead {
-                            record_swept(&mut s, &TaskExit::Unknown);
-                        }
-                    }
-                    alloc.inner.lock().run_poststop = true;
+                } else if orders_stop(rec, alloc.group_spec()) {
+                    // Stopped while its gate carried out the stop's order: the live tasks are
+                    // taken over, the gate kills them on in their order, and the poststop tasks
+                    // still to run or end run (or are taken over) now, once.
+                    let post_left = alloc.tasks.iter().any(|(name, s)| {
+                        poststop(alloc.group_spec(), name) && s.lock().state != TaskStatus::Dead
+                    });
+                    let mut inner = alloc.inner.lock();
+                    inner.ordered_stop = true;
+                    inner.run_poststop = post_left;
+                    drop(inner);
                     to_start.push(alloc);
                 } else if rec.poststop_cut {
                     // Stopped again (`super::stop::cut_poststop`): nothing of it runs on. What
@@ -140,41 +141,38 @@ fn poststop(group: &TaskGroup, task: &str) -> bool {
         .any(|t| t.name == task && Role::of(t) == Role::Poststop)
 }
 
-/// Whether a stopped allocation's poststop tasks are still to run or end (`super::stop`): one is
-/// not dead, and the allocation's other tasks began (the stop then left the poststop tasks to
-/// run; one of an allocation that never began was marked dead by the stop), and no second stop
-/// cut them (its kill may not have been recorded before the agent went away).
-fn runs_poststop(a: &AllocRecord, group: &TaskGroup) -> bool {
+/// Whether a stopped allocation's gate still carries out its stop (`super::stop`): its group
+/// orders its tasks, a task is not dead (a task being killed in its turn, or a poststop task still
+/// to run or end), the allocation's other tasks began (the stop of one that never began killed it
+/// at once and marked its tasks dead), and no second stop cut it (its kill may not have been
+/// recorded before the agent went away: everything of it is stopped).
+fn orders_stop(a: &AllocRecord, group: &TaskGroup) -> bool {
     let state = |name: &str| a.task_states.get(name);
-    let (post, others): (Vec<_>, Vec<_>) = group
-        .tasks
-        .iter()
-        .partition(|t| Role::of(t) == Role::Poststop);
+    let others = group.tasks.iter().filter(|t| Role::of(t) != Role::Poststop);
     a.desired_status == DesiredStatus::Stop
         && !a.poststop_cut
-        && post
+        && super::lifecycle::is_ordered(group)
+        && group
+            .tasks
             .iter()
             .any(|t| state(&t.name).is_none_or(|s| s.state != TaskStatus::Dead))
         && others
-            .iter()
+            .into_iter()
             .any(|t| state(&t.name).is_some_and(|s| !s.events.is_empty()))
 }
 
 /// The allocations and tasks whose runners start again: the task is not dead, and its allocation
-/// should run, or it is a poststop task of a stopped allocation that still runs them.
+/// should run, or is stopped and its gate still carries out the stop ([`orders_stop`]).
 fn resumed_tasks(allocs: &[AllocRecord], jobs: &[JobRecord]) -> HashSet<(String, String)> {
     allocs
         .iter()
         .flat_map(|a| {
             let group = group_of(a, jobs);
-            let stopping = group.is_some_and(|g| runs_poststop(a, g));
+            let stopping = group.is_some_and(|g| orders_stop(a, g));
             group
                 .into_iter()
                 .flat_map(|g| g.tasks.iter())
-                .filter(|t| {
-                    a.desired_status == DesiredStatus::Run
-                        || (stopping && Role::of(t) == Role::Poststop)
-                })
+                .filter(|_| a.desired_status == DesiredStatus::Run || stopping)
                 .filter(|t| {
                     a.task_states
                         .get(&t.name)
@@ -369,6 +367,7 @@ mod tests {
             ports: Vec::new(),
             cores: BTreeMap::new(),
             poststop_cut: cut,
+            purged: false,
         };
         (rec, job)
     }
@@ -376,9 +375,9 @@ mod tests {
     #[test]
     fn a_cut_poststop_task_is_not_run_again_after_a_restart() {
         let (rec, job) = stopped_record(false);
-        assert!(runs_poststop(&rec, &job.task_groups[0]));
+        assert!(orders_stop(&rec, &job.task_groups[0]));
         let (rec, job) = stopped_record(true);
-        assert!(!runs_poststop(&rec, &job.task_groups[0]));
+        assert!(!orders_stop(&rec, &job.task_groups[0]));
         let jobs = [JobRecord {
             job,
             stop: true,
@@ -388,6 +387,31 @@ mod tests {
         }];
         // Its poststop task's process is not taken over: the sweep stops it.
         assert!(resumed_tasks(&[rec], &jobs).is_empty());
+    }
+
+    #[test]
+    fn a_stop_in_its_order_is_taken_over_whole_after_a_restart() {
+        // Stopped while main was still being killed: main and the poststop task are both taken
+        // over (the gate kills main on, then runs the poststop task), not swept.
+        let (mut rec, job) = stopped_record(false);
+        rec.task_states.get_mut("main").unwrap().state = TaskStatus::Running;
+        rec.task_states.get_mut("cleanup").unwrap().state = TaskStatus::Pending;
+        assert!(orders_stop(&rec, &job.task_groups[0]));
+        let jobs = [JobRecord {
+            job,
+            stop: true,
+            version: 0,
+            submit_time: 1,
+            evaluations: Vec::new(),
+        }];
+        let resumed = resumed_tasks(&[rec.clone()], &jobs);
+        let want = [("a", "cleanup"), ("a", "main")].map(|(a, t)| (a.to_string(), t.to_string()));
+        assert_eq!(resumed, want.into_iter().collect());
+        // Every task dead: nothing of it runs on.
+        for s in rec.task_states.values_mut() {
+            s.state = TaskStatus::Dead;
+        }
+        assert!(!orders_stop(&rec, &jobs[0].job.task_groups[0]));
     }
 
     #[test]

@@ -1,18 +1,24 @@
 //! Stopping an allocation (`job stop`, `alloc stop`, a job's update or purge), as Nomad's alloc
-//! runner does: every task but the poststop tasks is killed; once they are all dead the poststop
+//! runner does (its `killTasks`): the leader first, then the other tasks but the sidecars and the
+//! poststop tasks, then the sidecars, each stage once the one before is dead; then the poststop
 //! tasks run, to completion, and only then is the allocation complete (jobspec.md `lifecycle`).
 //!
-//! The stop itself never waits for a task: [`stop_alloc`] marks the allocation and sends its
-//! runners `Kill`. When poststop tasks are to follow ([`poststop_follows`]), the allocation's gate
-//! thread is left running: it sees the desired status and plans the stop's order
-//! ([`super::lifecycle::plan_stop`]), starts the poststop tasks once the others are dead, and
-//! returns once every task is dead. Otherwise the gate is stopped and returned for the caller to
-//! join, and tasks that never ran are marked dead. A purge forgets the allocation: nothing of it
-//! runs on, its poststop tasks are not run and one that runs is killed ([`end_all`]). A second
-//! stop, of an allocation that runs its poststop tasks, kills them ([`cut_poststop`]) once the
-//! state file records the cut ([`cut_record`]): a restart after it runs none of them.
+//! The stop itself never waits for a task. An allocation of an ordered group whose tasks began
+//! ([`gate_orders_stop`]) keeps its gate thread: [`stop_alloc`] marks it stopped and wakes the
+//! gate, which plans the stop's order ([`super::lifecycle::plan_stop`]), kills each stage in turn,
+//! starts the poststop tasks once the others are dead and returns once every task is dead. Any
+//! other allocation's runners are all sent `Kill` at once (they are all main tasks, or never
+//! began), its gate is stopped and returned for the caller to join, and tasks that never ran are
+//! marked dead. A purge stops the job's running allocations as a stop does: one whose gate
+//! carries out the stop stays, marked purged ([`purge_keeps`]), with its own copy of the job,
+//! until its tasks (its poststop tasks too) are all dead; the collector then forgets it
+//! (`super::gc`). Any other allocation of the job is forgotten at once: nothing of it runs on, and
+//! a poststop task that runs (the job was stopped before) is killed ([`end_all`]), the way out of
+//! one that hangs. A second stop, of an allocation that runs its
+//! poststop tasks, kills them ([`cut_poststop`]) once the state file records the cut
+//! ([`cut_record`]): a restart after it runs none of them.
 
-use crate::alloc::lifecycle::Role;
+use crate::alloc::lifecycle::{self, Role};
 use crate::records::{AllocRecord, DesiredStatus};
 use crate::task::events::{TaskState, TaskStatus};
 use crate::task::runner::TaskCommand;
@@ -30,8 +36,15 @@ fn never_ran(s: &TaskState) -> bool {
 /// and its tasks began (some other task has a runner or events: its gate runs their order; an
 /// allocation still waiting for its volumes never started and runs nothing).
 pub(super) fn poststop_follows(alloc: &Allocation, inner: &AllocInner) -> bool {
+    let (poststop_left, began) = stop_view(alloc, inner);
+    poststop_left && began
+}
+
+/// Whether a poststop task of `alloc` is not dead, and whether its other tasks began (see
+/// [`poststop_follows`]).
+fn stop_view(alloc: &Allocation, inner: &AllocInner) -> (bool, bool) {
     if inner.pending_reason.is_some() {
-        return false;
+        return (false, false);
     }
     let (mut poststop_left, mut began) = (false, false);
     for t in &alloc.group_spec().tasks {
@@ -42,7 +55,13 @@ pub(super) fn poststop_follows(alloc: &Allocation, inner: &AllocInner) -> bool {
             began |= inner.runners.contains_key(&t.name) || !s.events.is_empty();
         }
     }
-    poststop_left && began
+    (poststop_left, began)
+}
+
+/// Whether the gate of `alloc` carries out a stop now: its group orders its tasks (a
+/// `lifecycle` block or a leader), its tasks began, and its gate runs them.
+pub(super) fn gate_orders_stop(alloc: &Allocation, inner: &AllocInner) -> bool {
+    inner.gate.is_some() && lifecycle::is_ordered(alloc.group_spec()) && stop_view(alloc, inner).1
 }
 
 /// An allocation's record as [`stop_alloc`] at `at` will leave it: what a staged stop writes;
@@ -57,11 +76,11 @@ pub(super) fn stopped_record(record: &mut AllocRecord, at: i64, poststop: &[Stri
     }
 }
 
-/// The poststop tasks a stop of `alloc` now leaves to run (none when [`poststop_follows`] does
-/// not hold).
+/// The poststop tasks a stop of `alloc` now leaves to run (none unless its gate carries out the
+/// stop and [`poststop_follows`] holds), as [`stop_alloc`] decides.
 pub(super) fn poststop_to_run(alloc: &Allocation) -> Vec<String> {
     let inner = alloc.inner.lock();
-    if !poststop_follows(alloc, &inner) {
+    if !gate_orders_stop(alloc, &inner) || !poststop_follows(alloc, &inner) {
         return Vec::new();
     }
     poststop_names(alloc)
@@ -77,10 +96,10 @@ pub(super) fn poststop_names(alloc: &Allocation) -> Vec<String> {
         .collect()
 }
 
-/// Marks an allocation stopped at `at` and kills its tasks but the poststop tasks that are to
-/// follow (none when `purge`: the allocation is forgotten). Returns its gate, stopped, for the
-/// caller to join once it holds no lock (the gate may be taking the allocation's), unless the gate
-/// runs on to run the poststop tasks.
+/// Marks an allocation stopped at `at` and has its tasks killed: by its gate, in their order, when
+/// it orders them ([`gate_orders_stop`]; then, `purge`, it is marked purged), otherwise all at
+/// once here. Returns its gate, stopped, for the caller to join once it holds no lock (the
+/// gate may be taking the allocation's), unless the gate runs on to carry out the stop.
 #[must_use = "the gate thread must be joined"]
 pub(super) fn stop_alloc(alloc: &Allocation, at: i64, purge: bool) -> Option<Worker<()>> {
     let mut inner = alloc.inner.lock();
@@ -89,22 +108,28 @@ pub(super) fn stop_alloc(alloc: &Allocation, at: i64, purge: bool) -> Option<Wor
     }
     inner.desired = DesiredStatus::Stop;
     inner.modify_time = at;
-    let poststop = if !purge && poststop_follows(alloc, &inner) {
+    let ordered = gate_orders_stop(alloc, &inner);
+    inner.purged |= purge && ordered;
+    let poststop = if ordered && poststop_follows(alloc, &inner) {
         poststop_names(alloc)
     } else {
         Vec::new()
     };
     inner.run_poststop = !poststop.is_empty();
+    inner.ordered_stop = ordered;
     let mut gate = None;
-    if poststop.is_empty() {
+    if ordered {
+        if let Some(wake) = &inner.wake {
+            // Full: a wake-up already waits.
+            let _ = wake.try_send(());
+        }
+    } else {
         gate = inner.gate.take();
         if let Some(g) = &mut gate {
             g.stop();
         }
         inner.pending_reason = None;
-    }
-    for (name, r) in &inner.runners {
-        if !poststop.contains(name) {
+        for r in inner.runners.values() {
             r.send(TaskCommand::Kill);
         }
     }
@@ -116,6 +141,20 @@ pub(super) fn stop_alloc(alloc: &Allocation, at: i64, purge: bool) -> Option<Wor
         }
     }
     gate
+}
+
+/// Whether `alloc` stays after a purge of its job, marked purged: it is purged already, or it
+/// runs and `stopping`, a stop that the purge makes now, is carried out by its gate
+/// ([`stop_alloc`] decides alike).
+pub(super) fn purge_keeps(alloc: &Allocation, stopping: bool) -> bool {
+    let inner = alloc.inner.lock();
+    inner.purged
+        || (stopping && inner.desired == DesiredStatus::Run && gate_orders_stop(alloc, &inner))
+}
+
+/// Whether the job of `alloc` was purged while it ran its stop (see [`purge_keeps`]).
+pub(super) fn is_purged(alloc: &Allocation) -> bool {
+    alloc.inner.lock().purged
 }
 
 /// Whether a stop of `alloc`, already stopped, now cuts its poststop tasks ([`cut_poststop`]): it

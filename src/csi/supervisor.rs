@@ -272,7 +272,7 @@ pub const MAX_SOCKET_PATH: usize = 107;
 fn check_socket_path(socket: &Path) -> Result<(), HookError> {
     let len = socket.as_os_str().len();
     if len > MAX_SOCKET_PATH {
-        return Err(HookError(format!(
+        return Err(HookError::new(format!(
             "CSI plugin socket path {} is {len} bytes, longer than the {MAX_SOCKET_PATH} bytes a unix socket path may have; use a shorter data_dir",
             socket.display()
         )));
@@ -293,10 +293,10 @@ impl TaskHook for CsiPluginHook {
         // Registration refuses such an id; this holds for a job recorded by an older agent too:
         // the id is joined into the staging path, which is created and chmod'ed.
         crate::jobspec::validate::csi_plugin_id(&self.config.id)
-            .map_err(|e| HookError(e.to_string()))?;
+            .map_err(|e| HookError::new(e.to_string()))?;
         for dir in [&self.socket_dir, &self.staging_dir] {
             create_private_dir(dir).map_err(|e| {
-                HookError(format!(
+                HookError::new(format!(
                     "failed to create CSI plugin directory {}: {e}",
                     dir.display()
                 ))
@@ -724,7 +724,7 @@ mod tests {
         assert!(check_socket_path(&ok).is_ok());
         let long = PathBuf::from(format!("/{}", "a".repeat(MAX_SOCKET_PATH)));
         let err = check_socket_path(&long).unwrap_err();
-        assert!(err.0.contains("use a shorter data_dir"), "{err}");
+        assert!(err.message.contains("use a shorter data_dir"), "{err}");
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub fn bind_volume(
 ) -> Result<Vec<String>, HookError> {
     let shown = task.task_dir.join(rel);
     let fail = |e: std::io::Error| {
-        HookError(format!(
+        HookError::new(format!(
             "cannot bind-mount volume {source:?} at {}: {e}",
             shown.display()
         ))
@@ -67,7 +67,7 @@ pub fn bind_volume(
     let dest = made.dir;
     let real = std::fs::read_link(format!("/proc/self/fd/{}", dest.as_raw_fd())).map_err(fail)?;
     let mounted = crate::util::mounts::is_mount_point(&real)
-        .map_err(|e| HookError(format!("cannot bind-mount volume {source:?}: {e}")))?;
+        .map_err(|e| HookError::new(format!("cannot bind-mount volume {source:?}: {e}")))?;
     if !mounted {
         mount_fd(target, &dest, libc::MS_BIND).map_err(fail)?;
         if read_only {

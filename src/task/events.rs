@@ -24,6 +24,8 @@ pub const DRIVER_FAILURE: &str = "Driver Failure";
 /// A driver's progress (`Downloading image`), as Nomad's `TaskDriverMessage` events.
 pub const DRIVER: &str = "Driver";
 pub const SETUP_FAILURE: &str = "Setup Failure";
+/// Nomad's `TaskHookFailed`.
+pub const HOOK_FAILED: &str = "Task hook failed";
 /// nodeward's own: the thread supervising the task failed (a bug); the task was stopped.
 pub const RUNNER_FAILURE: &str = "Runner Failure";
 pub const PLUGIN_HEALTHY: &str = "Plugin became healthy";
@@ -242,6 +244,16 @@ impl TaskEvent {
         )
         .detail("runner_error", panic)
         .failing()
+    }
+
+    /// The hook `hook` failed with `error` (Nomad's `emitHookError`: message and display
+    /// message `<hook>: <error>`). It does not fail the task itself: the `Setup Failure` after it
+    /// does.
+    pub fn hook_failed(time: i64, hook: &str, error: &str) -> TaskEvent {
+        let msg = format!("{hook}: {error}");
+        let mut e = TaskEvent::new(HOOK_FAILED, time, msg.clone()).detail("message", &msg);
+        e.message = msg;
+        e
     }
 
     /// A prestart hook failed (a missing or invalid host volume, a task directory that cannot be

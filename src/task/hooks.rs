@@ -73,10 +73,38 @@ impl TaskContext {
     }
 }
 
-/// Why a hook failed; shown as the `Setup Failure` message.
+/// Why a hook failed; shown as the `Setup Failure` message, and as `<hook>: <message>` in the
+/// `Task hook failed` event before it (Nomad's `emitHookError`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct HookError(pub String);
+#[error("{message}")]
+pub struct HookError {
+    pub message: String,
+    /// The name the event gives the failed hook when it is not the hook's own
+    /// ([`TaskHook::name`]): a part of a hook that is a hook of its own in Nomad
+    /// (`dispatch_payload`, written by the task directory's hook).
+    pub hook: Option<&'static str>,
+}
+
+impl HookError {
+    pub fn new(message: impl Into<String>) -> HookError {
+        HookError {
+            message: message.into(),
+            hook: None,
+        }
+    }
+
+    /// The same failure, named as Nomad's hook `hook` in the `Task hook failed` event.
+    pub fn in_hook(mut self, hook: &'static str) -> HookError {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// The name of the hook that failed, for the `Task hook failed` event: `own`, the failing
+    /// hook's [`TaskHook::name`], unless the error names another.
+    pub fn hook_name(&self, own: &'static str) -> &'static str {
+        self.hook.unwrap_or(own)
+    }
+}
 
 pub trait TaskHook: Send + Sync {
     fn name(&self) -> &'static str;
@@ -107,14 +135,18 @@ pub trait TaskHook: Send + Sync {
     fn stop(&self, _task: &TaskContext) {}
 }
 
-/// What every hook binds into a task's container ([`TaskHook::container_binds`]).
+/// What every hook binds into a task's container ([`TaskHook::container_binds`]); a failure
+/// comes with the name of the hook that failed.
 pub fn container_binds(
     hooks: &[Arc<dyn TaskHook>],
     task: &TaskContext,
-) -> Result<Vec<crate::driver::Bind>, HookError> {
+) -> Result<Vec<crate::driver::Bind>, (&'static str, HookError)> {
     let mut binds = Vec::new();
     for hook in hooks {
-        binds.extend(hook.container_binds(task)?);
+        binds.extend(
+            hook.container_binds(task)
+                .map_err(|e| (e.hook_name(hook.name()), e))?,
+        );
     }
     Ok(binds)
 }

@@ -107,7 +107,7 @@ fn link_volume(
 ) -> Result<Vec<String>, HookError> {
     let shown = task.task_dir.join(rel);
     let fail = |e: std::io::Error| {
-        HookError(format!(
+        HookError::new(format!(
             "cannot link volume {source:?} at {}: {e}",
             shown.display()
         ))
@@ -117,7 +117,7 @@ fn link_volume(
     match parent.entry(name) {
         Ok(e) if e.kind == Kind::Symlink => parent.remove_file(name).map_err(fail)?,
         Ok(_) => {
-            return Err(HookError(format!(
+            return Err(HookError::new(format!(
                 "volume_mount destination {} exists and is not a volume link",
                 shown.display()
             )))
@@ -142,13 +142,13 @@ impl VolumeMountHook {
             .task_groups
             .iter()
             .find(|g| g.name == task.group)
-            .ok_or_else(|| HookError(format!("group {:?} not found", task.group)))?;
+            .ok_or_else(|| HookError::new(format!("group {:?} not found", task.group)))?;
         task.task
             .volume_mounts
             .iter()
             .map(|mount| {
                 let request = group.volumes.get(&mount.volume).ok_or_else(|| {
-                    HookError(format!(
+                    HookError::new(format!(
                         "volume_mount names unknown volume {:?}",
                         mount.volume
                     ))
@@ -156,7 +156,7 @@ impl VolumeMountHook {
                 let volume = if request.is_csi() {
                     let path = self.csi.as_ref().and_then(|c| c.published(task, request));
                     let path = path.ok_or_else(|| {
-                        HookError(format!("CSI volume {:?} is not published", request.source))
+                        HookError::new(format!("CSI volume {:?} is not published", request.source))
                     })?;
                     HostVolume {
                         name: request.source.clone(),
@@ -166,7 +166,7 @@ impl VolumeMountHook {
                     }
                 } else {
                     self.volumes.lookup(&request.source).ok_or_else(|| {
-                        HookError(format!("missing host volume {:?}", request.source))
+                        HookError::new(format!("missing host volume {:?}", request.source))
                     })?
                 };
                 let destination = crate::task::env::interpolate_for_task(
@@ -179,7 +179,7 @@ impl VolumeMountHook {
                     &mount.destination,
                     &destination,
                 )
-                .map_err(HookError)?;
+                .map_err(HookError::new)?;
                 Ok(Resolved {
                     mount,
                     request,
@@ -205,7 +205,8 @@ impl TaskHook for VolumeMountHook {
     }
 
     fn name(&self) -> &'static str {
-        "volume_mounts"
+        // Nomad's hook of host and CSI volume mounts.
+        "volumes"
     }
 
     fn prestart(
@@ -239,7 +240,7 @@ impl TaskHook for VolumeMountHook {
             }
             // `resolve` checked it: this is the path below the task directory it names.
             let rel = inside(&destination).ok_or_else(|| {
-                HookError(format!(
+                HookError::new(format!(
                     "volume_mount destination {destination:?} must be a relative path inside the task directory"
                 ))
             })?;

@@ -31,7 +31,7 @@ use crate::state::StateStore;
 use crate::task::events::{
     nanos_rfc3339, now_nanos, now_rfc3339, TaskEvent, TaskState, TaskStatus,
 };
-use crate::task::hooks::{HookRequest, RunHandle, TaskContext, TaskHook};
+use crate::task::hooks::{HookError, HookRequest, RunHandle, TaskContext, TaskHook};
 use crate::task::restart::{Decision, RestartTracker, RunEnd};
 use crate::thread::{Never, Worker};
 use crate::util::short_id;
@@ -365,6 +365,14 @@ impl TaskRunner {
         });
     }
 
+    /// A hook `name` failed before a start: Nomad's `Task hook failed` event (`<hook>: <error>`),
+    /// then the `Setup Failure` that fails the task.
+    fn hook_failed(&self, name: &str, e: &HookError) {
+        let at = now_nanos();
+        self.emit(TaskEvent::hook_failed(at, name, &e.message));
+        self.emit(TaskEvent::setup_failure(at, &e.message, true));
+    }
+
     /// Runs the prestart hooks and starts a run. `Err(Some(end))`: the driver could not start
     /// it; `Err(None)`: a hook failed and the task is dead.
     fn start_run(&mut self) -> Result<RunningTask, Option<RunEnd>> {
@@ -373,8 +381,9 @@ impl TaskRunner {
         for hook in &self.hooks {
             let (task, alloc, name) = (&self.ctx.task.name, &self.ctx.alloc_id, hook.name());
             let notes = hook.prestart(&self.ctx, &mut env).map_err(|e| {
+                let name = e.hook_name(name);
                 log::warn!("task {task} of alloc {alloc}: {name} hook failed: {e}");
-                self.emit(TaskEvent::setup_failure(now_nanos(), &e.0, true));
+                self.hook_failed(name, &e);
                 None
             })?;
             for note in notes {
@@ -385,17 +394,18 @@ impl TaskRunner {
         let mut spec = crate::task::env::start_spec(&self.ctx, env, &passed);
         if let Some(container) = spec.container.as_mut() {
             let binds = crate::task::hooks::container_binds(&self.hooks, &self.ctx);
-            container.binds.extend(binds.map_err(|e| {
-                self.emit(TaskEvent::setup_failure(now_nanos(), &e.0, true));
+            container.binds.extend(binds.map_err(|(name, e)| {
+                self.hook_failed(name, &e);
                 None
             })?);
         } else if self.ctx.task.driver == driver::exec::NAME {
             // Bound in its root by the keeper, as a container's are by the engine.
-            spec.binds =
-                crate::task::hooks::container_binds(&self.hooks, &self.ctx).map_err(|e| {
-                    self.emit(TaskEvent::setup_failure(now_nanos(), &e.0, true));
+            spec.binds = crate::task::hooks::container_binds(&self.hooks, &self.ctx).map_err(
+                |(name, e)| {
+                    self.hook_failed(name, &e);
                     None
-                })?;
+                },
+            )?;
         }
         let (state, store) = (self.state.clone(), self.deps.store.clone());
         spec.cancel = Some([self.killed.clone(), self.deps.shutdown.clone()]);

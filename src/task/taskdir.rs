@@ -23,7 +23,7 @@ use crate::task::hooks::{HookError, TaskContext, TaskHook};
 pub struct TaskDirHook;
 
 fn failed(what: &Path, e: impl std::fmt::Display) -> HookError {
-    HookError(format!(
+    HookError::new(format!(
         "failed to build task directory {}: {e}",
         what.display()
     ))
@@ -134,13 +134,15 @@ impl TaskHook for TaskDirHook {
         }
         if let Some(dispatch) = &task.task.dispatch_payload {
             let user = task.task.user.as_deref();
+            // Nomad's own hook for it is `dispatch_payload`: its failure is named so.
             write_payload(
                 &local,
                 &dispatch.file,
                 &task.job.payload,
                 user,
                 &mut replaced,
-            )?;
+            )
+            .map_err(|e| e.in_hook("dispatch_payload"))?;
         }
         Ok(replaced
             .into_iter()
@@ -193,7 +195,8 @@ fn write_payload(
     // SAFETY: geteuid has no preconditions.
     if let Some(user) = user.filter(|_| unsafe { libc::geteuid() } == 0) {
         use std::os::unix::fs::PermissionsExt as _;
-        let (uid, gid) = crate::driver::lookup_user(user).map_err(|e| HookError(e.to_string()))?;
+        let (uid, gid) =
+            crate::driver::lookup_user(user).map_err(|e| HookError::new(e.to_string()))?;
         // On the open file: a link put in its place cannot redirect the change.
         std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
             .and_then(|()| f.set_permissions(std::fs::Permissions::from_mode(0o600)))
@@ -210,10 +213,10 @@ fn chown_to(user: &str, dirs: &[&Dir]) -> Result<(), HookError> {
     if unsafe { libc::geteuid() } != 0 {
         return Ok(());
     }
-    let (uid, gid) = crate::driver::lookup_user(user).map_err(|e| HookError(e.to_string()))?;
+    let (uid, gid) = crate::driver::lookup_user(user).map_err(|e| HookError::new(e.to_string()))?;
     for d in dirs {
         let chown = |e: std::io::Error| {
-            HookError(format!(
+            HookError::new(format!(
                 "failed to chown {} to {user}: {e}",
                 d.path().display()
             ))
@@ -227,4 +230,45 @@ fn chown_to(user: &str, dirs: &[&Dir]) -> Result<(), HookError> {
         d.chown(uid, gid).map_err(chown)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_payload_that_cannot_be_written_is_named_as_nomads_dispatch_payload_hook() {
+        let dir = std::env::temp_dir().join(format!("nw-taskdir-{}", uuid::Uuid::new_v4()));
+        let hcl = "job \"j\" {\n group \"g\" {\n  task \"t\" {\n   driver = \"raw_exec\"\n   \
+                   dispatch_payload { file = \"in\" }\n   config { command = \"true\" }\n  }\n }\n}\n";
+        let mut job = crate::jobspec::hcl::parse_job(hcl).unwrap().job;
+        job.payload = "not base64!".to_string();
+        let job = Arc::new(job);
+        let ctx = TaskContext {
+            alloc_id: "a".to_string(),
+            task: job.task_groups[0].tasks[0].clone(),
+            group: "g".to_string(),
+            job,
+            alloc_dir: dir.join("a"),
+            task_dir: dir.join("a/t"),
+            data_dir: dir.clone(),
+            node_id: "node".to_string(),
+            node_name: "node".to_string(),
+            ports: Vec::new(),
+            cores: Vec::new(),
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = TaskDirHook
+            .prestart(&ctx, &mut BTreeMap::new())
+            .unwrap_err();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(e.hook_name(TaskDirHook.name()), "dispatch_payload");
+        assert!(e.message.contains("is not base64"), "{e}");
+        // Its other failures are the task directory hook's own.
+        assert_eq!(
+            HookError::new("x").hook_name(TaskDirHook.name()),
+            "task_dir"
+        );
+    }
 }

@@ -116,7 +116,11 @@ fn prestart_completes_before_main_and_poststart_follows_main() {
             task(
                 "post",
                 &hook("poststart", false),
-                &format!("grep -q main-started {o} || exit 9; echo post-done >> {o}"),
+                // Started once main's process runs, which may be before main's first line:
+                // it waits for it rather than assume it (the event times below check the rule).
+                &format!(
+                    "while ! grep -q main-started {o}; do sleep 0.05; done; echo post-done >> {o}"
+                ),
             ),
         ],
     ));

@@ -1,5 +1,5 @@
-//! File functions: `file`, `filebase64`, `fileexists`, `abspath`, `basename`, `dirname`
-//! (`fileset` is in [`super::fileset`]).
+//! File functions: `file`, `filebase64`, `fileexists`, `abspath`, `basename`, `dirname`,
+//! `pathexpand` (`fileset` is in [`super::fileset`]).
 //!
 //! A relative path is relative to the jobspec's directory ([`super::Files::Dir`]), as Nomad's
 //! CLI resolves it. Where no directory is given (`POST /v1/jobs/parse`: the agent does not read
@@ -25,7 +25,29 @@ pub fn funcs() -> Vec<(&'static str, FuncDef)> {
         ("abspath", fixed(1, abspath)),
         ("basename", fixed(1, basename)),
         ("dirname", fixed(1, dirname)),
+        ("pathexpand", fixed(1, pathexpand)),
     ]
+}
+
+/// `~` or a leading `~/` as the home directory of the user who evaluates the jobspec (`$HOME`,
+/// as go-homedir reads it); any other path unchanged. Like the other file functions it is
+/// disabled where files are not read (the agent's `POST /v1/jobs/parse`): the agent's home is
+/// not the caller's.
+fn pathexpand(args: FuncArgs) -> Result<Value, String> {
+    let path = string(&args, 0)?;
+    if let Files::Disabled(reason) = env().files {
+        return Err(reason);
+    }
+    let rest = match path.strip_prefix('~') {
+        None => return Ok(Value::String(path)),
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => rest,
+        Some(_) => return Err("cannot expand user-specific home dir".into()),
+    };
+    let home = std::env::var("HOME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .ok_or("cannot expand \"~\": HOME is not set")?;
+    Ok(Value::String(format!("{home}{rest}")))
 }
 
 fn resolve(args: &FuncArgs) -> Result<PathBuf, String> {
@@ -148,6 +170,15 @@ mod tests {
             fails("file(\"bin\")", "is not UTF-8 text");
             same("fileexists(\"sub/motd.txt\")", "true");
             same("fileexists(\"nope\")", "false");
+            if let Ok(home) = std::env::var("HOME") {
+                same("pathexpand(\"~/x\")", &format!("{:?}", format!("{home}/x")));
+                same("pathexpand(\"~\")", &format!("{home:?}"));
+            }
+            same("pathexpand(\"/a/~/b\")", "\"/a/~/b\"");
+            fails(
+                "pathexpand(\"~root/x\")",
+                "cannot expand user-specific home dir",
+            );
             fails("fileexists(\"sub\")", "is not a regular file");
             fails("file(\"nope.txt\")", "cannot read");
             same(
@@ -174,6 +205,7 @@ mod tests {
         fails("file(\"x\")", "filesystem functions are disabled");
         fails("abspath(\"x\")", "filesystem functions are disabled");
         same("abspath(\"/a/b/../c/\")", "\"/a/c\"");
+        fails("pathexpand(\"~/x\")", "filesystem functions are disabled");
         let e = eval("fileexists(\"/etc/passwd\")").unwrap_err();
         assert!(e.contains("disabled"), "{e}");
     }

@@ -117,6 +117,23 @@ fn validate_checks_a_jobspec_and_registers_nothing() {
     assert!(stderr.contains("KillTimeout"), "{stderr}");
     assert!(jobs(&agent).is_empty(), "validate registered a job");
 
+    // Without an agent to ask, the CLI checks the JSON job itself: still an error, exit 1.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed = format!("http://{}", free.local_addr().unwrap());
+    drop(free);
+    let out = std::process::Command::new(BIN)
+        .args(["job", "validate", json_job.to_str().unwrap()])
+        .env("NODEWARD_ADDR", &closed)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("Driver configuration not validated"));
+    assert!(
+        text(&out.stderr).contains("KillTimeout"),
+        "{}",
+        text(&out.stderr)
+    );
+
     // The API answers in Nomad's shape; malformed JSON is a 400.
     let (status, body) = agent.put_json("/v1/validate/job", &job);
     assert_eq!(status, 200, "{body}");

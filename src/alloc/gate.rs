@@ -109,25 +109,31 @@ impl AllocManager {
             // Over before the restart: what its volumes still hold is taken down.
             return self.release_csi(&alloc);
         }
-        loop {
-            let reason = match self.missing_volume(&alloc) {
-                Some(missing) => Some(missing_reason(&missing)),
-                None => match self.prepare_csi(&alloc) {
-                    Prepared::Ready => None,
-                    Prepared::Wait(reason) => Some(reason),
-                    Prepared::Failed(message) => {
-                        self.fail_csi_setup(&alloc, &message);
-                        return self.release_csi(&alloc);
-                    }
-                },
-            };
-            let Some(reason) = reason else { break };
-            alloc.inner.lock().pending_reason = Some(reason);
-            select! {
-                recv(changes) -> msg => if msg.is_err() { return },
-                recv(stop) -> _ => return self.release_csi(&alloc),
-                recv(self.engine.deps.shutdown) -> _ => return,
-                recv(poll) -> _ => {},
+        // A stop that the restart interrupted goes on at once: its live tasks are killed in
+        // their order whatever its volumes do (a poststop task that needs a missing volume fails
+        // at its hook), rather than run on unwatched while the volumes are waited for.
+        let resumes_stop = restored && alloc.desired() == DesiredStatus::Stop;
+        if !resumes_stop {
+            loop {
+                let reason = match self.missing_volume(&alloc) {
+                    Some(missing) => Some(missing_reason(&missing)),
+                    None => match self.prepare_csi(&alloc) {
+                        Prepared::Ready => None,
+                        Prepared::Wait(reason) => Some(reason),
+                        Prepared::Failed(message) => {
+                            self.fail_csi_setup(&alloc, &message);
+                            return self.release_csi(&alloc);
+                        }
+                    },
+                };
+                let Some(reason) = reason else { break };
+                alloc.inner.lock().pending_reason = Some(reason);
+                select! {
+                    recv(changes) -> msg => if msg.is_err() { return },
+                    recv(stop) -> _ => return self.release_csi(&alloc),
+                    recv(self.engine.deps.shutdown) -> _ => return,
+                    recv(poll) -> _ => {},
+                }
             }
         }
         alloc.inner.lock().pending_reason = None;

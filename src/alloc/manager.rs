@@ -88,6 +88,8 @@ pub(super) struct Change {
     pub(super) cut: Vec<Arc<Allocation>>,
     /// When the change was asked for: the stopped allocations' modify time.
     pub(super) at: i64,
+    /// How each of `stop` is stopped, decided once when the change is staged (`stop::plan_of`).
+    pub(super) plans: BTreeMap<String, stop::StopPlan>,
 }
 
 impl Change {
@@ -157,7 +159,7 @@ impl Snapshot for AllocManager {
         let kept = r
             .allocs
             .values()
-            .filter(|a| !forgotten(a) || stop::purge_keeps(a, stopped.contains(a.id.as_str())));
+            .filter(|a| !forgotten(a) || stop::purge_keeps(a, change.plans.get(&a.id).copied()));
         out.allocations = kept
             .chain(change.add.iter())
             .map(|a| {
@@ -168,7 +170,8 @@ impl Snapshot for AllocManager {
                 });
                 let mut record = a.record(is_current);
                 if stopped.contains(a.id.as_str()) {
-                    stopped_record(&mut record, change.at, &stop::poststop_to_run(a));
+                    let plan = change.plans.get(&a.id).copied().unwrap_or_default();
+                    stopped_record(&mut record, change.at, &stop::poststop_to_run(a, plan));
                 }
                 if cut.contains(a.id.as_str()) {
                     stop::cut_record(&mut record, &stop::poststop_names(a));
@@ -209,10 +212,17 @@ impl AllocManager {
         plan: impl FnOnce(&Registry) -> Result<Option<Change>, AllocError>,
     ) -> Result<Option<Vec<Arc<Allocation>>>, AllocError> {
         let mut txn = self.store.transaction();
-        let Some(change) = plan(&self.registry.lock())? else {
+        let Some(mut change) = plan(&self.registry.lock())? else {
             return Ok(None);
         };
-        self.registry.lock().staged = Some(change);
+        let mut reg = self.registry.lock();
+        change.plans = change
+            .stop
+            .iter()
+            .map(|a| (a.id.clone(), stop::plan_of(a)))
+            .collect();
+        reg.staged = Some(change);
+        drop(reg);
         let saved = txn.save();
         let mut reg = self.registry.lock();
         let change = reg.staged.take().expect("the change staged above");
@@ -225,7 +235,8 @@ impl AllocManager {
         let mut gates = Vec::new();
         for alloc in &change.stop {
             let purge = change.forget_jobs.contains(&alloc.job.id);
-            gates.extend(stop_alloc(alloc, change.at, purge));
+            let plan = change.plans.get(&alloc.id).copied().unwrap_or_default();
+            gates.extend(stop_alloc(alloc, change.at, purge, plan));
             self.engine.volumes.release(&alloc.id);
         }
         for alloc in &change.cut {
@@ -410,12 +421,7 @@ impl AllocManager {
                 let record = reg.jobs.get(id).ok_or(AllocError::JobNotFound)?;
                 let stop = running_allocs_of(reg, id);
                 if record.stop && stop.is_empty() && !purge {
-                    let cut: Vec<_> = reg
-                        .allocs
-                        .values()
-                        .filter(|a| a.job.id == id && stop::runs_poststop(a))
-                        .cloned()
-                        .collect();
+                    let cut = stop::to_cut(reg.allocs.values(), id);
                     return Ok((!cut.is_empty()).then(|| Change {
                         cut,
                         ..Change::default()
@@ -449,9 +455,10 @@ impl AllocManager {
 
     fn allocs_of(&self, job_id: &str) -> Vec<Arc<Allocation>> {
         let reg = self.registry.lock();
+        // A purged job's allocation that runs its stop on belongs to no job of that ID now.
         reg.allocs
             .values()
-            .filter(|a| a.job.id == job_id)
+            .filter(|a| a.job.id == job_id && !stop::is_purged(a))
             .cloned()
             .collect()
     }

@@ -61,7 +61,35 @@ fn stop_view(alloc: &Allocation, inner: &AllocInner) -> (bool, bool) {
 /// Whether the gate of `alloc` carries out a stop now: its group orders its tasks (a
 /// `lifecycle` block or a leader), its tasks began, and its gate runs them.
 pub(super) fn gate_orders_stop(alloc: &Allocation, inner: &AllocInner) -> bool {
-    inner.gate.is_some() && lifecycle::is_ordered(alloc.group_spec()) && stop_view(alloc, inner).1
+    // A gate thread that ended (a panic is only logged) carries out nothing: all at once then.
+    let gate_runs = inner.gate.as_ref().is_some_and(|g| !g.is_finished());
+    gate_runs && lifecycle::is_ordered(alloc.group_spec()) && stop_view(alloc, inner).1
+}
+
+/// How a stop of an allocation is carried out, decided once, when the change that stops it is
+/// staged (`manager`'s commit): the state file is written from it and [`stop_alloc`] acts on
+/// it. Deciding twice could disagree: the gate may start the first tasks in between, and a
+/// file saying "not ordered, poststop dead" beside an allocation that runs its poststop tasks
+/// would lose them at a restart.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct StopPlan {
+    /// Its gate carries out the stop, in the tasks' order ([`gate_orders_stop`]).
+    pub ordered: bool,
+    /// Its poststop tasks run after the others ([`poststop_follows`]).
+    pub poststop: bool,
+}
+
+/// The [`StopPlan`] of a stop of `alloc` now; an allocation stopped already is left alone.
+pub(super) fn plan_of(alloc: &Allocation) -> StopPlan {
+    let inner = alloc.inner.lock();
+    if inner.desired == DesiredStatus::Stop {
+        return StopPlan::default();
+    }
+    let ordered = gate_orders_stop(alloc, &inner);
+    StopPlan {
+        ordered,
+        poststop: ordered && poststop_follows(alloc, &inner),
+    }
 }
 
 /// An allocation's record as [`stop_alloc`] at `at` will leave it: what a staged stop writes;
@@ -76,11 +104,9 @@ pub(super) fn stopped_record(record: &mut AllocRecord, at: i64, poststop: &[Stri
     }
 }
 
-/// The poststop tasks a stop of `alloc` now leaves to run (none unless its gate carries out the
-/// stop and [`poststop_follows`] holds), as [`stop_alloc`] decides.
-pub(super) fn poststop_to_run(alloc: &Allocation) -> Vec<String> {
-    let inner = alloc.inner.lock();
-    if !gate_orders_stop(alloc, &inner) || !poststop_follows(alloc, &inner) {
+/// The poststop tasks a stop of `alloc` planned as `plan` leaves to run.
+pub(super) fn poststop_to_run(alloc: &Allocation, plan: StopPlan) -> Vec<String> {
+    if !plan.poststop {
         return Vec::new();
     }
     poststop_names(alloc)
@@ -101,16 +127,23 @@ pub(super) fn poststop_names(alloc: &Allocation) -> Vec<String> {
 /// once here. Returns its gate, stopped, for the caller to join once it holds no lock (the
 /// gate may be taking the allocation's), unless the gate runs on to carry out the stop.
 #[must_use = "the gate thread must be joined"]
-pub(super) fn stop_alloc(alloc: &Allocation, at: i64, purge: bool) -> Option<Worker<()>> {
+pub(super) fn stop_alloc(
+    alloc: &Allocation,
+    at: i64,
+    purge: bool,
+    plan: StopPlan,
+) -> Option<Worker<()>> {
     let mut inner = alloc.inner.lock();
     if inner.desired == DesiredStatus::Stop {
         return None;
     }
     inner.desired = DesiredStatus::Stop;
     inner.modify_time = at;
-    let ordered = gate_orders_stop(alloc, &inner);
+    // As planned when the state file was written, even if the gate started tasks since: an
+    // unordered stop kills whatever runs.
+    let ordered = plan.ordered && inner.gate.is_some();
     inner.purged |= purge && ordered;
-    let poststop = if ordered && poststop_follows(alloc, &inner) {
+    let poststop = if ordered && plan.poststop {
         poststop_names(alloc)
     } else {
         Vec::new()
@@ -144,12 +177,10 @@ pub(super) fn stop_alloc(alloc: &Allocation, at: i64, purge: bool) -> Option<Wor
 }
 
 /// Whether `alloc` stays after a purge of its job, marked purged: it is purged already, or it
-/// runs and `stopping`, a stop that the purge makes now, is carried out by its gate
-/// ([`stop_alloc`] decides alike).
-pub(super) fn purge_keeps(alloc: &Allocation, stopping: bool) -> bool {
-    let inner = alloc.inner.lock();
-    inner.purged
-        || (stopping && inner.desired == DesiredStatus::Run && gate_orders_stop(alloc, &inner))
+/// runs and `stopping`, the plan of the stop that the purge makes now, has its gate carry it out
+/// ([`stop_alloc`] acts on the same plan).
+pub(super) fn purge_keeps(alloc: &Allocation, stopping: Option<StopPlan>) -> bool {
+    alloc.inner.lock().purged || stopping.is_some_and(|p| p.ordered)
 }
 
 /// Whether the job of `alloc` was purged while it ran its stop (see [`purge_keeps`]).
@@ -162,6 +193,18 @@ pub(super) fn is_purged(alloc: &Allocation) -> bool {
 pub(super) fn runs_poststop(alloc: &Allocation) -> bool {
     let inner = alloc.inner.lock();
     inner.desired == DesiredStatus::Stop && inner.run_poststop
+}
+
+/// The allocations of job `id` that a second stop of the job cuts ([`runs_poststop`]); those of
+/// a purged job of the same ID belong to no job now and are not among them.
+pub(super) fn to_cut<'a>(
+    allocs: impl Iterator<Item = &'a std::sync::Arc<Allocation>>,
+    id: &str,
+) -> Vec<std::sync::Arc<Allocation>> {
+    allocs
+        .filter(|a| a.job.id == id && !is_purged(a) && runs_poststop(a))
+        .cloned()
+        .collect()
 }
 
 /// An allocation's record as [`cut_poststop`] will leave it: what a staged second stop writes,

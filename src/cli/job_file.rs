@@ -120,11 +120,26 @@ fn validate(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
             }
             merge_warnings(&mut warnings, &answer);
         }
-        // HCL was checked here in full; what only the agent checks is said to be unchecked.
-        Err(e) if e.is_unreachable() => ctx.println(&format!(
-            "Driver configuration not validated since connection to the agent couldn't be \
-             established ({e}).\n"
-        )),
+        // HCL was checked here in full, JSON is checked here now; what only the agent checks
+        // is said to be unchecked.
+        Err(e) if e.is_unreachable() => {
+            ctx.println(&format!(
+                "Driver configuration not validated since connection to the agent couldn't be \
+                 established ({e}).\n"
+            ));
+            let bytes = serde_json::to_vec(&job).unwrap_or_default();
+            match jobspec::json::parse_job(&bytes) {
+                Ok(parsed) => merge_warnings(
+                    &mut warnings,
+                    &json!({"Warnings": parsed.warnings.join("\n")}),
+                ),
+                Err(e) => {
+                    return Err(CmdError::Failed(format!(
+                        "Job validation errors:\n1 error occurred:\n\t* {e}\n"
+                    )))
+                }
+            }
+        }
         Err(e) => return Err(failed("validating job", e)),
     }
     if !warnings.is_empty() {

@@ -45,7 +45,9 @@ enum Shape {
 }
 
 /// Every no-effect name of [`super::schema::NO_EFFECT`] with its Nomad API name at each level.
-/// A task's `identity` is `Identity` unlabeled and `Identities` labeled ([`api_name`]).
+/// A task's `identity` is `Identity` unlabeled and `Identities` labeled ([`api_name`]). The job's
+/// `consul_token` and `vault_token` are secrets Nomad uses at submission and never stores: they
+/// are warned and not kept ([`SECRETS`]).
 #[rustfmt::skip]
 const API_NAMES: &[(Level, &str, &str, Shape)] = {
     use Level::{Group as G, Job as J, Task as T};
@@ -54,8 +56,7 @@ const API_NAMES: &[(Level, &str, &str, Shape)] = {
         (J, "update", "Update", One), (J, "migrate", "Migrate", One),
         (J, "reschedule", "Reschedule", One), (J, "affinity", "Affinities", Many),
         (J, "spread", "Spreads", Many), (J, "multiregion", "Multiregion", One),
-        (J, "consul", "Consul", One), (J, "consul_token", "ConsulToken", One),
-        (J, "vault_token", "VaultToken", One), (J, "ui", "UI", One),
+        (J, "consul", "Consul", One), (J, "ui", "UI", One),
         (G, "update", "Update", One), (G, "migrate", "Migrate", One),
         (G, "reschedule", "ReschedulePolicy", One), (G, "affinity", "Affinities", Many),
         (G, "spread", "Spreads", Many), (G, "scaling", "Scaling", One),
@@ -70,6 +71,9 @@ const API_NAMES: &[(Level, &str, &str, Shape)] = {
         (T, "kind", "Kind", One), (T, "action", "Actions", Many),
     ]
 };
+
+/// No-effect names that are secrets: warned, never kept (Nomad clears them at registration).
+pub const SECRETS: &[&str] = &["consul_token", "vault_token"];
 
 /// The API name and shape of `name` written at `level`; `labeled`: the block has a label.
 fn api_name(level: Level, name: &str, labeled: bool) -> Option<(&'static str, Shape)> {
@@ -372,6 +376,17 @@ pub(crate) fn take_json(
     warned: &mut Vec<&'static str>,
 ) -> Kept {
     let mut kept = Kept::new();
+    if level == Level::Job {
+        for (api, name) in [
+            ("ConsulToken", "consul_token"),
+            ("VaultToken", "vault_token"),
+        ] {
+            let set = extra.remove(api).is_some_and(|v| !super::raw::is_empty(&v));
+            if set && !warned.contains(&name) {
+                warned.push(name);
+            }
+        }
+    }
     let names: Vec<String> = extra
         .keys()
         .filter(|k| hcl_name(level, k).is_some())
@@ -515,8 +530,35 @@ mod tests {
     }
 
     #[test]
+    fn tokens_are_warned_and_never_kept() {
+        use crate::jobspec::{hcl, json};
+        let src = "job \"j\" {\n  vault_token = \"s.secret\"\n  consul_token = \"c.secret\"\n  group \"g\" {\n    task \"t\" {\n      driver = \"raw_exec\"\n      config { command = \"true\" }\n    }\n  }\n}\n";
+        let parsed = hcl::parse_job(src).unwrap();
+        assert_eq!(parsed.warnings.len(), 2, "{:?}", parsed.warnings);
+        let text = serde_json::to_string(&parsed.job).unwrap();
+        assert!(!text.contains("secret"), "{text}");
+        let mut v: Value = serde_json::from_str(&text).unwrap();
+        v["VaultToken"] = Value::String("s.secret".into());
+        let from_json = json::parse_job(v.to_string().as_bytes()).unwrap();
+        assert!(!serde_json::to_string(&from_json.job)
+            .unwrap()
+            .contains("secret"));
+        assert_eq!(
+            from_json.warnings,
+            [super::super::schema::no_effect_warning("vault_token")]
+        );
+    }
+
+    #[test]
     fn every_no_effect_name_has_an_api_name_at_each_of_its_levels() {
         for (levels, name, _) in super::super::schema::NO_EFFECT {
+            if SECRETS.contains(name) {
+                assert!(
+                    api_name(Level::Job, name, false).is_none(),
+                    "{name} is kept"
+                );
+                continue;
+            }
             for level in *levels {
                 assert!(
                     api_name(*level, name, false).is_some(),

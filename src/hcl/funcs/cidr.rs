@@ -151,7 +151,8 @@ fn cidrsubnet(args: FuncArgs) -> Result<Value, String> {
             "prefix extension of {newbits} does not accommodate a subnet numbered {netnum}"
         ));
     }
-    let addr = net.addr | ((netnum as u128) << (net.bits - len));
+    // `checked_shl`: a shift by the whole width (`cidrsubnet("::/0", 0, 0)`) is no bits.
+    let addr = net.addr | (netnum as u128).checked_shl(net.bits - len).unwrap_or(0);
     Ok(Value::String(Net::of(addr, len, net.bits).to_string()))
 }
 
@@ -253,6 +254,9 @@ mod tests {
             "\"fd00:fd12:3456:7800:a200::/72\"",
         );
         same("cidrsubnet(\"10.0.0.0/8\", 0, 0)", "\"10.0.0.0/8\"");
+        // No new bits of a whole-width prefix: a shift by the whole width, no panic.
+        same("cidrsubnet(\"::/0\", 0, 0)", "\"::/0\"");
+        same("cidrsubnet(\"0.0.0.0/0\", 0, 0)", "\"0.0.0.0/0\"");
         fails(
             "cidrsubnet(\"10.0.0.0/8\", 4, 16)",
             "prefix extension of 4 does not accommodate a subnet numbered 16",

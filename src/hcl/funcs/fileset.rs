@@ -30,6 +30,8 @@ fn fileset(args: FuncArgs) -> Result<Value, String> {
     let base = clean(&dir.join(&path).to_string_lossy());
     let full = clean(&format!("{base}/{pattern}"));
     let mut found = Vec::new();
+    // One bound on the paths walked for the whole call, whatever the alternatives.
+    let mut walked = 0;
     for alternative in expand_braces(&full)? {
         let elements: Vec<&str> = alternative.split('/').collect();
         for element in &elements {
@@ -40,7 +42,6 @@ fn fileset(args: FuncArgs) -> Result<Value, String> {
         } else {
             (PathBuf::from("."), &elements[..])
         };
-        let mut walked = 0;
         walk(&start, Vec::new(), rest, &mut found, &mut walked)?;
     }
     let mut matches: Vec<String> = found
@@ -185,8 +186,18 @@ fn unescape(element: &str) -> String {
     out
 }
 
-/// `{a,b}` alternatives expanded into whole patterns (they may hold `/`).
+/// The most `{a,b}` alternatives one pattern may expand to: 25 groups of two would be 2^25.
+pub const MAX_ALTERNATIVES: usize = 1024;
+
+/// `{a,b}` alternatives expanded into whole patterns (they may hold `/`), at most
+/// [`MAX_ALTERNATIVES`].
 fn expand_braces(pattern: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    expand_into(pattern, &mut out)?;
+    Ok(out)
+}
+
+fn expand_into(pattern: &str, out: &mut Vec<String>) -> Result<(), String> {
     let chars: Vec<char> = pattern.chars().collect();
     let mut depth = 0;
     let mut open = None;
@@ -212,12 +223,11 @@ fn expand_braces(pattern: &str) -> Result<Vec<String>, String> {
                     let mut bounds = vec![start];
                     bounds.extend(&commas);
                     bounds.push(i);
-                    let mut out = Vec::new();
                     for w in bounds.windows(2) {
                         let alt: String = chars[w[0] + 1..w[1]].iter().collect();
-                        out.extend(expand_braces(&format!("{prefix}{alt}{suffix}"))?);
+                        expand_into(&format!("{prefix}{alt}{suffix}"), out)?;
                     }
-                    return Ok(out);
+                    return Ok(());
                 }
             }
             _ => {}
@@ -229,7 +239,13 @@ fn expand_braces(pattern: &str) -> Result<Vec<String>, String> {
             "failed to glob pattern ({pattern}): syntax error in pattern (an unclosed {{)"
         ));
     }
-    Ok(vec![pattern.to_string()])
+    if out.len() >= MAX_ALTERNATIVES {
+        return Err(format!(
+            "failed to glob pattern ({pattern}): more than {MAX_ALTERNATIVES} alternatives"
+        ));
+    }
+    out.push(pattern.to_string());
+    Ok(())
 }
 
 /// Refuses a malformed element (an unclosed `[`, a trailing `\`), as Go's glob does even where
@@ -336,6 +352,14 @@ mod tests {
             &p.chars().collect::<Vec<_>>(),
             &n.chars().collect::<Vec<_>>(),
         )
+    }
+
+    #[test]
+    fn brace_alternatives_are_bounded() {
+        let pattern = "{a,b}".repeat(25);
+        let e = super::expand_braces(&pattern).unwrap_err();
+        assert!(e.contains("more than 1024 alternatives"), "{e}");
+        assert_eq!(super::expand_braces("{a,b}{c,d}").unwrap().len(), 4);
     }
 
     #[test]

@@ -136,9 +136,12 @@ impl MarkedEventReceiver for Builder {
         };
         match event {
             Event::Scalar(text, style, anchor, tag) => {
-                if self.count(1, mark) {
+                // A long string counts by its length too: an alias of a 500 KB string repeated
+                // 150,000 times would otherwise be 150,000 values and 75 GB.
+                let size = 1 + text.len() / 64;
+                if self.count(size, mark) {
                     match scalar(text, style, tag.as_ref()) {
-                        Ok(v) => self.push(v, anchor, 1, mark),
+                        Ok(v) => self.push(v, anchor, size, mark),
                         Err(e) => self.fail(e, mark),
                     }
                 }
@@ -353,6 +356,16 @@ mod tests {
         }
         fails(
             &format!("yamldecode({laughs:?})"),
+            "expands to more than 1000000 values",
+        );
+        // Nor can few aliases of one long string: its length counts.
+        let long = format!(
+            "a: &a \"{}\"\nb: [{}]\n",
+            "x".repeat(64_000),
+            ["*a"; 2_000].join(", ")
+        );
+        fails(
+            &format!("yamldecode({long:?})"),
             "expands to more than 1000000 values",
         );
     }

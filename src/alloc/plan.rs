@@ -181,3 +181,95 @@ fn updates(
         u.place -= replaced;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{gated_job, manager};
+    use super::*;
+
+    fn ids(allocs: &AllocManager) -> Vec<(String, DesiredStatus)> {
+        allocs
+            .allocations()
+            .iter()
+            .map(|a| (a.id.clone(), a.desired()))
+            .collect()
+    }
+
+    /// A plan counts what the registration would do and does none of it: the registry, its
+    /// allocations and the state file stay as they were.
+    #[test]
+    fn a_plan_counts_the_registration_and_changes_nothing() {
+        let (allocs, dir, _shutdown) = manager("plan");
+        allocs.store.register(allocs.clone());
+        let new = allocs.plan_job(gated_job("web", 2)).unwrap();
+        assert_eq!(new.modify_index, 0);
+        assert!(new.existing.is_none());
+        let place = GroupUpdates {
+            place: 2,
+            ..GroupUpdates::default()
+        };
+        assert_eq!(new.groups["g"], place);
+        assert!(allocs.job_ids().is_empty() && allocs.allocations().is_empty());
+        assert!(crate::state::read(&dir).map_or(true, |s| s.jobs.is_empty()));
+
+        allocs.register_job(gated_job("web", 2)).unwrap();
+        let before = (ids(&allocs), allocs.job("web").unwrap().record);
+        let same = allocs.plan_job(gated_job("web", 2)).unwrap();
+        let ignore = GroupUpdates {
+            ignore: 2,
+            ..GroupUpdates::default()
+        };
+        assert_eq!(same.groups["g"], ignore);
+        assert_eq!(same.modify_index, modify_index(&before.1));
+        let bigger = allocs.plan_job(gated_job("web", 3)).unwrap();
+        let replace = GroupUpdates {
+            destructive: 2,
+            place: 1,
+            ..GroupUpdates::default()
+        };
+        assert_eq!(bigger.groups["g"], replace);
+        let after = (ids(&allocs), allocs.job("web").unwrap().record);
+        assert_eq!(after.0, before.0);
+        assert_eq!(after.1.version, before.1.version);
+        assert_eq!(after.1.submit_time, before.1.submit_time);
+        let on_disk = crate::state::read(&dir).unwrap();
+        assert_eq!(on_disk.jobs[0].version, 0);
+        assert_eq!(on_disk.allocations.len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A registration with an index is made only at that index, in Nomad's words otherwise.
+    #[test]
+    fn an_enforced_index_refuses_any_other() {
+        let (allocs, dir, _shutdown) = manager("check-index");
+        let refused = |r: Result<Registered, AllocError>| match r {
+            Err(AllocError::IndexConflict(m)) => m,
+            other => panic!("not refused: {other:?}"),
+        };
+        let m = refused(allocs.register_job_at(gated_job("web", 1), Some(7)));
+        assert_eq!(m, "Enforcing job modify index 7: job does not exist");
+        assert!(allocs.job_ids().is_empty());
+        allocs
+            .register_job_at(gated_job("web", 1), Some(0))
+            .unwrap();
+        let index = modify_index(&allocs.job("web").unwrap().record);
+        let m = refused(allocs.register_job_at(gated_job("web", 2), Some(0)));
+        assert_eq!(m, "Enforcing job modify index 0: job already exists");
+        let m = refused(allocs.register_job_at(gated_job("web", 2), Some(index - 1)));
+        assert_eq!(
+            m,
+            format!(
+                "Enforcing job modify index {}: job exists with conflicting job modify index: \
+                 {index}",
+                index - 1
+            )
+        );
+        assert_eq!(allocs.allocations().len(), 1);
+        let changed = allocs
+            .register_job_at(gated_job("web", 2), Some(index))
+            .unwrap();
+        assert!(changed.changed);
+        assert!(modify_index(&allocs.job("web").unwrap().record) > index);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

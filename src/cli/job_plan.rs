@@ -73,9 +73,17 @@ fn plan(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         ctx.println(&format!("Job Warnings:\n{}\n", warnings.join("\n")));
     }
     let index = answer["JobModifyIndex"].as_u64().unwrap_or(0);
+    // The hint repeats the variables given, as Nomad's does.
+    let vars: String = (p.values("var").iter().map(|v| format!("-var={v:?} ")))
+        .chain(
+            p.values("var-file")
+                .iter()
+                .map(|f| format!("-var-file={f:?} ")),
+        )
+        .collect();
     ctx.println(&format!(
         "Job Modify Index: {index}\nTo submit the job with version verification run:\n\n\
-         nodeward job run -check-index {index} {}\n\n{INDEX_HELP}",
+         nodeward job run -check-index {index} {vars}{}\n\n{INDEX_HELP}",
         p.args[0]
     ));
     match exit_code(&answer) {
@@ -195,11 +203,10 @@ fn group_diff(g: &Value, prefix: usize) -> String {
             out += "\n";
         }
     }
-    let tasks: Vec<String> = tasks
-        .iter()
-        .map(|t| task_diff(t, prefix + 2, longest_marker - marker(t).len()))
-        .collect();
-    out += &tasks.join("\n");
+    for t in tasks {
+        out += &task_diff(t, prefix + 2, longest_marker - marker(t).len());
+        out += "\n";
+    }
     out
 }
 
@@ -298,7 +305,7 @@ mod tests {
              +/- Task Group: \"g\" (1 create/destroy update)\n  \
              +/- Task: \"t\" (forces create/destroy update)\n    \
              +/- Env[MARK]: \"a\" => \"b\"\n    \
-             +   Env[X]:    \"1\"\n"
+             +   Env[X]:    \"1\"\n\n"
         );
     }
 }

@@ -10,12 +10,12 @@
 //! names can differ, what changed is the same.
 
 use serde_json::{json, Map, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::router::{ApiError, Request, Response, Router};
 use crate::agent::Agent;
-use crate::alloc::{GroupUpdates, Plan};
+use crate::alloc::GroupUpdates;
 use crate::jobspec;
 
 /// Objects whose entries are shown as fields `Name[key]`, as Nomad shows them.
@@ -49,7 +49,7 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
             "FailedTGAllocs": super::evaluations::failed_tg_allocs(&plan.failures, &a.config.datacenter),
             "JobModifyIndex": plan.modify_index,
             "CreatedEvals": null,
-            "Diff": job_diff(old.as_ref(), stopped, &new, &plan),
+            "Diff": job_diff(old.as_ref(), stopped, &new, &plan.groups),
             "NextPeriodicLaunch": null,
             "Warnings": parsed.warnings.join("\n"),
         }))
@@ -89,8 +89,13 @@ fn kind(old: Option<&Value>, new: Option<&Value>) -> &'static str {
 }
 
 /// The job's diff: `old` is the registered job (`stopped` when it is stopped), `new` the one
-/// planned.
-fn job_diff(old: Option<&Value>, stopped: bool, new: &Value, plan: &Plan) -> Value {
+/// planned, `plan` what the registration would do to each group.
+fn job_diff(
+    old: Option<&Value>,
+    stopped: bool,
+    new: &Value,
+    plan: &BTreeMap<String, GroupUpdates>,
+) -> Value {
     let mut t = kind(old, Some(new));
     let (mut fields, objects) = object_diff(old, Some(new), &["TaskGroups"]);
     if stopped {
@@ -107,7 +112,7 @@ fn job_diff(old: Option<&Value>, stopped: bool, new: &Value, plan: &Plan) -> Val
     let groups = pair(named(old, "TaskGroups"), named(Some(new), "TaskGroups"))
         .into_iter()
         .map(|(name, o, n)| {
-            let updates = plan.groups.get(&name).copied().unwrap_or_default();
+            let updates = plan.get(&name).copied().unwrap_or_default();
             let gt = kind(o.as_ref(), n.as_ref());
             let (fields, objects) = object_diff(o.as_ref(), n.as_ref(), &["Tasks"]);
             let tasks: Vec<Value> = pair(named(o.as_ref(), "Tasks"), named(n.as_ref(), "Tasks"))
@@ -291,5 +296,87 @@ fn list_diff(
             let (os, ns) = (ov.map(scalar), nv.map(scalar));
             fields.push(field(kind(ov, nv), &name, os.as_deref(), ns.as_deref()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(mark: &str) -> Value {
+        json!({
+            "ID": "web",
+            "Priority": 50,
+            "TaskGroups": [{
+                "Name": "g",
+                "Count": 1,
+                "Tasks": [{
+                    "Name": "t",
+                    "Env": {"MARK": mark},
+                    "Config": {"command": "/bin/sh", "args": ["-c", "sleep 1"]},
+                }],
+            }],
+        })
+    }
+
+    fn groups(u: GroupUpdates) -> BTreeMap<String, GroupUpdates> {
+        [("g".to_string(), u)].into_iter().collect()
+    }
+
+    /// A changed env entry is a field `Env[KEY]` of the task, whose annotation says what the
+    /// group's update forces; what did not change is not listed.
+    #[test]
+    fn an_edit_lists_only_what_changed_under_its_task() {
+        let u = GroupUpdates {
+            destructive: 1,
+            ..GroupUpdates::default()
+        };
+        let mut new = job("b");
+        new["TaskGroups"][0]["Tasks"][0]["Config"]["args"][1] = json!("sleep 2");
+        let d = job_diff(Some(&job("a")), false, &new, &groups(u));
+        assert_eq!(d["Type"], "Edited");
+        assert_eq!(d["Fields"], json!([]));
+        let g = &d["TaskGroups"][0];
+        assert_eq!((&g["Type"], &g["Fields"]), (&json!("Edited"), &json!([])));
+        assert_eq!(g["Updates"], json!({"create/destroy update": 1}));
+        let t = &g["Tasks"][0];
+        assert_eq!(t["Annotations"], json!(["forces create/destroy update"]));
+        assert_eq!(
+            t["Fields"],
+            json!([{"Type": "Edited", "Name": "Env[MARK]", "Old": "a", "New": "b", "Annotations": null}])
+        );
+        let config = &t["Objects"][0];
+        assert_eq!(config["Name"], "Config");
+        assert_eq!(config["Fields"][0]["Name"], "args[1]");
+        assert_eq!(config["Fields"][0]["New"], "sleep 2");
+    }
+
+    /// A new job is added whole; the same job again is `None` throughout; a stopped one run
+    /// again is edited by its `Stop`.
+    #[test]
+    fn added_unchanged_and_stopped_jobs() {
+        let place = GroupUpdates {
+            place: 1,
+            ..GroupUpdates::default()
+        };
+        let d = job_diff(None, false, &job("a"), &groups(place));
+        assert_eq!(d["Type"], "Added");
+        assert_eq!(d["TaskGroups"][0]["Type"], "Added");
+        assert_eq!(
+            d["TaskGroups"][0]["Tasks"][0]["Annotations"],
+            json!(["forces create"])
+        );
+        let d = job_diff(
+            Some(&job("a")),
+            false,
+            &job("a"),
+            &groups(GroupUpdates::default()),
+        );
+        assert_eq!(d["Type"], "None");
+        assert_eq!(d["TaskGroups"][0]["Tasks"][0]["Annotations"], Value::Null);
+        let d = job_diff(Some(&job("a")), true, &job("a"), &groups(place));
+        assert_eq!(d["Type"], "Edited");
+        assert_eq!(d["Fields"][0]["Name"], "Stop");
+        assert_eq!(d["Fields"][0]["New"], "false");
     }
 }

@@ -586,6 +586,7 @@ job "same" {
         // What differs between two registrations, not between their jobs.
         let o = v.as_object_mut().unwrap();
         o.remove("SubmitTime");
+        o.remove("JobModifyIndex");
         o.remove("Status");
     }
     assert_eq!(from_json, from_hcl);

@@ -29,6 +29,7 @@ mod docker_logs;
 mod durability;
 mod exec_driver;
 mod gc;
+mod job_plan;
 mod jobspec_rule;
 mod jobspec_validate;
 mod jobspec_vars;

@@ -278,12 +278,7 @@ impl AllocManager {
     /// in part, get no allocation for what does not fit, and the answer names them in Nomad's
     /// words; a blocked evaluation waits for the node to fit them ([`AllocManager::reevaluate`]).
     pub fn register_job(self: &Arc<Self>, job: Job) -> Result<Registered, AllocError> {
-        let id = job.id.clone();
-        self.register_planned(
-            &id,
-            || format!("registering job {id:?}"),
-            |reg, eval, failures| self.plan_register(reg, job, eval, failures),
-        )
+        self.register_job_at(job, None)
     }
 
     /// Commits a registration planned by `plan` (given the evaluation's ID and where to put the

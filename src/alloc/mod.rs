@@ -20,6 +20,8 @@
 //!   distinct hosts and properties) and Nomad's words for the rest ([`placement::PlacementFailure`]);
 //! - `evals`: the evaluations kept with each job, and placing what a blocked one holds once the
 //!   node fits it ([`AllocManager::reevaluate`]).
+//! - `plan`: a registration's plan, computed and not committed (`job plan`), and the job modify
+//!   index `job run -check-index` checks;
 //! - `children`: child jobs of periodic and parameterized jobs (launches, dispatches);
 //! - `periodic`: the `periodic` thread, which launches periodic jobs' children on schedule.
 //!
@@ -56,6 +58,7 @@ mod manager;
 mod model;
 pub mod periodic;
 pub mod placement;
+mod plan;
 mod ports;
 mod regexps;
 mod restore;
@@ -69,6 +72,7 @@ pub use evals::{MAX_EVALS, TRIGGER_QUEUED, TRIGGER_REGISTER};
 pub use gc::{gc_reason, Collector, DiskUsage, Over, Reason};
 pub use manager::{AllocManager, Engine, JobSummary, Registered};
 pub use model::{client_status, AllocStatus, Allocation, LockedTasks};
+pub use plan::{modify_index, GroupUpdates, Plan};
 pub use ports::{NetworkSettings, PortIndex, PortsUnavailable};
 
 use crate::state::StateError;
@@ -102,6 +106,10 @@ pub enum AllocError {
     /// message.
     #[error("{0}")]
     ChildRefused(String),
+    /// A registration sent with `EnforceIndex` found another job modify index (`plan`): Nomad's
+    /// message.
+    #[error("{0}")]
+    IndexConflict(String),
     /// The state file could not be written.
     #[error(transparent)]
     State(#[from] StateError),

@@ -30,7 +30,8 @@ impl From<AllocError> for ApiError {
             | AllocError::UnknownSignal(_)
             | AllocError::NotCollectable { .. }
             | AllocError::TooManyAllocs(_)
-            | AllocError::ChildRefused(_) => ApiError::BadRequest(e.to_string()),
+            | AllocError::ChildRefused(_)
+            | AllocError::IndexConflict(_) => ApiError::BadRequest(e.to_string()),
             AllocError::NotSaved { .. } | AllocError::State(_) => ApiError::Internal(e.to_string()),
         }
     }

@@ -1,6 +1,6 @@
 //! Job routes (agent.md "HTTP API"): `PUT|POST /v1/jobs` (register), `POST /v1/jobs/parse`,
 //! `GET /v1/jobs`, `GET /v1/job/:id`, `GET /v1/job/:id/summary`, `GET /v1/job/:id/allocations`,
-//! `DELETE /v1/job/:id`; and
+//! `DELETE /v1/job/:id` (`PUT|POST /v1/job/:id/plan` is `job_plan`'s); and
 //! jobs in Nomad's JSON shape, from the allocation manager's [`JobSummary`].
 
 use serde::{Deserialize, Serialize};
@@ -76,7 +76,7 @@ impl From<SandboxError> for ApiError {
 /// Refuses a job that the node cannot run as written: a read-write mount of a read-only static
 /// volume (dynamic volumes are read-write; missing ones are waited for). CSI volumes are waited
 /// for and claimed when the allocation starts (`alloc::csi`).
-fn check_volumes(agent: &Agent, job: &Job) -> Result<(), ApiError> {
+pub(super) fn check_volumes(agent: &Agent, job: &Job) -> Result<(), ApiError> {
     for group in &job.task_groups {
         for task in &group.tasks {
             for mount in &task.volume_mounts {
@@ -96,6 +96,24 @@ fn check_volumes(agent: &Agent, job: &Job) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// A registration request's Nomad `EnforceIndex` and `JobModifyIndex`: the job modify index the
+/// job must have for the registration to be made (`job run -check-index`), when enforced.
+#[derive(Deserialize)]
+struct Enforce {
+    #[serde(rename = "EnforceIndex", default)]
+    enforce: bool,
+    #[serde(rename = "JobModifyIndex", default)]
+    index: u64,
+}
+
+fn enforced_index(body: &[u8]) -> Result<Option<u64>, ApiError> {
+    // A bare job has neither: it is not an object of these two.
+    let Ok(e) = serde_json::from_slice::<Enforce>(body) else {
+        return Ok(None);
+    };
+    Ok(e.enforce.then_some(e.index))
 }
 
 /// Nomad's name for the allocations of a client status in a job summary.
@@ -199,6 +217,8 @@ fn job_detail(s: &JobSummary) -> Result<Response, ApiError> {
     v["Stop"] = json!(s.record.stop);
     v["Version"] = json!(s.record.version);
     v["SubmitTime"] = json!(s.record.submit_time);
+    // What `job run -check-index` checks (`alloc::plan`).
+    v["JobModifyIndex"] = json!(crate::alloc::modify_index(&s.record));
     Response::json(v)
 }
 
@@ -207,7 +227,8 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
     let register = Arc::new(move |req: &Request| {
         let parsed = jobspec::json::parse_job(req.body())?;
         check_volumes(&a, &parsed.job)?;
-        let registered = a.allocs.register_job(parsed.job)?;
+        let index = enforced_index(req.body())?;
+        let registered = a.allocs.register_job_at(parsed.job, index)?;
         // Nomad's answer, with what `job run` prints of the evaluation: the groups this node
         // could not place (in Nomad's `Evaluation.FailedTGAllocs` shape) and the blocked
         // evaluation that waits for them.

@@ -23,6 +23,7 @@ pub mod dispatch;
 pub mod evaluations;
 pub mod gc;
 pub mod ids;
+pub mod job_plan;
 pub mod jobs;
 pub mod logs;
 pub mod node;

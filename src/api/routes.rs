@@ -8,8 +8,8 @@ use std::sync::Arc;
 use super::router::Router;
 use super::server::{ApiServer, ServerConfig, ServerError};
 use super::{
-    agent, allocations, csi_volumes, dispatch, evaluations, gc, jobs, logs, node, plugins, stats,
-    volumes,
+    agent, allocations, csi_volumes, dispatch, evaluations, gc, job_plan, jobs, logs, node,
+    plugins, stats, volumes,
 };
 use crate::agent::Agent;
 use crate::config::AgentConfig;
@@ -54,6 +54,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
     agent::routes(&mut r, &agent);
     node::routes(&mut r, &agent);
     jobs::routes(&mut r, &agent);
+    job_plan::routes(&mut r, &agent);
     evaluations::routes(&mut r, &agent);
     dispatch::routes(&mut r, &agent);
     allocations::routes(&mut r, &agent);

@@ -66,6 +66,11 @@ impl Parsed {
         self.bools.get(name).copied().unwrap_or(false)
     }
 
+    /// A boolean flag; `default` when not given (`-diff=false` turns off what is on).
+    pub fn flag_or(&self, name: &str, default: bool) -> bool {
+        self.bools.get(name).copied().unwrap_or(default)
+    }
+
     /// The last value of a value flag.
     pub fn value(&self, name: &str) -> Option<&str> {
         self.values

@@ -1,4 +1,4 @@
-//! `job run`, `job status`, `job stop`, `job inspect`.
+//! `job run` (with `-check-index`, after `job plan`), `job status`, `job stop`, `job inspect`.
 
 use serde_json::{json, Value};
 
@@ -15,12 +15,13 @@ const RUN: Spec = Spec {
     flags: &[
         bool_flag("detach"),
         bool_flag("json"),
+        value_flag("check-index"),
         value_flag("var"),
         value_flag("var-file"),
     ],
     args: (1, 1),
     usage:
-        "Usage: nodeward job run [-detach] [-json] [-var name=value]... [-var-file file]... <jobspec file | ->
+        "Usage: nodeward job run [-detach] [-json] [-check-index N] [-var name=value]... [-var-file file]... <jobspec file | ->
 
   Registers the job in the file (`-`: standard input): HCL, or, with -json or for a .json file,
   Nomad's API JSON (`{\"Job\": {...}}` or the bare job), sent as it is. HCL is evaluated here, as
@@ -29,6 +30,8 @@ const RUN: Spec = Spec {
   this node could not place all of it (the reasons are printed), as Nomad's.
 
   -detach          Print the evaluation ID and return without listing the allocations.
+  -check-index N   Registers the job only if its job modify index is still N (0: only if no
+                   such job exists), as `job plan` printed it; else prints why and exits 1.
   -json            The jobspec is JSON, whatever its name.
   -var name=value  Sets a variable of the jobspec (repeatable; the last one wins).
   -var-file file   Reads variable values from an HCL file of name = value lines, or a JSON
@@ -71,6 +74,9 @@ const INSPECT: Spec = Spec {
     run: inspect,
 };
 
+/// How the agent's refusal of a `-check-index` registration begins (Nomad's words).
+const ENFORCE_PREFIX: &str = "Enforcing job modify index";
+
 fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
     // An HCL jobspec is parsed here, so what the parser warns about is known here first; the job
     // sent keeps its no-effect blocks (`jobspec::kept`), which the agent warns again: each
@@ -80,10 +86,27 @@ fn run(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
         "" => s(&job, "Name").to_string(),
         id => id.to_string(),
     };
-    let answer = ctx
-        .client
-        .put("/v1/jobs", &json!({ "Job": job }))
-        .map_err(|e| failed("submitting job", e))?;
+    let mut request = json!({ "Job": job });
+    if let Some(index) = p.value("check-index") {
+        let index: u64 = index.parse().map_err(|_| {
+            CmdError::Usage(format!(
+                "invalid value {index:?} for -check-index: not an index"
+            ))
+        })?;
+        request["EnforceIndex"] = json!(true);
+        request["JobModifyIndex"] = json!(index);
+    }
+    let answer = ctx.client.put("/v1/jobs", &request).map_err(|e| {
+        // Nomad's lines for a registration its index check refused.
+        let text = e.to_string();
+        match text.find(ENFORCE_PREFIX) {
+            Some(at) => CmdError::Failed(format!(
+                "{}\nJob not updated",
+                text[at..].trim_end_matches(')')
+            )),
+            None => failed("submitting job", e),
+        }
+    })?;
     let eval = s(&answer, "EvalID").to_string();
     super::job_file::merge_warnings(&mut warnings, &answer);
     if !warnings.is_empty() {

@@ -209,7 +209,7 @@ mod tests {
             .map(|(k, v)| (OsString::from(k), OsString::from(v)))
             .collect::<Vec<_>>();
         hcl_inputs(&p, Path::new(&p.args[0]), env.into_iter()).map_err(|e| match e {
-            CmdError::Usage(m) | CmdError::Failed(m) => m,
+            CmdError::Usage(m) | CmdError::Failed(m) | CmdError::FailedWith(_, m) => m,
             CmdError::Exit(code) => format!("exit {code}"),
         })
     }

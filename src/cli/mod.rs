@@ -6,7 +6,8 @@
 //! `NODEWARD_TOKEN` ([`client`]) and prints with the pure functions of [`format`]. Exit status: 0 on
 //! success, 1 when the command failed (`Error ...: <reason>` on stderr), 2 on bad usage (the reason
 //! and the command's usage on stderr), and 2 from `job run` when the job was registered but not
-//! all of it could be placed, as Nomad's. `-h` prints the usage on stdout and exits 0.
+//! all of it could be placed, as Nomad's; `job plan` exits 0 (nothing created or
+//! destroyed), 1 (allocations would be) or 255 (it failed), as Nomad's. `-h` prints the usage on stdout and exits 0.
 
 pub mod agent;
 pub mod client;
@@ -20,6 +21,7 @@ mod alloc;
 mod job;
 mod job_children;
 mod job_file;
+mod job_plan;
 mod node;
 mod system;
 mod volume;
@@ -112,6 +114,10 @@ pub fn run_with(args: &[String], env: &Env, out: &mut dyn Write, err: &mut dyn W
             1
         }
         Err(CmdError::Exit(code)) => code,
+        Err(CmdError::FailedWith(code, message)) => {
+            let _ = writeln!(err, "{message}");
+            code
+        }
     }
 }
 
@@ -167,6 +173,9 @@ pub(crate) enum CmdError {
     /// The command printed what happened and exits with this status: `job run`'s 2 when the
     /// job could not be placed, as Nomad's.
     Exit(i32),
+    /// The command failed with this status (`job plan`'s 255, as Nomad's); the message is
+    /// printed as is.
+    FailedWith(i32, String),
 }
 
 /// `Error <doing>: <reason>`, the shape of every failure message.
@@ -189,6 +198,7 @@ fn commands() -> Vec<&'static Spec> {
     let mut all: Vec<&'static Spec> = Vec::new();
     all.extend(job::COMMANDS);
     all.extend(job_file::COMMANDS);
+    all.extend(job_plan::COMMANDS);
     all.extend(job_children::COMMANDS);
     all.extend(alloc::COMMANDS);
     all.extend(node::COMMANDS);
@@ -252,6 +262,7 @@ Commands:
     job stop           Stop a job (and with -purge, forget it)
     job inspect        Show a job as JSON
     job validate       Check a jobspec without registering it
+    job plan           Show what registering a jobspec would change, registering nothing
     job periodic force Launch a periodic job's child now
     job dispatch       Dispatch a parameterized job
     alloc status       Show an allocation, its tasks and their recent events

@@ -13,6 +13,9 @@ use serde_json::Value;
 use super::raw::{warn_extra, RawJob};
 use super::{Job, JobspecError, Parsed};
 
+/// The fields of a request beside its `Job` that the API reads itself: not warned as ignored.
+const HONOURED: &[&str] = &["EnforceIndex", "JobModifyIndex", "Diff"];
+
 /// Parses a job in Nomad's API JSON shape, applies defaults and validates it.
 pub fn parse_job(bytes: &[u8]) -> Result<Parsed, JobspecError> {
     let value: Value = serde_json::from_slice(bytes)
@@ -22,6 +25,10 @@ pub fn parse_job(bytes: &[u8]) -> Result<Parsed, JobspecError> {
         Value::Object(mut outer) if outer.contains_key("Job") => {
             let job = outer.remove("Job").unwrap_or(Value::Null);
             // A registration request carries `EnforceIndex`, `PolicyOverride`... next to the job.
+            // The API reads those it honours (`EnforceIndex`, `JobModifyIndex`, a plan's `Diff`).
+            for honoured in HONOURED {
+                outer.remove(*honoured);
+            }
             warn_extra(&mut warnings, "", &outer.into_iter().collect());
             job
         }
@@ -212,12 +219,13 @@ mod tests {
             json!({"CPU": 200, "MemoryMaxMB": 512, "IOPS": 1});
         job["TaskGroups"][0]["Tasks"][0]["Templates"] = json!(null);
         job["TaskGroups"][0]["Tasks"][0]["Bogus"] = json!(1);
-        let parsed = parse(&json!({"Job": job, "EnforceIndex": true})).unwrap();
+        let parsed =
+            parse(&json!({"Job": job, "EnforceIndex": true, "PolicyOverride": true})).unwrap();
         let field = |f: &str| format!("field \"{f}\" is not supported by nodeward and was ignored");
         assert_eq!(
             parsed.warnings,
             vec![
-                field("EnforceIndex"),
+                field("PolicyOverride"),
                 field("TaskGroups[0].Networks[0].MBits"),
                 field("TaskGroups[0].Tasks[0].Bogus"),
                 field("TaskGroups[0].Tasks[0].Config.pid_mode"),

@@ -183,8 +183,9 @@ fn for_expr(f: &ForExpr, ctx: &Context) -> Result<Value, String> {
     let mut list = Vec::new();
     let mut object: Map<String, Value> = Map::new();
     let mut groups: Map<String, Vec<Value>> = Map::new();
+    // One copy of the context for all the elements (a copy is deep); each rebinds the names.
+    let mut scope = ctx.clone();
     for (key, value) in elements {
-        let mut scope = ctx.clone();
         if let Some(k) = &f.intro.key_var {
             scope.declare_var(k.as_str(), key);
         }

@@ -579,6 +579,18 @@ block {
     }
 
     #[test]
+    fn try_and_can_pass_over_bad_references_as_nomad_does() {
+        assert_eq!(
+            eval("x = try(var.nope, \"d\")\ny = can(local.maybe)\nz = try(attr.x, 1)\n").unwrap(),
+            serde_json::json!({"x": "d", "y": false, "z": 1})
+        );
+        // Outside them the reference is still the jobspec's error.
+        assert!(eval("x = [try(1), var.nope]\n")
+            .unwrap_err()
+            .contains("reference to undeclared input variable \"nope\""));
+    }
+
+    #[test]
     fn expression_errors_name_the_attribute_and_line() {
         assert_eq!(
             eval("\nblock {\n  x = var.nope\n}\n").unwrap_err(),

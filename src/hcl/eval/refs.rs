@@ -43,6 +43,10 @@ pub struct Refs<'a> {
     bound: Vec<String>,
     /// How many string templates the current node is inside.
     in_template: usize,
+    /// How many `try(...)` or `can(...)` calls the current node is an argument of: there a bad
+    /// reference is not an error of the jobspec but of that argument's evaluation, which `try`
+    /// passes over and `can` answers `false` for, as in Nomad's HCL.
+    in_try: usize,
     /// The `local.<name>`s referred to (the order in which locals are evaluated).
     pub locals_used: BTreeSet<String>,
     /// The `var.<name>`s referred to (what a validation condition may use).
@@ -63,6 +67,7 @@ impl<'a> Refs<'a> {
             locals,
             bound: Vec::new(),
             in_template: 0,
+            in_try: 0,
             locals_used: BTreeSet::new(),
             vars_used: BTreeSet::new(),
             error: None,
@@ -81,7 +86,7 @@ impl<'a> Refs<'a> {
     }
 
     fn fail(&mut self, span: Option<std::ops::Range<usize>>, reason: String) {
-        if self.error.is_none() {
+        if self.error.is_none() && self.in_try == 0 {
             self.error = Some(BadRef {
                 line: self.source.line(span),
                 reason,
@@ -173,6 +178,14 @@ impl VisitMut for Refs<'_> {
                     return visit_mut::visit_expr_mut(self, expr);
                 }
                 self.unknown(expr, &root);
+            }
+            Expression::FuncCall(call)
+                if call.name.namespace.is_empty()
+                    && matches!(call.name.name.as_str(), "try" | "can") =>
+            {
+                self.in_try += 1;
+                visit_mut::visit_expr_mut(self, expr);
+                self.in_try -= 1;
             }
             // convert()'s second argument is a type (`list(string)`), not a value.
             Expression::FuncCall(call)

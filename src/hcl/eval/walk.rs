@@ -222,8 +222,10 @@ impl Walk<'_> {
         let mut bound = self.bound.clone();
         bound.push(iterator.clone());
         let mut made = Vec::with_capacity(elements.len());
+        // One copy of the context for all the elements (a copy is deep: every variable and
+        // local); each element only rebinds the iterator.
+        let mut ctx = self.ctx.clone();
         for (key, value) in elements {
-            let mut ctx = self.ctx.clone();
             let mut it = Map::new();
             it.insert("key".to_string(), key);
             it.insert("value".to_string(), value);

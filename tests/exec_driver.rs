@@ -66,9 +66,13 @@ fn alloc_dir(agent: &TestAgent, alloc: &str) -> PathBuf {
     agent.data_dir.join("alloc").join(alloc)
 }
 
+/// The file once its last line is complete: a shell redirect creates the file before the command
+/// writes into it, so an empty or half-written file is still being written.
 fn read_when_there(path: &Path) -> String {
     wait_for(WAIT, &format!("{} to be written", path.display()), || {
-        std::fs::read_to_string(path).ok()
+        std::fs::read_to_string(path)
+            .ok()
+            .filter(|s| s.ends_with('\n'))
     })
 }
 

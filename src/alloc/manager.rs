@@ -694,7 +694,7 @@ fn running_allocs_of(reg: &Registry, job_id: &str) -> Vec<Arc<Allocation>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{gated_job, manager};
+    use super::super::testing::{desired, gated_job, manager};
     use super::*;
     use crate::util::short_id;
 
@@ -759,14 +759,6 @@ mod tests {
         (allocs, jobs)
     }
 
-    fn in_memory(allocs: &AllocManager) -> BTreeMap<String, DesiredStatus> {
-        allocs
-            .allocations()
-            .iter()
-            .map(|a| (a.id.clone(), a.desired()))
-            .collect()
-    }
-
     /// An API write whose state write fails changes nothing, in memory or on disk, and the same
     /// request then succeeds; once it does, the file records exactly what the registry holds.
     /// ([`crate::state::testing::Blocker`] makes every write fail, even as root.)
@@ -775,7 +767,7 @@ mod tests {
         let (allocs, dir, _shutdown) = manager("unsaved");
         allocs.store.register(allocs.clone());
         allocs.register_job(gated_job("web", 2)).unwrap();
-        let before = (in_memory(&allocs), on_disk(&dir));
+        let before = (desired(&allocs), on_disk(&dir));
         assert_eq!(before.0.len(), 2);
         assert_eq!(before.0, before.1 .0);
         let blocker = crate::state::testing::Blocker::new(&dir);
@@ -793,7 +785,7 @@ mod tests {
         assert!(allocs.stop_job("web", false).is_err());
         assert!(allocs.stop_job("web", true).is_err());
         assert!(allocs.stop(&id).is_err());
-        assert_eq!((in_memory(&allocs), on_disk(&dir)), before);
+        assert_eq!((desired(&allocs), on_disk(&dir)), before);
         assert_eq!(allocs.job("web").unwrap().record.version, 0);
         assert!(
             allocs.store.failing().is_some(),
@@ -804,14 +796,14 @@ mod tests {
         let again = allocs.register_job(changed).unwrap();
         assert!(again.changed, "the same request, sent again, is a change");
         assert!(allocs.store.failing().is_none());
-        let now = in_memory(&allocs);
+        let now = desired(&allocs);
         assert_eq!(now.len(), 5);
         assert!(before.0.keys().all(|id| now[id] == DesiredStatus::Stop));
         assert_eq!(on_disk(&dir).0, now);
         assert_eq!(on_disk(&dir).1, vec![("web".to_string(), false, 1)]);
         allocs.stop(&id).unwrap();
         allocs.stop_job("web", true).unwrap();
-        assert!(in_memory(&allocs).is_empty());
+        assert!(desired(&allocs).is_empty());
         assert_eq!(on_disk(&dir), (BTreeMap::new(), Vec::new()));
         let _ = std::fs::remove_dir_all(&dir);
     }

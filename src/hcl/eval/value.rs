@@ -11,6 +11,7 @@ use super::elements::Sets;
 use super::lazy;
 use super::refs::{LOCAL, VAR};
 use super::types::Type;
+use crate::hcl::funcs;
 
 /// Whether `expr` has nothing for the language to evaluate: values as written (strings,
 /// numbers, bools, null, lists and objects of them), where a string's interpolations only name
@@ -99,6 +100,8 @@ fn reason(kind: &ErrorKind) -> String {
         ErrorKind::FuncCall(name, msg) => format!("{name}(): {msg}"),
         other => other.to_string(),
     };
+    // A reason may quote a value, which may be a secret `rsadecrypt` handled.
+    let text = funcs::rsa::redact(text);
     // Some reasons span lines (a regex's syntax error draws a caret under the pattern); the API
     // answers an error with one line.
     text.lines()

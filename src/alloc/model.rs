@@ -75,8 +75,8 @@ pub struct Allocation {
     /// The cores given at placement to its tasks that ask for `cores` (`super::cores`), task
     /// name → CPU IDs; fixed for the allocation's life.
     pub cores: BTreeMap<String, Vec<u32>>,
-    /// Guards: desired status, modify time, pending reason, runner handles, the gate. Locked
-    /// after the registry, before any task state.
+    /// Guards: desired status, modify time, pending reason, runner handles, the gate, the job it
+    /// belongs to now. Locked after the registry, before any task state.
     pub(super) inner: Mutex<AllocInner>,
 }
 
@@ -215,9 +215,9 @@ impl Allocation {
 
     /// Nomad's in-place update: the allocation belongs to `job` at `version` from now on, a job
     /// that differs from its own only in no-effect settings (`Job::eq_but_kept`). Its tasks and
-    /// their runners are left as they are: their definitions are the same.
+    /// their runners are left as they are: their definitions are the same. (Not checked here:
+    /// the comparison copies the job, once per allocation; `evals::in_place` decides it once.)
     pub(super) fn update_in_place(&self, job: Arc<Job>, version: u64) {
-        debug_assert!(job.eq_but_kept(&self.job));
         let mut i = self.inner.lock();
         i.job = job;
         i.job_version = version;

@@ -605,4 +605,32 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir2);
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// An allocation that has ended stays on the version it ran, as Nomad's in-place update
+    /// leaves a terminal allocation; the live one moves.
+    #[test]
+    fn an_in_place_update_leaves_an_ended_allocation_on_its_version() {
+        use crate::records::TaskStatus;
+        let (allocs, dir, _shutdown) = crate::alloc::testing::manager("in-place-ended");
+        let job = crate::alloc::testing::gated_job("web", 2);
+        allocs.register_job(job.clone()).unwrap();
+        let all = allocs.allocations();
+        let ended = all[0].id.clone();
+        for t in all[0].tasks.values() {
+            t.lock().state = TaskStatus::Dead;
+        }
+        assert_eq!(all[0].client_status(), "complete");
+        let mut next = job.clone();
+        next.kept
+            .insert("Update".into(), serde_json::json!({"MaxParallel": 2}));
+        assert!(allocs.register_job(next.clone()).unwrap().changed);
+        let versions: BTreeMap<String, u64> = allocs
+            .allocations()
+            .iter()
+            .map(|a| (a.id.clone(), a.job_now().1))
+            .collect();
+        assert_eq!(versions[&ended], 0, "{versions:?}");
+        assert_eq!(versions[&all[1].id], 1, "{versions:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -355,9 +355,15 @@ impl AllocManager {
             return Ok(None);
         }
         let stop = running_allocs_of(reg, &id);
-        // Only no-effect settings changed: Nomad's in-place update ([`evals::in_place`]).
+        // Only no-effect settings changed: Nomad's in-place update ([`evals::in_place`]). An
+        // allocation that has ended stays on its version, as Nomad's `genericAllocUpdateFn`
+        // leaves a terminal one.
         if let Some(e) = existing.filter(|e| !e.stop && e.job.eq_but_kept(&job)) {
-            return Ok(Some(evals::in_place(e, job, stop, eval_id, failures)));
+            let live = stop
+                .into_iter()
+                .filter(|a| a.is_running_or_pending())
+                .collect();
+            return Ok(Some(evals::in_place(e, job, live, eval_id, failures)));
         }
         let template = job.periodic.is_some() || job.parameterized_job.is_some();
         if !template {
@@ -671,10 +677,7 @@ fn job_status(record: &JobRecord, allocs: &[Arc<Allocation>], queued: bool) -> &
     if record.job.periodic.is_some() || record.job.parameterized_job.is_some() {
         return if record.stop { "dead" } else { "running" };
     }
-    let live = queued
-        || allocs.iter().any(|a| {
-            matches!(a.client_status(), "pending" | "running") && a.desired() == DesiredStatus::Run
-        });
+    let live = queued || allocs.iter().any(|a| a.is_running_or_pending());
     if record.stop || !live {
         "dead"
     } else if allocs.iter().any(|a| a.client_status() == "running") {

@@ -271,6 +271,13 @@ impl Allocation {
         self.lock_tasks().client_status()
     }
 
+    /// Whether it is to run and has not ended (pending or running): what an in-place update
+    /// moves, what keeps its job alive.
+    pub fn is_running_or_pending(&self) -> bool {
+        self.desired() == DesiredStatus::Run
+            && matches!(self.client_status(), "pending" | "running")
+    }
+
     /// The allocation as the state file keeps it; `is_current`: the job it belongs to now
     /// ([`Allocation::job_now`]) is the registered version (the record then names it instead of
     /// holding a copy).

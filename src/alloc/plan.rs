@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::manager::{Change, Registered, Registry};
 use super::placement::PlacementFailure;
-use super::{evals, AllocError, AllocManager};
+use super::{evals, AllocError, AllocManager, Allocation};
 use crate::jobspec::Job;
 use crate::records::{DesiredStatus, JobRecord};
 
@@ -104,7 +104,9 @@ impl AllocManager {
             .as_ref()
             .is_some_and(|e| !e.stop && e.job != job && e.job.eq_but_kept(&job));
         let change = self.plan_register(&reg, job, "plan", &mut failures)?;
-        let running = running_by_group(&reg, &id);
+        let running = running_by_group(&reg, &id, |_| true);
+        // An in-place update leaves an allocation that has ended on its version.
+        let live = running_by_group(&reg, &id, Allocation::is_running_or_pending);
         if change.is_none() {
             if let Some(e) = &existing {
                 failures = evals::current_failures(e);
@@ -124,7 +126,10 @@ impl AllocManager {
             }
             Some(_) if in_place => {
                 for (group, n) in &running {
-                    out.entry(group.clone()).or_default().in_place = *n;
+                    let live = live.get(group).copied().unwrap_or(0);
+                    let g = out.entry(group.clone()).or_default();
+                    g.in_place = live;
+                    g.ignore = n - live;
                 }
             }
             Some(c) => updates(c, &failures, &mut out),
@@ -138,11 +143,15 @@ impl AllocManager {
     }
 }
 
-/// A group's running allocations, counted.
-fn running_by_group(reg: &Registry, id: &str) -> BTreeMap<String, u32> {
+/// A group's allocations that are to run and `keep` holds for, counted.
+fn running_by_group(
+    reg: &Registry,
+    id: &str,
+    keep: impl Fn(&Allocation) -> bool,
+) -> BTreeMap<String, u32> {
     let mut out = BTreeMap::new();
     for a in reg.allocs.values() {
-        if a.job.id == id && a.desired() == DesiredStatus::Run {
+        if a.job.id == id && a.desired() == DesiredStatus::Run && keep(a) {
             *out.entry(a.group.clone()).or_default() += 1;
         }
     }

@@ -520,3 +520,94 @@ job "escaped-stats" {{
         pids_with(&m).is_empty().then_some(())
     });
 }
+
+/// Thaws a cgroup when dropped: a test that fails must not leave a keeper held by a freeze.
+struct Thaw(PathBuf, &'static str, &'static str);
+
+impl Drop for Thaw {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join(self.1), self.2);
+    }
+}
+
+/// An agent killed between the freeze and the thaw of a task's cgroup (its removal kills what is
+/// left there that way) leaves the cgroup frozen, and the task's next start reuses it. That start
+/// must not stop there: the child would sit frozen before its `execve`, and the keeper, which
+/// waits for that `execve`, with it, leaving every task of the node unwatched. Here the main
+/// task's cgroup is made and frozen while its prestart task runs; the main task then starts.
+#[test]
+fn a_cgroup_left_frozen_does_not_hold_the_next_start() {
+    let test = "a_cgroup_left_frozen_does_not_hold_the_next_start";
+    let dir = TempDir::new("cg-frozen");
+    let Some((agent, version)) = agent_with_cgroups(test, dir.path()) else {
+        return;
+    };
+    let go = dir.path().join("go");
+    let hcl = format!(
+        r#"
+job "thawed" {{
+  group "g" {{
+    task "init" {{
+      driver = "raw_exec"
+      lifecycle {{
+        hook = "prestart"
+      }}
+      config {{
+        command = "/bin/sh"
+        args = ["-c", "while [ ! -f {go} ]; do sleep 0.05; done"]
+      }}
+    }}
+    task "t" {{
+      driver = "raw_exec"
+      kill_timeout = "1s"
+      config {{
+        command = "/bin/sh"
+        args = ["-c", "exec sleep 9999"]
+      }}
+    }}
+  }}
+}}"#,
+        go = go.display()
+    );
+    let alloc = agent.alloc_id(&agent.run_hcl(&hcl));
+    wait_for(WAIT, "the prestart task running", || {
+        (agent.task_state(&alloc, "init")["State"] == "running").then_some(())
+    });
+    let name = format!("nodeward/{alloc}.t");
+    let root = Path::new("/sys/fs/cgroup");
+    let (kill_dir, file, frozen, thawed) = if version == "2" {
+        (root.join(&name), "cgroup.freeze", "1", "0")
+    } else {
+        (
+            root.join("freezer").join(&name),
+            "freezer.state",
+            "FROZEN",
+            "THAWED",
+        )
+    };
+    std::fs::create_dir(&kill_dir).unwrap();
+    std::fs::write(kill_dir.join(file), frozen).unwrap();
+    let _thaw = Thaw(kill_dir.clone(), file, thawed);
+    std::fs::write(&go, "").unwrap();
+    let t = wait_for(WAIT, "the main task running", || {
+        let s = agent.task_state(&alloc, "t");
+        (s["State"] == "running" && s["PID"].is_i64()).then_some(s)
+    });
+    let pid = t["PID"].as_i64().unwrap() as i32;
+    wait_for(WAIT, "the main task's sleep", || {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|c| c.trim() == "sleep")
+            .then_some(())
+    });
+    assert!(
+        cgroup_of(pid).contains(&format!("{alloc}.t")),
+        "{}",
+        cgroup_of(pid)
+    );
+    // The keeper still answers: the job stops.
+    let out = agent.cli(&["job", "stop", "thawed"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_for(WAIT, "the main task dead", || {
+        (agent.task_state(&alloc, "t")["State"] == "dead").then_some(())
+    });
+}

@@ -351,6 +351,10 @@ impl TaskCgroup {
                 inherit_cpuset(d.parent().unwrap_or(d), d)?;
             }
         }
+        // A freeze an agent killed in the middle of [`TaskCgroup::remove`] left behind would
+        // hold the task before it runs (and the keeper with it).
+        let paths = self.paths();
+        nodeward_keeper::cgroup::thaw(&paths).map_err(io_err("thaw", &paths.kill))?;
         let hard = limits.memory_hard_bytes.to_string();
         let mem = self.memory_dir();
         match self.version {

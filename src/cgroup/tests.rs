@@ -126,7 +126,11 @@ fn v1_makes_one_cgroup_per_controller_with_the_parents_cpuset() {
     assert_eq!(c.version(), Version::V1);
     assert_eq!(get(&root.join("cpuset/nodeward/cpuset.cpus")), "0-3");
     let task = c.task("a1", "web");
+    // Left frozen by an agent killed in the middle of a removal: the start thaws it.
+    let freezer = root.join("freezer/nodeward/a1.web/freezer.state");
+    put(&freezer, "FROZEN\n");
     task.create(&Limits::of(&res(32, 0, 250), &[])).unwrap();
+    assert_eq!(get(&freezer), "THAWED");
     let mem = root.join("memory/nodeward/a1.web");
     assert_eq!(task.memory_dir(), mem);
     assert_eq!(

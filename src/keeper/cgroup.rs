@@ -120,6 +120,27 @@ pub fn procs(dir: &Path) -> io::Result<Vec<i32>> {
         .collect())
 }
 
+/// Thaws the cgroup. A freeze that was never undone (the agent killed with SIGKILL between
+/// [`kill_all`]'s freeze and thaw) would stop the next process that joins it before its
+/// `execve`, and with it the keeper, which waits for that `execve` (`CLONE_VFORK`): every task of
+/// the node would go unwatched. A cgroup without a freezer (or gone) has nothing to thaw.
+pub fn thaw(p: &CgroupPaths) -> io::Result<()> {
+    let (file, thawed) = if p.v2 {
+        ("cgroup.freeze", "0")
+    } else {
+        ("freezer.state", "THAWED")
+    };
+    let opened = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(p.kill.join(file));
+    match opened {
+        Ok(mut f) => io::Write::write_all(&mut f, thawed.as_bytes()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Kills every process in the cgroup: v2's `cgroup.kill` (Linux 5.14+); otherwise freeze, SIGKILL
 /// each process, thaw (so that none can fork a child the kill would miss). A cgroup that is gone
 /// has nothing to kill.

@@ -13,7 +13,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
 use crate::serve::Keeper;
-use crate::SOCKET_FILE;
+use crate::{PID_FILE, SOCKET_FILE};
 
 /// Runs the keeper; returns the process's exit code.
 pub fn main(args: Vec<OsString>) -> i32 {
@@ -93,6 +93,7 @@ fn daemonize(dir: &Path, listener: UnixListener) -> i32 {
             match Keeper::start(dir, listener, ready_w) {
                 Ok(mut keeper) => {
                     keeper.run();
+                    forget_pid_file(dir);
                     0
                 }
                 Err(e) => {
@@ -113,6 +114,16 @@ fn daemonize(dir: &Path, listener: UnixListener) -> i32 {
                 1
             }
         }
+    }
+}
+
+/// Removes `keeper.pid` when it still names this keeper, which is ending: a PID left there would
+/// name whatever process the kernel gives that PID next (`kill $(cat keeper.pid)` would signal it).
+fn forget_pid_file(dir: &Path) {
+    let path = dir.join(PID_FILE);
+    let me = std::process::id().to_string();
+    if std::fs::read_to_string(&path).is_ok_and(|s| s.trim() == me) {
+        let _ = std::fs::remove_file(&path);
     }
 }
 

@@ -61,6 +61,11 @@ impl Task {
             .as_ref()
             .and_then(crate::cgroup::oom_kills)
             .unwrap_or(0);
+        if let Some(cg) = &spec.cgroup {
+            // A frozen cgroup would hold the child, and so the keeper, before the `execve`.
+            crate::cgroup::thaw(cg)
+                .map_err(|e| io::Error::other(format!("cannot thaw the task's cgroup: {e}")))?;
+        }
         let (out, out_w) = pipe()?;
         let (err, err_w) = pipe()?;
         let pid = spawner.spawn(&plan, out_w, err_w)?;

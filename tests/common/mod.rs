@@ -361,12 +361,21 @@ impl TestAgent {
     }
 }
 
-/// The PID in `<data_dir>/keeper.pid`, when that keeper still runs.
+/// The PID in `<data_dir>/keeper.pid`, when that keeper still runs. A file left by a keeper killed
+/// with SIGKILL may name another process by now (PIDs wrap at 32768 here, and the suite makes
+/// many): only a live `nodeward-keeper` counts, so that no other test's process is signalled.
 pub fn keeper_pid(data_dir: &Path) -> Option<i32> {
     std::fs::read_to_string(data_dir.join("keeper.pid"))
         .ok()
         .and_then(|s| s.trim().parse().ok())
-        .filter(|&pid| alive(pid))
+        .filter(|&pid| alive(pid) && is_keeper(pid))
+}
+
+/// Whether `pid` runs the keeper program (its command name, which the kernel cuts at 15 bytes:
+/// `nodeward-keeper` is 15).
+fn is_keeper(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .is_ok_and(|c| c.trim() == "nodeward-keeper")
 }
 
 /// Stops the keeper of `data_dir` (SIGTERM: it kills every task's group) and waits for it to go.

@@ -145,7 +145,13 @@ fn terminal_allocations_over_gc_max_allocs_are_collected_oldest_first() {
     assert_eq!(state_allocs(&agent.data_dir), set(&[&svc, &b[2], &b[3]]));
     for (i, alloc) in [(3, &b[2]), (4, &b[3])] {
         let log = alloc_dir(&agent, alloc).join("alloc/logs/t.stdout.0");
-        assert_eq!(std::fs::read_to_string(&log).unwrap(), format!("run {i}\n"));
+        // Read until whole: the keeper drains a task's pipe after it reported the exit.
+        wait_eq(
+            WAIT,
+            "the kept allocation's log",
+            || std::fs::read_to_string(&log).unwrap(),
+            format!("run {i}\n"),
+        );
     }
     assert_eq!(
         std::fs::read_to_string(outside.join("keep")).unwrap(),

@@ -256,7 +256,7 @@ job "user" {
         std::fs::read_to_string(Path::new(&path).join("hello")).unwrap(),
         "hi\n"
     );
-    let (_, out) = agent.request("GET", &format!("/v1/client/fs/logs/{alloc}?task=t"), None);
+    let out = wait_log_lines(&agent, &alloc, "t", "stdout", 1);
     assert_eq!(out.trim(), path);
     let v = agent.get(&format!(
         "/v1/volume/host/{}",

@@ -543,6 +543,66 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<
     }
 }
 
+/// What `read` answers once it equals `want`; fails showing the last answer when it never does
+/// within `timeout`. For output another process may still be writing: a file created by a shell
+/// redirect before its command wrote, a log the keeper drains after it reported the task's exit.
+pub fn wait_eq<T: PartialEq + std::fmt::Debug>(
+    timeout: Duration,
+    what: &str,
+    mut read: impl FnMut() -> T,
+    want: T,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = read();
+        if got == want {
+            return got;
+        }
+        if Instant::now() > deadline {
+            assert_eq!(got, want, "timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A task's log (`stream` is `stdout` or `stderr`) as the API serves it, once `done` holds for
+/// it; fails with the last text when it never does. The keeper reports a task's exit and then
+/// drains its pipes into the log files: an allocation can be `complete` while its task's last
+/// lines are still on their way, so a test waits for what it expects instead of reading once.
+pub fn wait_log(
+    agent: &TestAgent,
+    alloc: &str,
+    task: &str,
+    stream: &str,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    let path = format!("/v1/client/fs/logs/{alloc}?task={task}&type={stream}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, text) = agent.request("GET", &path, None);
+        if status == 200 && done(&text) {
+            return text;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out waiting for the {stream} of {task} in {alloc} ({status}): {text:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// [`wait_log`] until the log has `n` complete lines.
+pub fn wait_log_lines(
+    agent: &TestAgent,
+    alloc: &str,
+    task: &str,
+    stream: &str,
+    n: usize,
+) -> String {
+    wait_log(agent, alloc, task, stream, |t| {
+        t.ends_with('\n') && t.lines().count() >= n
+    })
+}
+
 /// Whether `pid` is a live process (a zombie counts as dead).
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

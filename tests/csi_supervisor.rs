@@ -705,8 +705,9 @@ fn shutdown_cancels_a_hanging_probe_at_once() {
     let took = t.elapsed();
     println!("supervisor ended {took:?} after shutdown, with a 5s probe in flight");
     assert_eq!(s.hook.live_supervisors(), 0);
+    // Well under the probe's 5 s, with room for a busy machine.
     assert!(
-        took < Duration::from_millis(2500),
+        took < Duration::from_secs(4),
         "shutdown waited for the probe timeout: {took:?}"
     );
     assert!(run.rest().is_empty());

@@ -276,7 +276,10 @@ fn task_of_a_job_purged_just_before_a_crash_is_stopped_on_restart() {
     let mut agent = TestAgent::start_in(dir.path(), "");
     let m = marker();
     let job = agent.run_hcl(&stubborn(&m));
-    let pid = wait_for(WAIT, "task running", || pids_with(&m).first().copied());
+    // Once it is `sleep`, not the shell: a shell that has not set its trap yet dies of the stop.
+    let pid = wait_for(WAIT, "task running, its trap set", || {
+        pids_with(&m).into_iter().find(|&p| is_sleep(p))
+    });
     let (status, body) = agent.request("DELETE", &format!("/v1/job/{job}?purge=true"), None);
     assert_eq!(status, 200, "{body}");
     agent.stop_with(libc::SIGKILL, Duration::from_secs(10));

@@ -616,6 +616,17 @@ pub fn alive(pid: i32) -> bool {
     }
 }
 
+/// Whether `pid` runs `sleep` by now. A task `trap '' INT; exec sleep <marker>` has set its trap
+/// once it is `sleep` (the PID stays across the exec); before, it is the shell whose command line
+/// also carries the marker, and which a stop signal still kills.
+pub fn is_sleep(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+        c.split(|&b| b == 0)
+            .next()
+            .is_some_and(|arg0| arg0 == b"sleep" || arg0.ends_with(b"/sleep"))
+    })
+}
+
 /// PIDs of live processes whose command line contains `needle`.
 pub fn pids_with(needle: &str) -> Vec<i32> {
     let mut out = Vec::new();

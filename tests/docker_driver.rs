@@ -786,7 +786,7 @@ job "sig" {
       config {
         image   = "busybox:1"
         command = "sh"
-        args    = ["-c", "trap 'echo got-usr1 > /local/sig' USR1; while true; do sleep 0.1; done"]
+        args    = ["-c", "trap 'echo got-usr1 > /local/sig' USR1; : > /local/trapped; while true; do sleep 0.1; done"]
       }
     }
   }
@@ -796,6 +796,13 @@ job "sig" {
     let _cleanup = Cleanup::of(&env, &alloc);
     wait_state(&agent, &alloc, "t", "running");
     let first = env.containers_of_alloc(&alloc)[0].id.clone();
+    // Signalled before its trap is set, the container's init would ignore SIGUSR1 for good.
+    let trapped = agent
+        .data_dir
+        .join(format!("alloc/{alloc}/t/local/trapped"));
+    wait_for(WAIT, "the trap set in the container", || {
+        trapped.exists().then_some(())
+    });
     let (s, body) = agent.request(
         "POST",
         &format!("/v1/client/allocation/{alloc}/signal"),

@@ -341,6 +341,22 @@ impl TestAgent {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// The first line of the agent's log that `matches`, waiting for it. A line the agent wrote
+    /// before the change a test saw through the API or on disk may still be in the pipe that this
+    /// process's reader thread empties.
+    pub fn log_line(&self, what: &str, matches: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(line) = self.log.lock().unwrap().iter().find(|l| matches(l)) {
+                return line.clone();
+            }
+            if Instant::now() > deadline {
+                panic!("no line of {what} in the agent's log:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// A task's events as the state file holds them (the agent may be stopped).
     pub fn task_state_from_file(&self, alloc: &str) -> Vec<Value> {
         let v = state_on_disk(&self.data_dir).unwrap();

@@ -531,7 +531,7 @@ fn an_image_that_cannot_be_pulled_is_a_driver_failure() {
         return;
     };
     // A registry on a loopback port nothing listens on: the pull fails at once, offline too.
-    let port = free_port();
+    let (port, _refusing) = refused_port();
     let job = agent.run_hcl(&format!(
         r#"
 job "pull" {{

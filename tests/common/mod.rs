@@ -455,6 +455,30 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A loopback TCP port that refuses connections for as long as the returned socket lives: bound,
+/// so that no other test's listener can take it, and not listening. A port that was merely free
+/// a moment ago ([`free_port`]) may be listened on by then, and a connection there answered.
+pub fn refused_port() -> (u16, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain socket calls on a descriptor this function owns from its creation on.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        let bound = libc::bind(raw, &addr as *const _ as *const libc::sockaddr, len);
+        assert_eq!(bound, 0, "bind: {}", std::io::Error::last_os_error());
+        let mut len = len;
+        let named = libc::getsockname(raw, &mut addr as *mut _ as *mut libc::sockaddr, &mut len);
+        assert_eq!(named, 0, "getsockname: {}", std::io::Error::last_os_error());
+        (u16::from_be(addr.sin_port), fd)
+    }
+}
+
 /// The configuration of an agent on a [`Tmpfs`] of a few MB: such a disk has no room for the
 /// allocations' `ephemeral_disk` (300 MB each by default, a placement dimension), so the test
 /// states the disk placement counts, as an operator may (`client { disk_free_mb }`).

@@ -135,6 +135,11 @@ pub struct AllocRecord {
     /// state file then holds each job once, not once per allocation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<Job>,
+    /// The version of the job it runs (Nomad's `JobVersion`): the version it was placed with, or
+    /// the one an in-place update gave it. Absent in files written before it existed: then the
+    /// registered version for an allocation without its own job, 0 for one with its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_version: Option<u64>,
     pub task_states: BTreeMap<String, TaskState>,
     /// The host ports the allocation got when it was placed (Nomad's
     /// `AllocatedResources.Shared.Ports`). Absent in files written before ports existed, and

@@ -844,6 +844,7 @@ mod tests {
             create_time: 1,
             modify_time,
             job: None,
+            job_version: None,
             task_states: BTreeMap::new(),
             ports: Vec::new(),
             cores: BTreeMap::new(),

@@ -524,8 +524,9 @@ job "pub" {
 }
 
 /// A new version that changes only no-effect settings (`update`, a `service`) is Nomad's in-place
-/// update: the job's version and settings change, its allocation runs on untouched, also across
-/// an agent restart; a change to the task still replaces the allocation.
+/// update: the job's version and settings change, its allocation runs on untouched and belongs to
+/// the new version at once (its `Job` and `JobVersion`), also across a kill -9 of the agent; a
+/// change to the task still replaces the allocation.
 #[test]
 fn a_change_to_no_effect_blocks_only_updates_the_job_in_place() {
     let dir = TempDir::new("rule-inplace");
@@ -560,9 +561,29 @@ fn a_change_to_no_effect_blocks_only_updates_the_job_in_place() {
             .filter(|e| e["Type"] == "Started")
             .count()
     };
+    // The allocation's job and its version, as `GET /v1/allocation/:id` shows them.
+    let version_of = |alloc: &Value| {
+        (
+            alloc["JobVersion"].clone(),
+            alloc["Job"]["Version"].clone(),
+            alloc["Job"]["Update"].clone(),
+            alloc["Job"]["TaskGroups"][0]["Services"].clone(),
+        )
+    };
+    let new_version = (
+        json!(1),
+        json!(1),
+        json!({"MaxParallel": 2}),
+        json!([{"Name": "web"}]),
+    );
     run(&agent, &job("max_parallel = 1", "", "a"));
     let first = wait_for(WAIT, "the allocation running", || running(&agent).pop());
     assert_eq!(agent.get("/v1/job/web")["Version"], 0);
+    let placed = agent.get(&format!("/v1/allocation/{first}"));
+    assert_eq!(
+        version_of(&placed),
+        (json!(0), json!(0), json!({"MaxParallel": 1}), Value::Null)
+    );
 
     run(
         &agent,
@@ -579,6 +600,26 @@ fn a_change_to_no_effect_blocks_only_updates_the_job_in_place() {
     assert_eq!(started(&agent, &first), 1, "the task was restarted");
     let allocs = agent.allocs("web");
     assert_eq!(allocs.len(), 1, "{allocs:?}");
+    assert_eq!(allocs[0]["JobVersion"], 1, "{allocs:?}");
+    // At once, without an agent restart: the allocation is the new version's.
+    let updated = agent.get(&format!("/v1/allocation/{first}"));
+    assert_eq!(version_of(&updated), new_version);
+    let pid = updated["TaskStates"]["t"]["PID"].clone();
+    assert!(pid.is_i64(), "{updated}");
+    // The state file written with the job has it too.
+    let on_disk = state_on_disk(&agent.data_dir).unwrap();
+    let record = on_disk["Allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["ID"] == first.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(record["JobVersion"], 1, "{record}");
+    assert!(
+        record.get("Job").is_none(),
+        "a copy of the old job: {record}"
+    );
 
     // Across a SIGKILL of the agent the allocation is the new version's.
     agent.stop_with(libc::SIGKILL, WAIT);
@@ -587,7 +628,11 @@ fn a_change_to_no_effect_blocks_only_updates_the_job_in_place() {
         let a = agent.get(&format!("/v1/allocation/{first}"));
         (a["ClientStatus"] == "running").then_some(a)
     });
-    assert_eq!(alloc["Job"]["Update"], json!({"MaxParallel": 2}));
+    assert_eq!(version_of(&alloc), new_version);
+    assert_eq!(
+        alloc["TaskStates"]["t"]["PID"], pid,
+        "the task was replaced"
+    );
     assert_eq!(started(&agent, &first), 1, "the task was restarted");
     assert_eq!(agent.get("/v1/job/web")["Version"], 1);
 

@@ -353,3 +353,142 @@ job "purged" {{
         "the state file keeps the allocation"
     );
 }
+
+/// A `raw_exec` task that writes a line to `<dir>/starts-<name>` at each start, then runs `then`.
+fn counted(name: &str, extra: &str, then: &str, dir: &Path) -> String {
+    let script = format!(
+        "echo start >> {}; {then}",
+        dir.join(format!("starts-{name}")).display()
+    );
+    format!(
+        r#"
+    task "{name}" {{
+      driver = "raw_exec"
+      {extra}
+      config {{
+        command = "/bin/sh"
+        args = ["-c", {script:?}]
+      }}
+    }}"#
+    )
+}
+
+/// The tasks of a stopped allocation that do not run when the agent comes back are never started
+/// again, whatever their restart policy says: a task whose process ended while no agent ran
+/// (its restart would be at once) and a task waiting out a restart delay end killed, without a
+/// second start, while the stop still waits for its leader; a prestart task that ran stays dead.
+/// Once the leader ends, the poststop task runs once and the allocation completes.
+#[test]
+fn a_restart_starts_no_task_of_a_stopped_allocation_but_its_poststop_task() {
+    let tmp = TempDir::new("lc-stop-no-start");
+    let dir = tmp.path();
+    let mut agent = TestAgent::start_in(dir, CONFIG);
+    let _release = Release(dir.to_path_buf());
+    let end_gone = dir.join("end-gone");
+    let starts = |task: &str| lines(&dir.join(format!("starts-{task}"))).len();
+    let hcl = format!(
+        r#"
+job "no-start" {{
+  group "g" {{
+    {leader}
+    {init}
+    {gone}
+    {delayed}
+    {cleanup}
+  }}
+}}"#,
+        leader = held("leader", "leader = true", dir),
+        init = counted(
+            "init",
+            "lifecycle {\n        hook = \"prestart\"\n      }",
+            "exit 0",
+            dir
+        ),
+        gone = counted(
+            "gone",
+            "restart {\n        attempts = 3\n        delay = \"0s\"\n        interval = \"1h\"\n        mode = \"fail\"\n      }",
+            &format!(
+                "while [ ! -f {} ]; do sleep 0.05; done; exit 1",
+                end_gone.display()
+            ),
+            dir
+        ),
+        delayed = counted(
+            "delayed",
+            "restart {\n        attempts = 2\n        delay = \"1h\"\n        interval = \"3h\"\n        mode = \"fail\"\n      }",
+            "exit 1",
+            dir
+        ),
+        cleanup = counted(
+            "cleanup",
+            "lifecycle {\n        hook = \"poststop\"\n      }",
+            "exit 0",
+            dir
+        ),
+    );
+    let job = agent.run_hcl(&hcl);
+    let alloc = agent.alloc_id(&job);
+    wait_for(WAIT, "the leader up and gone running", || {
+        let gone = agent.task_state(&alloc, "gone");
+        (lines(&dir.join("up")).len() == 1 && gone["State"] == "running" && gone["PID"].is_i64())
+            .then_some(())
+    });
+    wait_for(WAIT, "delayed waiting out its restart delay", || {
+        types(&agent, &alloc, "delayed")
+            .contains(&"Restarting".to_string())
+            .then_some(())
+    });
+    assert_eq!(agent.task_state(&alloc, "init")["State"], "dead");
+    cli_ok(&agent, &["alloc", "stop", &alloc]);
+    // The stop is held open: the leader ignores its signal until the test lets it go.
+    wait_lines(&dir.join("order"), &["leader"]);
+    wait_for(
+        WAIT,
+        "the state file to record the stop and the tasks",
+        || {
+            let state = state_on_disk(&agent.data_dir)?;
+            let a = state["Allocations"]
+                .as_array()?
+                .iter()
+                .find(|a| a["ID"] == alloc)?
+                .clone();
+            let t = &a["TaskStates"];
+            (a["DesiredStatus"] == "stop"
+                && t["gone"]["PID"].is_i64()
+                && t["delayed"]["RestartAt"].is_i64()
+                && t["init"]["State"] == "dead")
+                .then_some(())
+        },
+    );
+
+    agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
+    // `gone` ends while no agent runs: its restart policy would start it again at once.
+    std::fs::write(&end_gone, "").unwrap();
+    agent.restart();
+    for task in ["gone", "delayed", "init"] {
+        wait_for(WAIT, &format!("{task} dead"), || {
+            (agent.task_state(&alloc, task)["State"] == "dead").then_some(())
+        });
+        assert_eq!(starts(task), 1, "{task} was started again");
+        let t = types(&agent, &alloc, task);
+        let started = t.iter().filter(|x| *x == "Started").count();
+        assert_eq!(started, 1, "{task}: {t:?}");
+    }
+    assert_eq!(agent.task_state(&alloc, "leader")["State"], "running");
+    assert_eq!(agent.task_state(&alloc, "cleanup")["State"], "pending");
+    assert_eq!(
+        starts("cleanup"),
+        0,
+        "the poststop task ran before the leader ended"
+    );
+
+    go(dir, "leader");
+    wait_for(WAIT, "alloc complete", || {
+        (client_status(&agent, &alloc) == "complete").then_some(())
+    });
+    for task in ["init", "gone", "delayed", "cleanup"] {
+        assert_eq!(starts(task), 1, "{task}");
+    }
+    let cleanup = agent.task_state(&alloc, "cleanup");
+    assert_eq!(cleanup["Failed"], false, "{cleanup}");
+}

@@ -30,6 +30,7 @@ mod durability;
 mod exec_driver;
 mod gc;
 mod job_plan;
+mod jobspec_rsa;
 mod jobspec_rule;
 mod jobspec_validate;
 mod jobspec_vars;

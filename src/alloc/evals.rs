@@ -25,7 +25,7 @@ use super::placement::{Placement, PlacementFailure, Reason};
 use super::ports::PortIndex;
 use super::AllocError;
 use crate::jobspec::network::AllocatedPort;
-use crate::records::{DesiredStatus, EvalRecord, EvalStatus, JobRecord};
+use crate::records::{AllocRecord, DesiredStatus, EvalRecord, EvalStatus, JobRecord};
 use crate::task::events::now_nanos;
 
 /// How many evaluations a job keeps: enough for `job status` and a look back, bounded so that a
@@ -38,21 +38,30 @@ pub const TRIGGER_REGISTER: &str = "job-register";
 pub const TRIGGER_QUEUED: &str = "queued-allocs";
 
 /// The change that registers `job`, which differs from the registered `e` only in its no-effect
-/// settings (`Job::eq_but_kept`): Nomad's in-place update. A new version of the job, evaluated,
-/// and nothing else: its allocations run on and count as the new version's (`manager`'s `fill`),
-/// and what waited to be placed still waits, named again in `failures`.
+/// settings (`Job::eq_but_kept`): Nomad's in-place update. A new version of the job, evaluated;
+/// its running allocations (`running`) run on, their tasks untouched, and belong to the new
+/// version from the moment the change is made (their job and `JobVersion`, in memory and in the
+/// state file written with the job: `manager`'s `fill` and commit); what waited to be placed
+/// still waits, named again in `failures`.
 pub(super) fn in_place(
     e: &JobRecord,
     job: crate::jobspec::Job,
+    running: Vec<Arc<Allocation>>,
     eval_id: &str,
     failures: &mut Vec<PlacementFailure>,
 ) -> Change {
     let now = now_nanos();
     *failures = current_failures(e);
     let evaluations = after_register(&e.evaluations, eval_id, failures, now);
+    let version = e.version + 1;
     Change {
+        in_place: Some(InPlace {
+            job: Arc::new(job.clone()),
+            version,
+            allocs: running.into_iter().map(|a| (a.id.clone(), a)).collect(),
+        }),
         put_job: Some(JobRecord {
-            version: e.version + 1,
+            version,
             job,
             stop: false,
             submit_time: now,
@@ -60,6 +69,35 @@ pub(super) fn in_place(
         }),
         at: now,
         ..Change::default()
+    }
+}
+
+/// Running allocations an in-place update moves to the job's new version: `job` (the job the
+/// update records, in one `Arc` for them all) at `version`.
+pub(super) struct InPlace {
+    job: Arc<crate::jobspec::Job>,
+    version: u64,
+    /// ID → allocation.
+    allocs: BTreeMap<String, Arc<Allocation>>,
+}
+
+impl InPlace {
+    /// The record of `alloc` once the update is made, when the update moves it: its job is the
+    /// registered version (`manager`'s `fill` writes it before the update is made).
+    pub(super) fn record(&self, alloc: &Allocation) -> Option<AllocRecord> {
+        self.allocs.contains_key(&alloc.id).then(|| {
+            let mut record = alloc.record(true);
+            record.job_version = Some(self.version);
+            record
+        })
+    }
+
+    /// Makes the update, once the state file records it (`manager`'s commit): each allocation
+    /// belongs to the new version from now on; its tasks run on untouched.
+    pub(super) fn make(&self) {
+        for alloc in self.allocs.values() {
+            alloc.update_in_place(self.job.clone(), self.version);
+        }
     }
 }
 
@@ -289,11 +327,12 @@ impl AllocManager {
                 // The allocations of one version share their job (see `Allocation::job`).
                 let job = mine
                     .iter()
-                    .find(|a| *a.job == record.job)
-                    .map(|a| a.job.clone())
+                    .map(|a| a.job_now().0)
+                    .find(|job| **job == record.job)
                     .unwrap_or_else(|| Arc::new(record.job.clone()));
                 let now = now_nanos();
-                let add = new_allocations(&job, &placement.place, &taken, grants, now);
+                let version = record.version;
+                let add = new_allocations(&job, version, &placement.place, &taken, grants, now);
                 Ok(Some(Change {
                     put_job: Some(JobRecord {
                         evaluations: after_reevaluation(
@@ -354,6 +393,7 @@ pub(super) struct Grants {
 /// `[1]` twice once `[1]` of three had ended and was placed again beside `[2]`.
 pub(super) fn new_allocations(
     job: &Arc<crate::jobspec::Job>,
+    version: u64,
     place: &BTreeMap<String, u32>,
     taken: &BTreeMap<String, BTreeSet<u32>>,
     mut grants: Grants,
@@ -380,7 +420,7 @@ pub(super) fn new_allocations(
             used.insert(i);
             let p = ports.next().unwrap_or_default();
             let c = cores.next().unwrap_or_default();
-            out.push(Arc::new(Allocation::new(job, group, i, p, c, now)));
+            out.push(Arc::new(Allocation::new(job, version, group, i, p, c, now)));
         }
     }
     out
@@ -397,7 +437,7 @@ mod tests {
         let group = job.task_groups[0].name.clone();
         let taken = BTreeMap::from([(group.clone(), BTreeSet::from([0, 2]))]);
         let place = BTreeMap::from([(group, 2)]);
-        let add = new_allocations(&job, &place, &taken, Grants::default(), 0);
+        let add = new_allocations(&job, 0, &place, &taken, Grants::default(), 0);
         let indexes: Vec<u32> = add.iter().map(|a| a.index).collect();
         assert_eq!(indexes, [1, 3]);
     }
@@ -524,5 +564,45 @@ mod tests {
         }
         assert_eq!(many.len(), MAX_EVALS);
         assert_eq!(many.last().unwrap().status, EvalStatus::Blocked);
+    }
+
+    /// An in-place update moves the running allocations to the job's new version as it is made:
+    /// their job and version in memory and in what the state file records (no copy of the old
+    /// job), the same allocations, and a restore picks the new version up.
+    #[test]
+    fn an_in_place_update_moves_the_allocations_to_the_new_version() {
+        use crate::state::{Snapshot, StateFile};
+        let (allocs, dir, _shutdown) = crate::alloc::testing::manager("in-place");
+        let job = crate::alloc::testing::gated_job("web", 2);
+        allocs.register_job(job.clone()).unwrap();
+        let ids = |allocs: &AllocManager| -> Vec<String> {
+            allocs.allocations().iter().map(|a| a.id.clone()).collect()
+        };
+        let before = ids(&allocs);
+        let mut next = job.clone();
+        next.kept
+            .insert("Update".into(), serde_json::json!({"MaxParallel": 2}));
+        assert!(allocs.register_job(next.clone()).unwrap().changed);
+        assert_eq!(ids(&allocs), before, "the allocations were replaced");
+        let on = |allocs: &AllocManager| -> Vec<(crate::jobspec::Job, u64)> {
+            let all = allocs.allocations();
+            all.iter()
+                .map(|a| a.job_now())
+                .map(|(j, v)| ((*j).clone(), v))
+                .collect()
+        };
+        assert_eq!(on(&allocs), [(next.clone(), 1), (next.clone(), 1)]);
+        assert_eq!(allocs.job("web").unwrap().record.version, 1);
+        let mut state = StateFile::default();
+        allocs.fill(&mut state);
+        for rec in &state.allocations {
+            assert_eq!((rec.job_version, rec.job.is_none()), (Some(1), true));
+        }
+        let (restored, dir2, _shutdown2) = crate::alloc::testing::manager("in-place-restored");
+        restored.restore(&state);
+        assert_eq!(ids(&restored), before);
+        assert_eq!(on(&restored), [(next.clone(), 1), (next, 1)]);
+        let _ = std::fs::remove_dir_all(&dir2);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

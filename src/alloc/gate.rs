@@ -34,7 +34,7 @@ use crate::jobspec::Task;
 use crate::records::DesiredStatus;
 use crate::task::events::{now_nanos, now_rfc3339, TaskStatus};
 use crate::task::hooks::TaskContext;
-use crate::task::runner::{self, RunnerDeps, TaskCommand};
+use crate::task::runner::{self, Pickup, RunnerDeps, TaskCommand};
 use crate::thread::Never;
 use crate::util::{allocdir, short_id};
 
@@ -212,8 +212,14 @@ impl AllocManager {
                 ports: alloc.ports.clone(),
                 cores: alloc.cores.get(&spec.name).cloned().unwrap_or_default(),
             };
+            let pickup = match (restored, stopped && Role::of(spec) != Role::Poststop) {
+                (false, _) => Pickup::New,
+                (true, false) => Pickup::Restored,
+                // Its stop kills it in its turn; it never starts again (`Pickup`).
+                (true, true) => Pickup::RestoredStopping,
+            };
             let hooks = self.engine.hooks.hooks_for(&ctx);
-            match runner::spawn(ctx, hooks, state, deps.clone(), restored) {
+            match runner::spawn(ctx, hooks, state, deps.clone(), pickup) {
                 Ok(handle) => {
                     inner.runners.insert(spec.name.clone(), handle);
                 }

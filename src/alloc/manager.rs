@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::evals;
+use super::evals::{self, new_allocations};
 use super::model::Allocation;
 use super::placement::{NodeSource, PlacementFailure};
 use super::ports::NetworkSettings;
@@ -90,6 +90,8 @@ pub(super) struct Change {
     pub(super) at: i64,
     /// How each of `stop` is stopped, decided once when the change is staged (`stop::plan_of`).
     pub(super) plans: BTreeMap<String, stop::StopPlan>,
+    /// Allocations the change moves to the job's new version ([`evals::in_place`]).
+    pub(super) in_place: Option<evals::InPlace>,
 }
 
 impl Change {
@@ -163,11 +165,13 @@ impl Snapshot for AllocManager {
         out.allocations = kept
             .chain(change.add.iter())
             .map(|a| {
-                let is_current = *current.entry(Arc::as_ptr(&a.job)).or_insert_with(|| {
-                    change
-                        .job(&r, &a.job.id)
-                        .is_some_and(|j| j.job == *a.job || j.job.eq_but_kept(&a.job))
-                });
+                if let Some(record) = change.in_place.as_ref().and_then(|p| p.record(a)) {
+                    return record;
+                }
+                let (job, _) = a.job_now();
+                let is_current = *current
+                    .entry(Arc::as_ptr(&job))
+                    .or_insert_with(|| change.job(&r, &job.id).is_some_and(|j| j.job == *job));
                 let mut record = a.record(is_current);
                 if stopped.contains(a.id.as_str()) {
                     let plan = change.plans.get(&a.id).copied().unwrap_or_default();
@@ -242,6 +246,7 @@ impl AllocManager {
         for alloc in &change.cut {
             stop::cut_poststop(alloc);
         }
+        change.in_place.iter().for_each(evals::InPlace::make);
         for id in &change.forget_jobs {
             reg.jobs.remove(id);
         }
@@ -349,16 +354,16 @@ impl AllocManager {
         if existing.is_some_and(|e| e.job == job && !e.stop) {
             return Ok(None);
         }
+        let stop = running_allocs_of(reg, &id);
         // Only no-effect settings changed: Nomad's in-place update ([`evals::in_place`]).
         if let Some(e) = existing.filter(|e| !e.stop && e.job.eq_but_kept(&job)) {
-            return Ok(Some(evals::in_place(e, job, eval_id, failures)));
+            return Ok(Some(evals::in_place(e, job, stop, eval_id, failures)));
         }
         let template = job.periodic.is_some() || job.parameterized_job.is_some();
         if !template {
             reg.check_alloc_limit(&job, self.engine.max_allocs)?;
         }
         let now = now_nanos();
-        let stop = running_allocs_of(reg, &id);
         let node = self.engine.node.node();
         let mut placement = if template {
             super::placement::Placement::default()
@@ -369,13 +374,14 @@ impl AllocManager {
         // replaced already free; a group that cannot get them is a placement failure.
         let grants = self.grant(reg, &node, &job, &mut placement, &stop);
         let job_arc = Arc::new(job.clone());
-        let add = evals::new_allocations(&job_arc, &placement.place, &BTreeMap::new(), grants, now);
+        let (version, none) = (existing.map_or(0, |j| j.version + 1), BTreeMap::new());
+        let add = new_allocations(&job_arc, version, &placement.place, &none, grants, now);
         let previous = existing.map_or(&[][..], |j| j.evaluations.as_slice());
         let evaluations = evals::after_register(previous, eval_id, &placement.failures, now);
         *failures = placement.failures;
         Ok(Some(Change {
             put_job: Some(JobRecord {
-                version: existing.map_or(0, |j| j.version + 1),
+                version,
                 job,
                 stop: false,
                 submit_time: now,
@@ -694,7 +700,7 @@ fn running_allocs_of(reg: &Registry, job_id: &str) -> Vec<Arc<Allocation>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{gated_job, manager};
+    use super::super::testing::{desired, gated_job, manager};
     use super::*;
     use crate::util::short_id;
 
@@ -759,14 +765,6 @@ mod tests {
         (allocs, jobs)
     }
 
-    fn in_memory(allocs: &AllocManager) -> BTreeMap<String, DesiredStatus> {
-        allocs
-            .allocations()
-            .iter()
-            .map(|a| (a.id.clone(), a.desired()))
-            .collect()
-    }
-
     /// An API write whose state write fails changes nothing, in memory or on disk, and the same
     /// request then succeeds; once it does, the file records exactly what the registry holds.
     /// ([`crate::state::testing::Blocker`] makes every write fail, even as root.)
@@ -775,7 +773,7 @@ mod tests {
         let (allocs, dir, _shutdown) = manager("unsaved");
         allocs.store.register(allocs.clone());
         allocs.register_job(gated_job("web", 2)).unwrap();
-        let before = (in_memory(&allocs), on_disk(&dir));
+        let before = (desired(&allocs), on_disk(&dir));
         assert_eq!(before.0.len(), 2);
         assert_eq!(before.0, before.1 .0);
         let blocker = crate::state::testing::Blocker::new(&dir);
@@ -793,7 +791,7 @@ mod tests {
         assert!(allocs.stop_job("web", false).is_err());
         assert!(allocs.stop_job("web", true).is_err());
         assert!(allocs.stop(&id).is_err());
-        assert_eq!((in_memory(&allocs), on_disk(&dir)), before);
+        assert_eq!((desired(&allocs), on_disk(&dir)), before);
         assert_eq!(allocs.job("web").unwrap().record.version, 0);
         assert!(
             allocs.store.failing().is_some(),
@@ -804,14 +802,14 @@ mod tests {
         let again = allocs.register_job(changed).unwrap();
         assert!(again.changed, "the same request, sent again, is a change");
         assert!(allocs.store.failing().is_none());
-        let now = in_memory(&allocs);
+        let now = desired(&allocs);
         assert_eq!(now.len(), 5);
         assert!(before.0.keys().all(|id| now[id] == DesiredStatus::Stop));
         assert_eq!(on_disk(&dir).0, now);
         assert_eq!(on_disk(&dir).1, vec![("web".to_string(), false, 1)]);
         allocs.stop(&id).unwrap();
         allocs.stop_job("web", true).unwrap();
-        assert!(in_memory(&allocs).is_empty());
+        assert!(desired(&allocs).is_empty());
         assert_eq!(on_disk(&dir), (BTreeMap::new(), Vec::new()));
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -46,13 +46,22 @@ pub(super) struct AllocInner {
     /// Its job was purged while its gate carried out its stop: it runs on until its tasks are
     /// all dead, then the collector forgets it (`super::stop`); recorded.
     pub(super) purged: bool,
+    /// The job the allocation belongs to now and its version (Nomad's `Job` and `JobVersion`):
+    /// [`Allocation::job`] until an in-place update ([`Allocation::update_in_place`]) gives it
+    /// the job's new version, which differs from it only in no-effect settings.
+    pub(super) job: Arc<Job>,
+    pub(super) job_version: u64,
 }
 
 pub struct Allocation {
     pub id: String,
-    /// One `Arc` for the allocations of one registration, and for restored allocations of the
-    /// job's registered version: whatever is derived from a job (its encoding, in the API) can be
-    /// kept once per `Arc`. An allocation of an older version has a copy of its own.
+    /// The job its tasks are defined by, fixed for the allocation's life: what it was placed
+    /// with, or restored with. An in-place update changes the job the allocation belongs to
+    /// ([`Allocation::job_now`]) only in no-effect settings, which no task reads, so its tasks run
+    /// on as defined here. One `Arc` for the allocations of one registration, and for restored
+    /// allocations of the job's registered version: whatever is derived from a job (its encoding,
+    /// in the API) can be kept once per `Arc`. An allocation of an older version has a copy of its
+    /// own.
     pub job: Arc<Job>,
     pub group: String,
     pub index: u32,
@@ -66,8 +75,8 @@ pub struct Allocation {
     /// The cores given at placement to its tasks that ask for `cores` (`super::cores`), task
     /// name → CPU IDs; fixed for the allocation's life.
     pub cores: BTreeMap<String, Vec<u32>>,
-    /// Guards: desired status, modify time, pending reason, runner handles, the gate. Locked
-    /// after the registry, before any task state.
+    /// Guards: desired status, modify time, pending reason, runner handles, the gate, the job it
+    /// belongs to now. Locked after the registry, before any task state.
     pub(super) inner: Mutex<AllocInner>,
 }
 
@@ -103,9 +112,11 @@ impl LockedTasks<'_> {
 }
 
 impl Allocation {
-    /// A new allocation of `job` (shared by the allocations of one registration), to run.
+    /// A new allocation of `job` at `version` (shared by the allocations of one registration),
+    /// to run.
     pub(super) fn new(
         job: &Arc<Job>,
+        version: u64,
         group: &TaskGroup,
         index: u32,
         ports: Vec<AllocatedPort>,
@@ -138,13 +149,19 @@ impl Allocation {
                 wake: None,
                 poststop_cut: false,
                 purged: false,
+                job: job.clone(),
+                job_version: version,
             }),
         }
     }
 
-    /// The allocation a state file record describes, running `job`; `None` when the job has no
-    /// group of the record's name. The inverse of [`Allocation::record`].
-    pub(super) fn from_record(rec: &AllocRecord, job: Arc<Job>) -> Option<Allocation> {
+    /// The allocation a state file record describes, running `job` at `version`; `None` when the
+    /// job has no group of the record's name. The inverse of [`Allocation::record`].
+    pub(super) fn from_record(
+        rec: &AllocRecord,
+        job: Arc<Job>,
+        version: u64,
+    ) -> Option<Allocation> {
         let group = job.task_groups.iter().find(|g| g.name == rec.task_group)?;
         let tasks = group
             .tasks
@@ -156,7 +173,7 @@ impl Allocation {
             .collect();
         Some(Allocation {
             id: rec.id.clone(),
-            job,
+            job: job.clone(),
             group: rec.task_group.clone(),
             index: rec.index,
             name: rec.name.clone(),
@@ -175,6 +192,8 @@ impl Allocation {
                 wake: None,
                 poststop_cut: rec.poststop_cut,
                 purged: rec.purged,
+                job,
+                job_version: version,
             }),
         })
     }
@@ -186,6 +205,22 @@ impl Allocation {
             .iter()
             .find(|g| g.name == self.group)
             .expect("allocation's group exists in its job")
+    }
+
+    /// The job the allocation belongs to now and its version (see [`AllocInner::job`]).
+    pub fn job_now(&self) -> (Arc<Job>, u64) {
+        let i = self.inner.lock();
+        (i.job.clone(), i.job_version)
+    }
+
+    /// Nomad's in-place update: the allocation belongs to `job` at `version` from now on, a job
+    /// that differs from its own only in no-effect settings (`Job::eq_but_kept`). Its tasks and
+    /// their runners are left as they are: their definitions are the same. (Not checked here:
+    /// the comparison copies the job, once per allocation; `evals::in_place` decides it once.)
+    pub(super) fn update_in_place(&self, job: Arc<Job>, version: u64) {
+        let mut i = self.inner.lock();
+        i.job = job;
+        i.job_version = version;
     }
 
     pub fn desired(&self) -> DesiredStatus {
@@ -236,8 +271,9 @@ impl Allocation {
         self.lock_tasks().client_status()
     }
 
-    /// The allocation as the state file keeps it; `is_current`: its job is the registered version
-    /// (the record then names it instead of holding a copy).
+    /// The allocation as the state file keeps it; `is_current`: the job it belongs to now
+    /// ([`Allocation::job_now`]) is the registered version (the record then names it instead of
+    /// holding a copy).
     pub fn record(&self, is_current: bool) -> AllocRecord {
         let inner = self.inner.lock();
         AllocRecord {
@@ -249,7 +285,8 @@ impl Allocation {
             desired_status: inner.desired,
             create_time: self.create_time,
             modify_time: inner.modify_time,
-            job: (!is_current).then(|| (*self.job).clone()),
+            job: (!is_current).then(|| (*inner.job).clone()),
+            job_version: Some(inner.job_version),
             task_states: self.task_states(),
             ports: self.ports.clone(),
             cores: self.cores.clone(),

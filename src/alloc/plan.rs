@@ -184,16 +184,8 @@ fn updates(
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{gated_job, manager};
+    use super::super::testing::{desired, gated_job, manager};
     use super::*;
-
-    fn ids(allocs: &AllocManager) -> Vec<(String, DesiredStatus)> {
-        allocs
-            .allocations()
-            .iter()
-            .map(|a| (a.id.clone(), a.desired()))
-            .collect()
-    }
 
     /// A plan counts what the registration would do and does none of it: the registry, its
     /// allocations and the state file stay as they were.
@@ -213,7 +205,7 @@ mod tests {
         assert!(crate::state::read(&dir).map_or(true, |s| s.jobs.is_empty()));
 
         allocs.register_job(gated_job("web", 2)).unwrap();
-        let before = (ids(&allocs), allocs.job("web").unwrap().record);
+        let before = (desired(&allocs), allocs.job("web").unwrap().record);
         let same = allocs.plan_job(gated_job("web", 2)).unwrap();
         let ignore = GroupUpdates {
             ignore: 2,
@@ -228,7 +220,7 @@ mod tests {
             ..GroupUpdates::default()
         };
         assert_eq!(bigger.groups["g"], replace);
-        let after = (ids(&allocs), allocs.job("web").unwrap().record);
+        let after = (desired(&allocs), allocs.job("web").unwrap().record);
         assert_eq!(after.0, before.0);
         assert_eq!(after.1.version, before.1.version);
         assert_eq!(after.1.submit_time, before.1.submit_time);

@@ -61,7 +61,7 @@ impl AllocManager {
             let mut shared = BTreeMap::new();
             for j in &state.jobs {
                 reg.jobs.insert(j.job.id.clone(), j.clone());
-                shared.insert(j.job.id.as_str(), Arc::new(j.job.clone()));
+                shared.insert(j.job.id.as_str(), (Arc::new(j.job.clone()), j.version));
             }
             for rec in &state.allocations {
                 let Some(alloc) = restored_alloc(rec, shared.get(rec.job_id.as_str())) else {
@@ -113,15 +113,16 @@ impl AllocManager {
     }
 }
 
-/// `current` is the registered version of the allocation's job, shared by the allocations that
-/// run it; an allocation of an older version gets its own copy.
-fn restored_alloc(rec: &AllocRecord, current: Option<&Arc<Job>>) -> Option<Allocation> {
-    let job = match (&rec.job, current) {
-        (Some(old), _) => Arc::new(old.clone()),
-        (None, Some(job)) => job.clone(),
+/// `current` is the registered version of the allocation's job and its number, shared by the
+/// allocations that run it; an allocation of an older version gets its own copy (version 0 when
+/// the record, written before versions were kept, does not say).
+fn restored_alloc(rec: &AllocRecord, current: Option<&(Arc<Job>, u64)>) -> Option<Allocation> {
+    let (job, version) = match (&rec.job, current) {
+        (Some(old), _) => (Arc::new(old.clone()), 0),
+        (None, Some((job, version))) => (job.clone(), *version),
         (None, None) => return None,
     };
-    Allocation::from_record(rec, job)
+    Allocation::from_record(rec, job, rec.job_version.unwrap_or(version))
 }
 
 /// The task group a recorded allocation runs: from its own copy of an older job version, or from
@@ -359,6 +360,7 @@ mod tests {
             create_time: 1,
             modify_time: 2,
             job: None,
+            job_version: None,
             task_states: [
                 ("main".to_string(), ran(TaskStatus::Dead)),
                 ("cleanup".to_string(), ran(TaskStatus::Running)),

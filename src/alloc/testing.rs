@@ -3,6 +3,7 @@
 //! the API's.
 
 use crossbeam_channel::{Receiver, Sender};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use super::placement::{Node, NodeSource};
 use super::{AllocManager, Engine};
 use crate::driver;
 use crate::jobspec::Job;
+use crate::records::DesiredStatus;
 use crate::state::StateStore;
 use crate::task::hooks::{HookFactory, TaskContext, TaskHook};
 use crate::task::mounts::{HostVolume, VolumeLookup};
@@ -117,4 +119,13 @@ pub(crate) fn gated_job(id: &str, count: u32) -> Job {
          }}\n  }}\n }}\n}}\n"
     );
     crate::jobspec::hcl::parse_job(&hcl).unwrap().job
+}
+
+/// What the registry holds: each allocation's ID and desired status.
+pub(crate) fn desired(allocs: &AllocManager) -> BTreeMap<String, DesiredStatus> {
+    allocs
+        .allocations()
+        .iter()
+        .map(|a| (a.id.clone(), a.desired()))
+        .collect()
 }

@@ -87,29 +87,35 @@ impl SignalRequest {
     }
 }
 
-/// Each job's JSON, encoded on first request and shared by the allocations of its registration:
-/// the allocations of one registration share one `Arc<Job>` (see [`Allocation::job`]), so the
-/// cache is keyed on that `Arc`. An entry holds the `Arc` itself, so its address cannot be reused
-/// by another job while the entry lives; entries whose job no allocation holds any more are
-/// dropped at the next miss.
+/// Each job's JSON with its `Version`, encoded on first request and shared by the allocations of
+/// its registration: the allocations of one registration share one `Arc<Job>` (see
+/// [`Allocation::job`], [`Allocation::job_now`]), so the cache is keyed on that `Arc` and the
+/// version. An entry holds the `Arc` itself, so its address cannot be reused by another job
+/// while the entry lives; entries whose job no allocation holds any more are dropped at the next
+/// miss.
 #[derive(Default)]
 pub struct JobEncodings {
-    /// Guards: the address of each `Arc<Job>` → that `Arc` and its encoding. Held for a lookup
-    /// or an insert, never while encoding.
-    cache: Mutex<HashMap<usize, Encoded>>,
+    /// Guards: the address of each `Arc<Job>` and a version → that `Arc` and its encoding. Held
+    /// for a lookup or an insert, never while encoding.
+    cache: Mutex<HashMap<(usize, u64), Encoded>>,
 }
 
 /// A job (kept so that its address stays its own) and its JSON.
 type Encoded = (Arc<Job>, Arc<RawValue>);
 
 impl JobEncodings {
-    /// The JSON of `job`, shared by every caller with the same `Arc`.
-    pub fn get(&self, job: &Arc<Job>) -> Arc<RawValue> {
-        let key = Arc::as_ptr(job) as usize;
+    /// The JSON of `job` at `version` (Nomad's `Job.Version`), shared by every caller with the
+    /// same `Arc` and version.
+    pub fn get(&self, job: &Arc<Job>, version: u64) -> Arc<RawValue> {
+        let key = (Arc::as_ptr(job) as usize, version);
         if let Some((_, json)) = self.cache.lock().get(&key) {
             return json.clone();
         }
-        let encoded: Arc<RawValue> = serde_json::value::to_raw_value(&**job)
+        let encoded: Arc<RawValue> = serde_json::to_value(&**job)
+            .and_then(|mut v| {
+                v["Version"] = json!(version);
+                serde_json::value::to_raw_value(&v)
+            })
             .unwrap_or_else(|e| {
                 log::error!("cannot encode job {} as JSON: {e}", job.id);
                 RawValue::from_string("null".into()).expect("null is JSON")
@@ -154,6 +160,8 @@ struct AllocAnswer<'a> {
     node: Here<'a>,
     /// The job, as `GET /v1/allocation/:id` carries it; lists carry none.
     job: Option<&'a RawValue>,
+    /// The version of the job the allocation belongs to now (Nomad's `JobVersion`).
+    version: u64,
 }
 
 /// The `TaskStates` map of an [`AllocAnswer`].
@@ -171,7 +179,7 @@ impl Serialize for AllocAnswer<'_> {
         let a = self.alloc;
         let status = a.status();
         let tasks = a.lock_tasks();
-        let mut m = s.serialize_struct("Allocation", 15)?;
+        let mut m = s.serialize_struct("Allocation", 16)?;
         if !a.ports.is_empty() || !a.cores.is_empty() {
             let r = AllocatedResources(a, self.node.mhz_per_core);
             m.serialize_field("AllocatedResources", &r)?;
@@ -188,6 +196,7 @@ impl Serialize for AllocAnswer<'_> {
             m.serialize_field("Job", job)?;
         }
         m.serialize_field("JobID", &a.job.id)?;
+        m.serialize_field("JobVersion", &self.version)?;
         m.serialize_field("ModifyTime", &status.modify_time)?;
         m.serialize_field("Name", &a.name)?;
         m.serialize_field("Namespace", "default")?;
@@ -242,6 +251,7 @@ pub(super) fn list(allocs: &[Arc<Allocation>], node: Here<'_>) -> Result<Respons
             alloc,
             node,
             job: None,
+            version: alloc.job_now().1,
         })
         .collect();
     Response::json(answers)
@@ -249,11 +259,13 @@ pub(super) fn list(allocs: &[Arc<Allocation>], node: Here<'_>) -> Result<Respons
 
 /// One allocation with its job, encoded.
 fn one(alloc: &Arc<Allocation>, node: Here<'_>, jobs: &JobEncodings) -> Result<Response, ApiError> {
-    let job = jobs.get(&alloc.job);
+    let (job, version) = alloc.job_now();
+    let job = jobs.get(&job, version);
     Response::json(AllocAnswer {
         alloc,
         node,
         job: Some(&job),
+        version,
     })
 }
 
@@ -338,6 +350,8 @@ mod tests {
             ));
         }
         let got: Value = serde_json::from_str(&text(one(&alloc, HERE, &jobs))).unwrap();
+        let mut want_job = serde_json::to_value(&job).unwrap();
+        want_job["Version"] = json!(0);
         let want = json!({
             "ID": id,
             "Name": alloc.name,
@@ -355,7 +369,8 @@ mod tests {
                 "a": serde_json::to_value(&*alloc.tasks["a"].lock()).unwrap(),
                 "b": serde_json::to_value(&*alloc.tasks["b"].lock()).unwrap(),
             },
-            "Job": serde_json::to_value(&job).unwrap(),
+            "JobVersion": 0,
+            "Job": want_job,
         });
         assert_eq!(got, want);
         assert_eq!(
@@ -364,7 +379,7 @@ mod tests {
         );
         let other = allocs.get(list[1]["ID"].as_str().unwrap()).unwrap();
         assert!(
-            Arc::ptr_eq(&jobs.get(&alloc.job), &jobs.get(&other.job)),
+            Arc::ptr_eq(&jobs.get(&alloc.job, 0), &jobs.get(&other.job, 0)),
             "the allocations of one registration share the job's encoding"
         );
         let mut state = StateFile::default();
@@ -376,7 +391,7 @@ mod tests {
             restored.get(&other.id).unwrap(),
         );
         assert!(
-            Arc::ptr_eq(&a.job, &b.job) && Arc::ptr_eq(&jobs.get(&a.job), &jobs.get(&b.job)),
+            Arc::ptr_eq(&a.job, &b.job) && Arc::ptr_eq(&jobs.get(&a.job, 0), &jobs.get(&b.job, 0)),
             "restored allocations of one job version share it"
         );
         let _ = std::fs::remove_dir_all(&dir2);
@@ -389,15 +404,17 @@ mod tests {
     fn job_encodings_go_with_their_allocations() {
         let jobs = JobEncodings::default();
         let first = Arc::new(gated_job("first", 1));
-        let json = jobs.get(&first);
+        let json = jobs.get(&first, 3);
+        let mut want = serde_json::to_value(&*first).unwrap();
+        want["Version"] = json!(3);
         assert_eq!(
-            json.get(),
-            serde_json::to_string(&*first).unwrap(),
-            "the job as the job itself encodes"
+            serde_json::from_str::<Value>(json.get()).unwrap(),
+            want,
+            "the job as the job itself encodes, with its version"
         );
         drop(first);
         let second = Arc::new(gated_job("second", 1));
-        jobs.get(&second);
+        jobs.get(&second, 0);
         let cache = jobs.cache.lock();
         assert_eq!(cache.len(), 1);
         assert!(cache.values().all(|(j, _)| Arc::ptr_eq(j, &second)));

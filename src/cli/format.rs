@@ -85,6 +85,23 @@ pub fn alloc_metrics(metric: &Value) -> Vec<String> {
     out
 }
 
+/// One task group's lines under `job plan` and `job run` when some of its allocations could not
+/// be placed: `Task Group "web" (failed to place 2 allocations):` and its [`alloc_metrics`]
+/// below it, two spaces further in, all starting with `indent`.
+pub fn group_failure(group: &str, metric: &Value, indent: &str) -> Vec<String> {
+    let n = metric["CoalescedFailures"].as_u64().unwrap_or(0) + 1;
+    let noun = if n == 1 { "allocation" } else { "allocations" };
+    let mut out = vec![format!(
+        "{indent}Task Group {group:?} (failed to place {n} {noun}):"
+    )];
+    out.extend(
+        alloc_metrics(metric)
+            .into_iter()
+            .map(|l| format!("{indent}  {l}")),
+    );
+    out
+}
+
 /// `Key = value` lines with the keys padded to the longest. No trailing newline.
 pub fn key_values(rows: &[(&str, String)]) -> String {
     let width = rows
@@ -198,6 +215,25 @@ Time                       Type                     Description
 2026-03-06T16:30:37-05:00  Started                  Task started by client";
         assert_eq!(events_table(&events, &est), expected);
         assert_eq!(rfc3339(t, &chrono::Utc), "2026-03-06T21:31:17Z");
+    }
+
+    #[test]
+    fn a_group_failure_counts_the_allocations_and_indents_its_metrics() {
+        let metric = json!({"NodesEvaluated": 1, "NodesExhausted": 1, "CoalescedFailures": 1});
+        assert_eq!(
+            group_failure("web", &metric, "  "),
+            [
+                "  Task Group \"web\" (failed to place 2 allocations):",
+                "    * Resources exhausted on 1 nodes",
+            ]
+        );
+        assert_eq!(
+            group_failure("db", &json!({"NodesEvaluated": 0}), ""),
+            [
+                "Task Group \"db\" (failed to place 1 allocation):",
+                "  * No nodes were eligible for evaluation",
+            ]
+        );
     }
 
     #[test]

@@ -163,16 +163,7 @@ fn placement_failures(
         short_id(eval)
     )];
     for (group, metric) in failed {
-        let n = metric["CoalescedFailures"].as_u64().unwrap_or(0) + 1;
-        let noun = if n == 1 { "allocation" } else { "allocations" };
-        out.push(format!(
-            "    Task Group {group:?} (failed to place {n} {noun}):"
-        ));
-        out.extend(
-            format::alloc_metrics(metric)
-                .into_iter()
-                .map(|l| format!("      {l}")),
-        );
+        out.extend(format::group_failure(group, metric, "    "));
     }
     if !blocked.is_empty() {
         out.push(format!(

@@ -122,16 +122,7 @@ fn dry_run(answer: &Value, job_type: &str) -> String {
         "- WARNING: Failed to place all allocations.".to_string()
     }];
     for (group, metric) in failed {
-        let n = metric["CoalescedFailures"].as_u64().unwrap_or(0) + 1;
-        let noun = if n == 1 { "allocation" } else { "allocations" };
-        out.push(format!(
-            "  Task Group {group:?} (failed to place {n} {noun}):"
-        ));
-        out.extend(
-            format::alloc_metrics(metric)
-                .into_iter()
-                .map(|l| format!("    {l}")),
-        );
+        out.extend(format::group_failure(group, metric, "  "));
         out.push(String::new());
     }
     out.join("\n").trim_end().to_string()

@@ -37,6 +37,7 @@ use crate::thread::{Never, Worker};
 use crate::util::short_id;
 
 mod reattach;
+pub use reattach::Pickup;
 use reattach::Resume;
 
 /// A command from the API to a task.
@@ -105,14 +106,13 @@ impl TaskRunnerHandle {
     }
 }
 
-/// Starts the runner thread of one task. `restored` is set when the agent picks the task up again
-/// from its state file.
+/// Starts the runner thread of one task, picked up as `pickup` says.
 pub fn spawn(
     ctx: TaskContext,
     hooks: Vec<Arc<dyn TaskHook>>,
     state: Arc<Mutex<TaskState>>,
     deps: RunnerDeps,
-    restored: bool,
+    pickup: Pickup,
 ) -> std::io::Result<TaskRunnerHandle> {
     let (commands, command_rx) = unbounded();
     let (kill, killed) = bounded::<Never>(0);
@@ -154,7 +154,7 @@ pub fn spawn(
     let (state, deps) = (runner.state.clone(), runner.deps.clone());
     let join = crate::thread::spawn_guarded(
         name,
-        move || runner.run(restored),
+        move || runner.run(pickup),
         move |msg| {
             runner_failed(&state, &deps.store, msg);
             deps.ping();
@@ -267,14 +267,24 @@ impl TaskRunner {
         self.update(|s| s.push(event));
     }
 
-    fn run(mut self, restored: bool) {
-        let mut resume = if restored {
-            self.reattach()
-        } else {
+    fn run(mut self, pickup: Pickup) {
+        let mut resume = if pickup == Pickup::New {
             self.emit(TaskEvent::received(now_nanos()));
             self.emit(TaskEvent::task_setup(now_nanos()));
             Resume::Start
+        } else {
+            self.reattach()
         };
+        // A task of a stopped allocation starts no run once the agent restarted (see `Pickup`).
+        let no_new_run = pickup == Pickup::RestoredStopping;
+        if no_new_run && matches!(resume, Resume::Start | Resume::Delay(_)) {
+            log::info!(
+                "task {} of alloc {}: not started again, its allocation is stopped",
+                self.ctx.task.name,
+                self.ctx.alloc_id
+            );
+            return self.finish_killed();
+        }
         // Between runs a kill is seen by the restart delay; before the first run, here (a
         // re-attached run sees it in its watch).
         let picked_up = matches!(resume, Resume::Running(..) | Resume::Shutdown);
@@ -320,6 +330,7 @@ impl TaskRunner {
             });
             match decision {
                 Decision::Killed => return self.finish_killed(),
+                Decision::Restart { .. } if no_new_run => return self.finish_killed(),
                 Decision::NotRestarting { reason } => {
                     self.emit(TaskEvent::not_restarting(now_nanos(), &reason));
                     return self.finish_dead(true);
@@ -743,7 +754,7 @@ mod tests {
         };
         let state = Arc::new(Mutex::new(TaskState::default()));
         let hook: Arc<dyn TaskHook> = Arc::new(PanickingHook(pidfile.clone()));
-        let mut handle = spawn(ctx, vec![hook], state.clone(), deps, false).unwrap();
+        let mut handle = spawn(ctx, vec![hook], state.clone(), deps, Pickup::New).unwrap();
         handle.join();
 
         let s = state.lock().clone();

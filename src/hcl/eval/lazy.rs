@@ -8,6 +8,10 @@
 //! the `for` binds, so a `for` expression that holds one is evaluated here, element by element;
 //! of a conditional that holds one only the branch its condition chooses is. A `%{ for }`
 //! template directive cannot hold one (a `for` expression can).
+//!
+//! A `for` expression with a key over a set is evaluated here too, since hcl-rs would make the
+//! keys the indexes of the list the set is here, where HCL makes each the element
+//! ([`super::elements`]).
 
 use hcl::edit::expr::{Expression, ForExpr, FuncCall};
 use hcl::edit::template::ForTemplateExpr;
@@ -16,8 +20,9 @@ use hcl::edit::visit_mut::{self, VisitMut};
 use hcl::eval::Context;
 use hcl::{Map, Value};
 
+use super::elements::{elements, Sets};
 use super::types::{kind, Type};
-use super::value::{evaluate, to_expr};
+use super::value::{evaluate_in as evaluate, to_expr};
 use crate::hcl::funcs::as_string;
 
 /// The names of the functions evaluated here.
@@ -28,20 +33,30 @@ pub fn is_lazy(call: &FuncCall) -> bool {
     call.name.namespace.is_empty() && LAZY.contains(&call.name.name.as_str())
 }
 
-/// Whether `expr` calls one of the functions evaluated here.
-pub fn needed(expr: &Expression) -> bool {
-    let mut find = Find(false);
+/// Whether `expr` calls one of the functions evaluated here, or has a `for` expression that
+/// binds the keys of one of `sets`.
+pub fn needed(expr: &Expression, sets: &Sets) -> bool {
+    let mut find = Find { sets, found: false };
     find.visit_expr(expr);
-    find.0
+    find.found
 }
 
-/// Finds calls of the functions evaluated here.
-struct Find(bool);
+/// Finds what [`needed`] looks for.
+struct Find<'a> {
+    sets: &'a Sets,
+    found: bool,
+}
 
-impl Visit for Find {
+impl Visit for Find<'_> {
     fn visit_func_call(&mut self, node: &FuncCall) {
-        self.0 |= is_lazy(node);
+        self.found |= is_lazy(node);
         visit::visit_func_call(self, node);
+    }
+
+    fn visit_for_expr(&mut self, node: &ForExpr) {
+        self.found |=
+            node.intro.key_var.is_some() && self.sets.made_by(&node.intro.collection_expr);
+        visit::visit_for_expr(self, node);
     }
 
     // hcl-edit's own walk of a `%{ for }` skips its collection expression.
@@ -53,14 +68,19 @@ impl Visit for Find {
 
 /// Replaces the calls of `expr` to the functions evaluated here by their values, as the module
 /// says.
-pub fn resolve(expr: &mut Expression, ctx: &Context) -> Result<(), String> {
-    let mut resolver = Resolver { ctx, error: None };
+pub fn resolve(expr: &mut Expression, ctx: &Context, sets: &Sets) -> Result<(), String> {
+    let mut resolver = Resolver {
+        ctx,
+        sets,
+        error: None,
+    };
     resolver.visit_expr_mut(expr);
     resolver.error.map_or(Ok(()), Err)
 }
 
 struct Resolver<'a, 'c> {
     ctx: &'a Context<'c>,
+    sets: &'a Sets,
     error: Option<String>,
 }
 
@@ -68,10 +88,12 @@ impl Resolver<'_, '_> {
     /// The value of an expression this replaces entirely.
     fn value(&self, expr: &Expression) -> Result<Option<Value>, String> {
         match expr {
-            Expression::FuncCall(call) if is_lazy(call) => call_lazy(call, self.ctx).map(Some),
-            Expression::ForExpr(f) => for_expr(f, self.ctx).map(Some),
+            Expression::FuncCall(call) if is_lazy(call) => {
+                call_lazy(call, self.ctx, self.sets).map(Some)
+            }
+            Expression::ForExpr(f) => for_expr(f, self.ctx, self.sets).map(Some),
             Expression::Conditional(c) => {
-                let chosen = match evaluate(&c.cond_expr, self.ctx)? {
+                let chosen = match evaluate(&c.cond_expr, self.ctx, self.sets)? {
                     Value::Bool(true) => &c.true_expr,
                     Value::Bool(false) => &c.false_expr,
                     other => {
@@ -81,7 +103,7 @@ impl Resolver<'_, '_> {
                         ))
                     }
                 };
-                evaluate(chosen, self.ctx).map(Some)
+                evaluate(chosen, self.ctx, self.sets).map(Some)
             }
             _ => Ok(None),
         }
@@ -90,7 +112,7 @@ impl Resolver<'_, '_> {
 
 impl VisitMut for Resolver<'_, '_> {
     fn visit_expr_mut(&mut self, expr: &mut Expression) {
-        if self.error.is_some() || !needed(expr) {
+        if self.error.is_some() || !needed(expr, self.sets) {
             return;
         }
         match self.value(expr) {
@@ -102,9 +124,14 @@ impl VisitMut for Resolver<'_, '_> {
 
     fn visit_for_template_expr_mut(&mut self, node: &mut ForTemplateExpr) {
         self.visit_expr_mut(&mut node.collection_expr);
-        let mut find = Find(false);
+        // Only the functions: a `for` over a set in the template is left to hcl-rs.
+        let none = Sets::default();
+        let mut find = Find {
+            sets: &none,
+            found: false,
+        };
         find.visit_template(&node.template);
-        if self.error.is_none() && find.0 {
+        if self.error.is_none() && find.found {
             self.error = Some(
                 "try(), can() and convert() cannot be used inside a %{ for } directive; a for expression, [for x in xs : ...], can hold them"
                     .into(),
@@ -114,7 +141,7 @@ impl VisitMut for Resolver<'_, '_> {
 }
 
 /// `try(...)`, `can(...)` or `convert(...)`.
-fn call_lazy(call: &FuncCall, ctx: &Context) -> Result<Value, String> {
+fn call_lazy(call: &FuncCall, ctx: &Context, sets: &Sets) -> Result<Value, String> {
     let name = call.name.name.as_str();
     let args: Vec<&Expression> = call.args.iter().collect();
     if call.args.expand_final() {
@@ -127,7 +154,7 @@ fn call_lazy(call: &FuncCall, ctx: &Context) -> Result<Value, String> {
         ("try", args) => {
             let mut errors = Vec::new();
             for (i, arg) in args.iter().enumerate() {
-                match evaluate(arg, ctx) {
+                match evaluate(arg, ctx, sets) {
                     Ok(v) => return Ok(v),
                     Err(e) => errors.push(format!("argument {}: {e}", i + 1)),
                 }
@@ -137,7 +164,7 @@ fn call_lazy(call: &FuncCall, ctx: &Context) -> Result<Value, String> {
                 errors.join("; ")
             ))
         }
-        ("can", [arg]) => Ok(Value::Bool(evaluate(arg, ctx).is_ok())),
+        ("can", [arg]) => Ok(Value::Bool(evaluate(arg, ctx, sets).is_ok())),
         ("can", args) => Err(format!(
             "can(): takes exactly one argument, not {}",
             args.len()
@@ -145,7 +172,7 @@ fn call_lazy(call: &FuncCall, ctx: &Context) -> Result<Value, String> {
         ("convert", [value, ty]) => {
             let ty = Type::parse(&hcl::Expression::from((*ty).clone()))
                 .map_err(|e| format!("convert(): argument 2 is a type: {e}"))?;
-            let value = evaluate(value, ctx)?;
+            let value = evaluate(value, ctx, sets)?;
             ty.convert(value)
                 .map_err(|e| format!("convert(): cannot convert to {ty}: {e}"))
         }
@@ -157,29 +184,10 @@ fn call_lazy(call: &FuncCall, ctx: &Context) -> Result<Value, String> {
 }
 
 /// A `for` expression, evaluated element by element in a scope of its own.
-fn for_expr(f: &ForExpr, ctx: &Context) -> Result<Value, String> {
-    let elements: Vec<(Value, Value)> = match evaluate(&f.intro.collection_expr, ctx)? {
-        Value::Array(items) => items
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| (Value::from(i), v))
-            .collect(),
-        // In the keys' lexical order, as cty iterates a map.
-        Value::Object(entries) => {
-            let mut entries: Vec<(String, Value)> = entries.into_iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            entries
-                .into_iter()
-                .map(|(k, v)| (Value::String(k), v))
-                .collect()
-        }
-        other => {
-            return Err(format!(
-                "a for expression goes over a list, set or map, not {}",
-                kind(&other)
-            ))
-        }
-    };
+fn for_expr(f: &ForExpr, ctx: &Context, sets: &Sets) -> Result<Value, String> {
+    let collection = evaluate(&f.intro.collection_expr, ctx, sets)?;
+    let elements = elements(collection, sets.made_by(&f.intro.collection_expr))
+        .map_err(|kind| format!("a for expression goes over a list, set or map, not {kind}"))?;
     let mut list = Vec::new();
     let mut object: Map<String, Value> = Map::new();
     let mut groups: Map<String, Vec<Value>> = Map::new();
@@ -191,7 +199,7 @@ fn for_expr(f: &ForExpr, ctx: &Context) -> Result<Value, String> {
         }
         scope.declare_var(f.intro.value_var.as_str(), value);
         if let Some(cond) = &f.cond {
-            match evaluate(&cond.expr, &scope)? {
+            match evaluate(&cond.expr, &scope, sets)? {
                 Value::Bool(true) => {}
                 Value::Bool(false) => continue,
                 other => {
@@ -203,17 +211,17 @@ fn for_expr(f: &ForExpr, ctx: &Context) -> Result<Value, String> {
             }
         }
         let Some(key_expr) = &f.key_expr else {
-            list.push(evaluate(&f.value_expr, &scope)?);
+            list.push(evaluate(&f.value_expr, &scope, sets)?);
             continue;
         };
-        let k = evaluate(key_expr, &scope)?;
+        let k = evaluate(key_expr, &scope, sets)?;
         let k = as_string(&k).ok_or_else(|| {
             format!(
                 "a key of a for expression must be a string, not {}",
                 kind(&k)
             )
         })?;
-        let v = evaluate(&f.value_expr, &scope)?;
+        let v = evaluate(&f.value_expr, &scope, sets)?;
         if f.grouping {
             groups.entry(k).or_default().push(v);
         } else if object.contains_key(&k) {
@@ -242,10 +250,12 @@ fn for_expr(f: &ForExpr, ctx: &Context) -> Result<Value, String> {
 mod tests {
     use hcl::Value;
 
+    use super::Sets;
+
     /// Evaluates `src` as the jobspec's attributes are, with every function declared.
     fn eval(src: &str) -> Result<Value, String> {
         let expr = hcl::edit::parser::parse_expr(src).map_err(|e| e.to_string())?;
-        super::evaluate(&expr, &crate::hcl::funcs::context())
+        super::evaluate(&expr, &crate::hcl::funcs::context(), &Sets::default())
     }
 
     #[track_caller]

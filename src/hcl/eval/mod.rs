@@ -18,6 +18,7 @@
 //!
 //! It runs on the caller's thread (the parser's, see [`super::read`]) and starts none.
 
+mod elements;
 mod lazy;
 pub mod refs;
 pub mod types;
@@ -37,7 +38,9 @@ use hcl::{Map, Value};
 
 use super::funcs::{self, Files, FuncEnv};
 use super::Source;
+use elements::Sets;
 use refs::{Refs, LOCAL, VAR};
+use types::Type;
 use walk::Walk;
 
 /// What the caller gives a jobspec besides its text.
@@ -174,11 +177,20 @@ pub fn evaluate(body: &mut Body, source: &Source, inputs: &Inputs) -> Result<()>
         }
         let names: BTreeSet<String> = declared.iter().map(|v| v.name.clone()).collect();
         ctx.declare_var(VAR, Value::Object(var));
-        let locals = locals(&lang, source, &names, &mut ctx)?;
+        let mut sets = Sets {
+            vars: declared
+                .iter()
+                .filter(|v| matches!(v.ty, Some(Type::Set(_))))
+                .map(|v| v.name.clone())
+                .collect(),
+            locals: BTreeSet::new(),
+        };
+        let locals = locals(&lang, source, &names, &mut sets, &mut ctx)?;
         Walk {
             source,
             vars: &names,
             locals: &locals,
+            sets: &sets,
             ctx: &ctx,
             bound: Vec::new(),
         }
@@ -193,12 +205,13 @@ struct Local {
     deps: BTreeSet<String>,
 }
 
-/// Evaluates the `locals` blocks into `ctx`'s `local` object, each after those it refers to;
-/// returns their names.
+/// Evaluates the `locals` blocks into `ctx`'s `local` object, each after those it refers to, and
+/// adds those that are sets to `sets`; returns their names.
 fn locals(
     lang: &[Block],
     source: &Source,
     vars: &BTreeSet<String>,
+    sets: &mut Sets,
     ctx: &mut Context,
 ) -> Result<BTreeSet<String>> {
     let mut found: BTreeMap<String, (Expression, usize)> = BTreeMap::new();
@@ -258,12 +271,16 @@ fn locals(
             let Some(local) = pending.remove(&name) else {
                 continue;
             };
-            let value = value::evaluate(&local.expr, ctx).map_err(|reason| {
+            let value = value::evaluate_in(&local.expr, ctx, sets).map_err(|reason| {
                 Error::Declaration(format!(
                     "local value {name:?} at line {}: {reason}",
                     local.line
                 ))
             })?;
+            // Those it refers to are done, so whether they are sets is known.
+            if sets.made_by(&local.expr) {
+                sets.locals.insert(name.clone());
+            }
             done.insert(name, value);
             ctx.declare_var(LOCAL, Value::Object(done.clone()));
         }

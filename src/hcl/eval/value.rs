@@ -7,9 +7,11 @@ use hcl::edit::template::{Element, Template};
 use hcl::eval::{Context, ErrorKind, Evaluate};
 use hcl::Value;
 
+use super::elements::Sets;
 use super::lazy;
 use super::refs::{LOCAL, VAR};
 use super::types::Type;
+use crate::hcl::funcs;
 
 /// Whether `expr` has nothing for the language to evaluate: values as written (strings,
 /// numbers, bools, null, lists and objects of them), where a string's interpolations only name
@@ -73,9 +75,15 @@ fn is_runtime_name(expr: &Expression, bound: &[String]) -> bool {
 /// names the attribute and line instead).
 /// `try`, `can` and `convert` are evaluated first ([`lazy`]).
 pub fn evaluate(expr: &Expression, ctx: &Context) -> Result<Value, String> {
-    let expr = if lazy::needed(expr) {
+    evaluate_in(expr, ctx, &Sets::default())
+}
+
+/// [`evaluate`] where `sets` are the names whose values are sets (a `for` over one binds each
+/// element as its key, [`super::elements`]).
+pub fn evaluate_in(expr: &Expression, ctx: &Context, sets: &Sets) -> Result<Value, String> {
+    let expr = if lazy::needed(expr, sets) {
         let mut expr = expr.clone();
-        lazy::resolve(&mut expr, ctx)?;
+        lazy::resolve(&mut expr, ctx, sets)?;
         hcl::Expression::from(expr)
     } else {
         hcl::Expression::from(expr.clone())
@@ -92,6 +100,8 @@ fn reason(kind: &ErrorKind) -> String {
         ErrorKind::FuncCall(name, msg) => format!("{name}(): {msg}"),
         other => other.to_string(),
     };
+    // A reason may quote a value, which may be a secret `rsadecrypt` handled.
+    let text = funcs::rsa::redact(text);
     // Some reasons span lines (a regex's syntax error draws a caret under the pattern); the API
     // answers an error with one line.
     text.lines()

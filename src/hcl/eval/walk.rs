@@ -5,8 +5,8 @@
 //! A `dynamic "<type>" { for_each, iterator, labels, content { ... } }` block, as HCL's
 //! `dynblock` extension (which Nomad's jobspec2 uses) has it, becomes one `<type>` block per
 //! element of `for_each` (a list, set or map), each the `content` body with `<iterator>.key` and
-//! `<iterator>.value` bound to the element (the iterator is named after the type unless
-//! `iterator` names it). The generated blocks keep the line of their `content` block, and their
+//! `<iterator>.value` bound to the element's key and value ([`super::elements`]; the iterator is
+//! named after the type unless `iterator` names it). The generated blocks keep the line of their `content` block, and their
 //! attributes their own lines, for the walker's messages.
 
 use std::collections::BTreeSet;
@@ -17,6 +17,7 @@ use hcl::edit::{Decorated, Ident, Span};
 use hcl::eval::Context;
 use hcl::{Map, Value};
 
+use super::elements::{elements, Sets};
 use super::refs::{Refs, LOCAL, VAR};
 use super::types::kind;
 use super::value::{self, is_static_in};
@@ -32,6 +33,8 @@ pub(super) struct Walk<'a> {
     pub source: &'a Source,
     pub vars: &'a BTreeSet<String>,
     pub locals: &'a BTreeSet<String>,
+    /// Which variables and locals are sets.
+    pub sets: &'a Sets,
     pub ctx: &'a Context<'a>,
     /// The iterators of the `dynamic` blocks around the body, which `ctx` declares.
     pub bound: Vec<String>,
@@ -116,7 +119,7 @@ impl Walk<'_> {
                 format!("{} (line {})", bad.reason, bad.line)
             });
         }
-        value::evaluate(expr, self.ctx)
+        value::evaluate_in(expr, self.ctx, self.sets)
     }
 
     /// The blocks a `dynamic` block describes, their bodies evaluated.
@@ -193,32 +196,15 @@ impl Walk<'_> {
         let collection = self
             .value(&mut for_each, at)
             .map_err(|r| attr_error("for_each", at, r))?;
-        let elements: Vec<(Value, Value)> = match collection {
-            Value::Array(items) => items
-                .into_iter()
-                .enumerate()
-                .map(|(i, v)| (Value::from(i), v))
-                .collect(),
-            // In the keys' lexical order, as cty iterates a map.
-            Value::Object(entries) => {
-                let mut entries: Vec<(String, Value)> = entries.into_iter().collect();
-                entries.sort_by(|a, b| a.0.cmp(&b.0));
-                entries
-                    .into_iter()
-                    .map(|(k, v)| (Value::String(k), v))
-                    .collect()
-            }
-            other => {
-                return Err(attr_error(
-                    "for_each",
-                    at,
-                    format!(
-                        "cannot make blocks for each element of {}: for_each must be a list, set or map",
-                        kind(&other)
-                    ),
-                ))
-            }
-        };
+        let elements = elements(collection, self.sets.made_by(&for_each)).map_err(|kind| {
+            attr_error(
+                "for_each",
+                at,
+                format!(
+                    "cannot make blocks for each element of {kind}: for_each must be a list, set or map"
+                ),
+            )
+        })?;
         let mut bound = self.bound.clone();
         bound.push(iterator.clone());
         let mut made = Vec::with_capacity(elements.len());
@@ -234,6 +220,7 @@ impl Walk<'_> {
                 source: self.source,
                 vars: self.vars,
                 locals: self.locals,
+                sets: self.sets,
                 ctx: &ctx,
                 bound: bound.clone(),
             };
@@ -414,6 +401,70 @@ mod tests {
                         ],
                     }],
                 }],
+            })
+        );
+    }
+
+    /// As HCL iterates a set (cty's `ElementIterator`), each element is its own key: in a
+    /// `dynamic` block and in a `for` expression, whether hcl-rs or the evaluator's own `for`
+    /// (one holding `try`) evaluates it. A list's key stays its index.
+    #[test]
+    fn a_sets_elements_are_their_own_keys() {
+        let src = r#"
+    variable "dcs" {
+      type    = set(string)
+      default = ["eu", "us", "eu"]
+    }
+    variable "ports" {
+      type    = list(string)
+      default = ["a", "b"]
+    }
+    locals {
+      both = setunion(var.dcs, ["zz"])
+      from = local.both
+    }
+    dynamic "dc" {
+      for_each = var.dcs
+      labels   = [dc.key]
+      content {
+        value = dc.value
+      }
+    }
+    dynamic "port" {
+      for_each = var.ports
+      content {
+        key = port.key
+      }
+    }
+    dynamic "local" {
+      for_each = local.from
+      iterator = l
+      content {
+        key = l.key
+      }
+    }
+    keys     = [for k, v in var.dcs : k]
+    lazy     = [for k, v in convert(["x"], set(string)) : try(k, "none")]
+    object   = { for k, v in local.both : k => v }
+    nested   = [for k, v in var.ports : [for s, _ in var.dcs : "${k}-${s}"]]
+    list     = [for k, v in var.ports : k]
+    in_local = [for k, v in ["x"] : k]
+    template = "dcs: ${join(",", [for k, v in var.dcs : k])}"
+    "#;
+        assert_eq!(
+            eval(src).unwrap(),
+            json!({
+                "dc eu": [{"value": "eu"}],
+                "dc us": [{"value": "us"}],
+                "port": [{"key": 0}, {"key": 1}],
+                "local": [{"key": "eu"}, {"key": "us"}, {"key": "zz"}],
+                "keys": ["eu", "us"],
+                "lazy": ["x"],
+                "object": {"eu": "eu", "us": "us", "zz": "zz"},
+                "nested": [["0-eu", "0-us"], ["1-eu", "1-us"]],
+                "list": [0, 1],
+                "in_local": [0],
+                "template": "dcs: eu,us",
             })
         );
     }

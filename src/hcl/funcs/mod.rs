@@ -1,7 +1,8 @@
 //! Nomad's HCL2 functions that do not reach the network, for [`super::eval`]: strings
 //! ([`text`]), numbers ([`number`]), collections ([`collection`]), encodings ([`encoding`],
 //! [`yaml`]),
-//! dates and times ([`time`]), hashes and UUIDs ([`crypto`]), IP networks ([`cidr`]) and files
+//! dates and times ([`time`]), hashes and UUIDs ([`crypto`]), RSA decryption ([`rsa`]), IP
+//! networks ([`cidr`]) and files
 //! ([`file`], [`fileset`]). `try`, `can` and `convert` need their arguments unevaluated and are
 //! the evaluator's own ([`super::eval`]). Each follows
 //! the behaviour of the function of the same name in Nomad's jobspec2 (go-cty's standard library
@@ -23,6 +24,7 @@ pub mod encoding;
 pub mod file;
 pub mod fileset;
 pub mod number;
+pub mod rsa;
 pub mod text;
 pub mod time;
 pub mod yaml;
@@ -65,13 +67,16 @@ thread_local! {
 
 /// Runs `f` with `env` as the functions' environment on this thread.
 pub fn with_env<T>(env: FuncEnv, f: impl FnOnce() -> T) -> T {
-    /// Clears the environment however `f` ends, a panic included.
+    /// Clears the environment, and what `rsadecrypt` keeps to redact, however `f` ends, a
+    /// panic included.
     struct Reset;
     impl Drop for Reset {
         fn drop(&mut self) {
             ENV.with(|e| e.borrow_mut().take());
+            rsa::forget();
         }
     }
+    rsa::forget();
     ENV.with(|e| *e.borrow_mut() = Some(env));
     let _reset = Reset;
     f()
@@ -104,6 +109,7 @@ pub fn all() -> Vec<(&'static str, FuncDef)> {
     all.extend(yaml::funcs());
     all.extend(time::funcs());
     all.extend(crypto::funcs());
+    all.extend(rsa::funcs());
     all.extend(file::funcs());
     all.extend(fileset::funcs());
     all.extend(cidr::funcs());

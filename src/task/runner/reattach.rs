@@ -1,6 +1,7 @@
 //! A restored runner's first step (live-restore.md): where the task an earlier agent left picks
 //! up. Re-attached to its run (running, or exited while no agent watched), lost (its process is
-//! gone: the machine rebooted), in the middle of a restart delay, or to be started.
+//! gone: the machine rebooted), in the middle of a restart delay, or to be started; or, for a
+//! task of a stopped allocation, never started again ([`Pickup::RestoredStopping`]).
 
 use std::time::Duration;
 
@@ -8,6 +9,22 @@ use super::{Attach, TaskRunner};
 use crate::driver::{self, RunningTask, TaskExit, TaskHandle, TaskRunState};
 use crate::task::events::{nanos_rfc3339, now_nanos, TaskEvent, TaskStatus};
 use crate::task::restart::RunEnd;
+
+/// How a runner takes up its task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pickup {
+    /// A task to start.
+    New,
+    /// The agent picks the task up again from its state file (live-restore.md): re-attached to
+    /// its run, its end recorded, its restart delay waited out, or started.
+    Restored,
+    /// As `Restored`, for a task (not a poststop task) of a stopped allocation whose gate carries
+    /// on the stop (`alloc::stop`): a run that still runs is re-attached and watched until the
+    /// stop kills it in its turn, one that ended is recorded, and the task never starts a run
+    /// again. Where it would start, restart or wait out a restart delay, it ends killed: the stop
+    /// kills only what runs, and what does not run stays dead.
+    RestoredStopping,
+}
 
 /// Where a restored task picks up (see [`TaskRunner::reattach`]).
 pub(super) enum Resume {

@@ -140,7 +140,7 @@ job "sig" {{
       {user}
       config {{
         command = "/bin/sh"
-        args = ["-c", "id -u > local/uid; trap 'echo got-usr1 > local/sig' USR1; while true; do sleep 0.1; done"]
+        args = ["-c", "trap 'echo got-usr1 > local/sig' USR1; id -u > local/uid; while true; do sleep 0.1; done"]
       }}
     }}
   }}
@@ -148,6 +148,7 @@ job "sig" {{
     ));
     let alloc = agent.alloc_id(&job);
     let local = agent.data_dir.join(format!("alloc/{alloc}/t/local"));
+    // Written after the trap is set: a SIGUSR1 before it would end the shell.
     let uid = wait_for(WAIT, "uid written", || {
         std::fs::read_to_string(local.join("uid"))
             .ok()

@@ -125,9 +125,7 @@ job "stubborn" {{
             ("Killed".to_string(), "Task successfully killed".to_string()),
         ]
     );
-    wait_for(Duration::from_secs(5), "child gone", || {
-        (!alive(child)).then_some(())
-    });
+    wait_for(WAIT, "child gone", || (!alive(child)).then_some(()));
     assert!(pids_with(&m).is_empty());
     assert_eq!(agent.task_state(&alloc, "t")["Failed"], false);
     assert_eq!(
@@ -158,6 +156,13 @@ job "chatty" {
         (agent.get(&format!("/v1/allocation/{alloc}"))["ClientStatus"] == "complete").then_some(())
     });
     let logs = agent.data_dir.join(format!("alloc/{alloc}/alloc/logs"));
+    // The keeper drains the pipes after it reported the exit: wait for the whole stream.
+    wait_eq(
+        WAIT,
+        "the last file of stdout complete",
+        || std::fs::metadata(logs.join("t.stdout.3")).map_or(0, |m| m.len()),
+        3_500_000 - 3 * 1024 * 1024,
+    );
     let mut names: Vec<String> = std::fs::read_dir(&logs)
         .unwrap()
         .flatten()
@@ -171,12 +176,8 @@ job "chatty" {
         std::fs::metadata(logs.join("t.stdout.2")).unwrap().len(),
         1024 * 1024
     );
-    let (status, err) = agent.request(
-        "GET",
-        &format!("/v1/client/fs/logs/{alloc}?task=t&type=stderr"),
-        None,
-    );
-    assert_eq!((status, err.as_str()), (200, "done\n"));
+    let err = wait_log(&agent, &alloc, "t", "stderr", |t| t.ends_with('\n'));
+    assert_eq!(err, "done\n");
     let (status, tail) = agent.request(
         "GET",
         &format!("/v1/client/fs/logs/{alloc}?task=t&type=stdout&origin=end&offset=9"),
@@ -275,7 +276,10 @@ fn task_of_a_job_purged_just_before_a_crash_is_stopped_on_restart() {
     let mut agent = TestAgent::start_in(dir.path(), "");
     let m = marker();
     let job = agent.run_hcl(&stubborn(&m));
-    let pid = wait_for(WAIT, "task running", || pids_with(&m).first().copied());
+    // Once it is `sleep`, not the shell: a shell that has not set its trap yet dies of the stop.
+    let pid = wait_for(WAIT, "task running, its trap set", || {
+        pids_with(&m).into_iter().find(|&p| is_sleep(p))
+    });
     let (status, body) = agent.request("DELETE", &format!("/v1/job/{job}?purge=true"), None);
     assert_eq!(status, 200, "{body}");
     agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
@@ -419,7 +423,7 @@ job "envy" {
     wait_for(WAIT, "done", || {
         (agent.get(&format!("/v1/allocation/{alloc}"))["ClientStatus"] == "complete").then_some(())
     });
-    let (_, out) = agent.request("GET", &format!("/v1/client/fs/logs/{alloc}?task=t"), None);
+    let out = wait_log_lines(&agent, &alloc, "t", "stdout", 7);
     let lines: Vec<&str> = out.lines().collect();
     let task_dir = agent.data_dir.join(format!("alloc/{alloc}/t"));
     assert_eq!(lines[0], "hello t");

@@ -267,7 +267,8 @@ job "pinned" {{
     let out = wait_for(WAIT, "the task's output", || {
         let out = agent.cli(&["alloc", "logs", &alloc, "t"]);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
-        text.contains("Cpus_allowed_list").then_some(text)
+        // The whole line: its CPU list is its last word.
+        (text.contains("Cpus_allowed_list") && text.ends_with('\n')).then_some(text)
     });
     let mut lines = out.lines();
     let cores = lines

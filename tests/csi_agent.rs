@@ -13,7 +13,6 @@ fn plugin_that_never_becomes_healthy_is_restarted_then_given_up() {
     let busybox = which("busybox").expect("busybox is installed by scripts/test.sh");
     let dir = TempDir::new("csi-seed");
     let agent = TestAgent::start_in(dir.path(), "");
-    let port = free_port();
     let job = agent.run_hcl(&format!(
         r#"
 job "plugin" {{
@@ -21,7 +20,7 @@ job "plugin" {{
     restart {{ attempts = 1  interval = "1m"  delay = "1s"  mode = "fail" }}
     task "plugin" {{
       driver = "raw_exec"
-      config {{ command = "{busybox}"  args = ["httpd", "-f", "-p", "127.0.0.1:{port}", "-h", "${{NOMAD_TASK_DIR}}"] }}
+      config {{ command = "{busybox}"  args = ["httpd", "-f", "-p", "127.0.0.1:0", "-h", "${{NOMAD_TASK_DIR}}"] }}
       csi_plugin {{ id = "whatever"  type = "monolith"  health_timeout = "5s" }}
     }}
   }}
@@ -119,11 +118,13 @@ fn healthy_plugin_is_registered_on_the_node() {
 fn kill_while_waiting_for_health_neither_restarts_nor_reports_unhealthy() {
     let dir = TempDir::new("csi-kill");
     let agent = TestAgent::start_in(dir.path(), "");
-    let job = agent.run_hcl(&plugin_job("never-socket", "", "3s"));
+    // A health deadline far enough that the stop below comes before it however busy the machine.
+    let job = agent.run_hcl(&plugin_job("never-socket", "", "10s"));
     let alloc = agent.alloc_id(&job);
     wait_for(WAIT, "started", || {
         (agent.task_state(&alloc, "plugin")["State"] == "running").then_some(())
     });
+    let started = Instant::now();
     std::thread::sleep(Duration::from_millis(500));
     let (s, _) = agent.request("POST", &format!("/v1/allocation/{alloc}/stop"), None);
     assert_eq!(s, 200);
@@ -131,7 +132,9 @@ fn kill_while_waiting_for_health_neither_restarts_nor_reports_unhealthy() {
         (agent.task_state(&alloc, "plugin")["State"] == "dead").then_some(())
     });
     // Well past the health deadline: nothing may have come after the kill.
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(
+        (started + Duration::from_secs(12)).saturating_duration_since(Instant::now()),
+    );
     let types: Vec<String> = agent
         .events(&alloc, "plugin")
         .into_iter()

@@ -151,8 +151,11 @@ fn a_volume_written_by_one_job_is_read_by_the_next_and_deleted() {
     let alloc = p.agent.alloc_id(&writer);
     wait_status(&p, &alloc, "running");
     let target = publish_target(&p, &alloc, "data");
+    // Its content, not only the file: the redirect creates it before echo writes.
     wait_for(WAIT, "the file written through the mount", || {
-        std::fs::read_to_string(p.root.join("hp-data/file")).ok()
+        std::fs::read_to_string(p.root.join("hp-data/file"))
+            .ok()
+            .filter(|s| s == "kept\n")
     });
     assert_eq!(mounts_under(&target), std::slice::from_ref(&target));
     // As root a raw_exec task gets a bind mount at its destination, not a link.
@@ -471,7 +474,11 @@ job "py" {{
     wait_for(
         WAIT,
         "the file written through the python plugin's mount",
-        || std::fs::read_to_string(&file).ok(),
+        || {
+            std::fs::read_to_string(&file)
+                .ok()
+                .filter(|s| s == "via-python\n")
+        },
     );
     let target = agent
         .data_dir

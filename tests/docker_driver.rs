@@ -221,18 +221,10 @@ fn a_container_that_exits_3_reports_it_and_keeps_its_logs() {
         )),
         "{events:#?}"
     );
-    let (code, out) = agent.request(
-        "GET",
-        &format!("/v1/client/fs/logs/{alloc}?task=t&type=stdout&plain=true&origin=start"),
-        None,
-    );
-    assert_eq!((code, out.as_str()), (200, "out /local /alloc\n"));
-    let (code, err) = agent.request(
-        "GET",
-        &format!("/v1/client/fs/logs/{alloc}?task=t&type=stderr&plain=true&origin=start"),
-        None,
-    );
-    assert_eq!((code, err.as_str()), (200, "err\n"));
+    let out = wait_log_lines(&agent, &alloc, "t", "stdout", 1);
+    assert_eq!(out, "out /local /alloc\n");
+    let err = wait_log_lines(&agent, &alloc, "t", "stderr", 1);
+    assert_eq!(err, "err\n");
     wait_for(WAIT, "the container removed", || {
         env.containers_of_alloc(&alloc).is_empty().then_some(())
     });
@@ -258,12 +250,7 @@ fn a_container_with_cores_runs_on_its_own_cpu() {
     let _cleanup = Cleanup::of(&env, &alloc);
     let state = wait_state(&agent, &alloc, "t", "dead");
     assert_eq!(state["Failed"], false, "{state}");
-    let (code, out) = agent.request(
-        "GET",
-        &format!("/v1/client/fs/logs/{alloc}?task=t&type=stdout&plain=true&origin=start"),
-        None,
-    );
-    assert_eq!(code, 200, "{out}");
+    let out = wait_log_lines(&agent, &alloc, "t", "stdout", 2);
     let mut lines = out.lines();
     let cores = lines.next().and_then(|l| l.strip_prefix("cores=")).unwrap();
     assert!(cores.parse::<u32>().is_ok(), "one CPU: {out}");
@@ -475,11 +462,7 @@ job "vol" {
         std::fs::read_to_string(data.join("hello")).unwrap(),
         "hello\n"
     );
-    let (_, out) = agent.request(
-        "GET",
-        &format!("/v1/client/fs/logs/{alloc}?task=t&type=stdout&plain=true&origin=start"),
-        None,
-    );
+    let out = wait_log_lines(&agent, &alloc, "t", "stdout", 1);
     assert_eq!(out, "/data\n");
 }
 
@@ -518,11 +501,7 @@ fn an_interpolated_volume_destination_is_the_containers_path() {
     let _cleanup = Cleanup::of(&env, &alloc);
     let state = wait_state(&agent, &alloc, "t", "dead");
     assert_eq!(state["Failed"], false, "{state}");
-    let (_, out) = agent.request(
-        "GET",
-        &format!("/v1/client/fs/logs/{alloc}?task=t&type=stdout&plain=true&origin=start"),
-        None,
-    );
+    let out = wait_log_lines(&agent, &alloc, "t", "stdout", 2);
     assert_eq!(out, "from host\n/alloc/volume0\n");
     assert_eq!(std::fs::read_to_string(data.join("out")).unwrap(), "out\n");
 
@@ -552,7 +531,7 @@ fn an_image_that_cannot_be_pulled_is_a_driver_failure() {
         return;
     };
     // A registry on a loopback port nothing listens on: the pull fails at once, offline too.
-    let port = free_port();
+    let (port, _refusing) = refused_port();
     let job = agent.run_hcl(&format!(
         r#"
 job "pull" {{
@@ -807,7 +786,7 @@ job "sig" {
       config {
         image   = "busybox:1"
         command = "sh"
-        args    = ["-c", "trap 'echo got-usr1 > /local/sig' USR1; while true; do sleep 0.1; done"]
+        args    = ["-c", "trap 'echo got-usr1 > /local/sig' USR1; : > /local/trapped; while true; do sleep 0.1; done"]
       }
     }
   }
@@ -817,6 +796,13 @@ job "sig" {
     let _cleanup = Cleanup::of(&env, &alloc);
     wait_state(&agent, &alloc, "t", "running");
     let first = env.containers_of_alloc(&alloc)[0].id.clone();
+    // Signalled before its trap is set, the container's init would ignore SIGUSR1 for good.
+    let trapped = agent
+        .data_dir
+        .join(format!("alloc/{alloc}/t/local/trapped"));
+    wait_for(WAIT, "the trap set in the container", || {
+        trapped.exists().then_some(())
+    });
     let (s, body) = agent.request(
         "POST",
         &format!("/v1/client/allocation/{alloc}/signal"),

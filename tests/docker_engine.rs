@@ -79,7 +79,7 @@ fn a_pull_with_no_registry_fails_fast_with_the_engines_message() {
     };
     // A registry on a loopback port nothing listens on: the engine's pull fails with no traffic
     // leaving the machine.
-    let port = free_port();
+    let (port, _refusing) = refused_port();
     let image = format!("127.0.0.1:{port}/nodeward/missing:1");
     let started = Instant::now();
     let err = env

@@ -214,6 +214,10 @@ fn a_full_disk_changes_nothing_and_the_state_is_written_once_there_is_room() {
     wait_for(WAIT, "the event written by the flusher's retry", || {
         on_disk(&unwritten).then_some(())
     });
+    // Logged when the retry succeeded: the line may still be on its way from the agent.
+    wait_for(WAIT, "the line of the write that succeeded", || {
+        (count(&agent, "written again, after ") > 0).then_some(())
+    });
     assert_eq!(count(&agent, "the agent keeps trying"), 1);
     assert_eq!(count(&agent, "written again, after "), 1);
 

@@ -145,7 +145,13 @@ fn terminal_allocations_over_gc_max_allocs_are_collected_oldest_first() {
     assert_eq!(state_allocs(&agent.data_dir), set(&[&svc, &b[2], &b[3]]));
     for (i, alloc) in [(3, &b[2]), (4, &b[3])] {
         let log = alloc_dir(&agent, alloc).join("alloc/logs/t.stdout.0");
-        assert_eq!(std::fs::read_to_string(&log).unwrap(), format!("run {i}\n"));
+        // Read until whole: the keeper drains a task's pipe after it reported the exit.
+        wait_eq(
+            WAIT,
+            "the kept allocation's log",
+            || std::fs::read_to_string(&log).unwrap(),
+            format!("run {i}\n"),
+        );
     }
     assert_eq!(
         std::fs::read_to_string(outside.join("keep")).unwrap(),
@@ -155,12 +161,10 @@ fn terminal_allocations_over_gc_max_allocs_are_collected_oldest_first() {
     assert_untouched(&agent, &svc, pid);
     assert!(alive(pid as i32));
     // How many allocations a pass saw depends on when it ran (4 or 5): the limit is what it names.
-    let log = agent.log_text();
     for gone in &b[..2] {
-        let line = log
-            .lines()
-            .find(|l| l.contains(&format!("garbage collected allocation {gone}: ")))
-            .unwrap_or_else(|| panic!("{gone} was not collected in:\n{log}"));
+        let line = agent.log_line(&format!("{gone} collected"), |l| {
+            l.contains(&format!("garbage collected allocation {gone}: "))
+        });
         assert!(
             line.contains(": number of allocations (") && line.ends_with(") is over the limit (3)"),
             "{line}"
@@ -356,15 +360,11 @@ fn a_full_disk_is_freed_by_collecting_terminal_allocations() {
     wait_for(WAIT, "the filling allocation collected", || {
         gone_everywhere(&agent, &fill).then_some(())
     });
-    let log = agent.log_text();
-    let line = log
-        .lines()
-        .find(|l| {
-            l.contains(&format!(
-                "garbage collected allocation {fill}: disk usage of "
-            ))
-        })
-        .unwrap_or_else(|| panic!("no collection for the disk in:\n{log}"));
+    let line = agent.log_line("a collection for the disk", |l| {
+        l.contains(&format!(
+            "garbage collected allocation {fill}: disk usage of "
+        ))
+    });
     assert!(line.ends_with("is over gc threshold of 50"), "{line}");
     assert_eq!(api_allocs(&agent), set(&[&svc]));
     assert_untouched(&agent, &svc, pid);

@@ -88,14 +88,10 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The task's output once it has a whole line (the keeper drains a task's pipes after it reported
+/// the exit).
 fn stdout_of(agent: &TestAgent, alloc: &str, task: &str) -> String {
-    let (status, log) = agent.request(
-        "GET",
-        &format!("/v1/client/fs/logs/{alloc}?task={task}&type=stdout"),
-        None,
-    );
-    assert_eq!(status, 200, "{log}");
-    log
+    wait_log_lines(agent, alloc, task, "stdout", 1)
 }
 
 fn complete(agent: &TestAgent, alloc: &str) {

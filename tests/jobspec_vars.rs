@@ -145,12 +145,7 @@ fn a_jobspec_runs_with_var_var_file_and_the_environment() {
     wait_for(WAIT, "the batch allocation complete", || {
         (agent.get(&format!("/v1/allocation/{alloc}"))["ClientStatus"] == "complete").then_some(())
     });
-    let (status, log) = agent.request(
-        "GET",
-        &format!("/v1/client/fs/logs/{alloc}?task=print&type=stdout"),
-        None,
-    );
-    assert_eq!(status, 200);
+    let log = wait_log_lines(&agent, &alloc, "print", "stdout", 5);
     let task_dir = agent.data_dir.join(format!("alloc/{alloc}/print/local"));
     assert_eq!(
         log,

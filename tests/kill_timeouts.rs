@@ -41,6 +41,15 @@ fn running_pid(agent: &TestAgent, alloc: &str) -> i32 {
     }) as i32
 }
 
+/// The PID of a [`stubborn`] task once it ignores SIGTERM: the shell runs as soon as the task is
+/// `running` and a SIGTERM before its `trap` would kill it at once.
+fn trapped_pid(agent: &TestAgent, alloc: &str) -> i32 {
+    let pid = running_pid(agent, alloc);
+    wait_for(WAIT, "the task's trap set (it runs sleep)", || {
+        is_sleep(pid).then_some(pid)
+    })
+}
+
 /// A job stop waits `max_kill_timeout` (2s here), not the task's hour, then SIGKILLs it; the
 /// `Killing` event says what is really waited. The job keeps the `kill_timeout` it was given.
 #[test]
@@ -50,7 +59,7 @@ fn a_kill_timeout_is_cut_to_max_kill_timeout() {
     let m = marker();
     agent.run_hcl(&stubborn("cap", &m));
     let alloc = agent.alloc_id("cap");
-    let pid = running_pid(&agent, &alloc);
+    let pid = trapped_pid(&agent, &alloc);
     let (status, body) = agent.request("DELETE", "/v1/job/cap", None);
     assert_eq!(status, 200, "{body}");
     wait_for(WAIT, "the task killed", || {
@@ -144,7 +153,7 @@ fn a_stop_signal_ends_the_start_up_sweep_at_once() {
     let m = marker();
     agent.run_hcl(&stubborn("sweep", &m));
     let alloc = agent.alloc_id("sweep");
-    let pid = running_pid(&agent, &alloc);
+    let pid = trapped_pid(&agent, &alloc);
     // The stop is on disk before the task gets its signal; the agent then waits out the hour.
     let (status, body) = agent.request("DELETE", "/v1/job/sweep", None);
     assert_eq!(status, 200, "{body}");

@@ -643,6 +643,10 @@ fn a_second_stop_holds_across_a_kill_9_of_the_agent() {
         let s = state_on_disk(&agent.data_dir)?.to_string();
         s.contains(&format!("\"PID\":{cleanup_pid}")).then_some(())
     });
+    // Its line written, so its trap is set: the second stop's signal cannot end it before.
+    wait_for(WAIT, "cleanup's line", || {
+        (read(&runs) == "run\n").then_some(())
+    });
 
     cli_ok(&agent, &["alloc", "stop", &alloc]);
     // The answer came once the cut was written, not some time after it.

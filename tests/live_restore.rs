@@ -240,8 +240,11 @@ fn a_task_that_exits_while_the_agent_is_away_is_reported_as_it_ended() {
     agent.stop_with(libc::SIGKILL, Duration::from_secs(10));
     let before = chrono::Utc::now().timestamp_nanos_opt().unwrap();
     std::fs::write(&go, "").unwrap();
-    wait_for(WAIT, "the task to exit", || (!alive(pid)).then_some(()));
-    // The keeper stamps the exit when it reaps, a moment after the process is seen dead.
+    // Reaped, not only dead: a zombie is dead to `alive`, and the keeper stamps the exit when it
+    // reaps, which a busy machine may put off. After the reap the stamp is a moment away.
+    wait_for(WAIT, "the keeper to reap the task", || {
+        (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    });
     std::thread::sleep(Duration::from_millis(500));
     let restarted = chrono::Utc::now().timestamp_nanos_opt().unwrap();
     agent.restart();

@@ -81,12 +81,24 @@ struct Baseline {
 
 impl Baseline {
     fn take(agent: &TestAgent) -> Baseline {
-        // Let start-up threads (restore, fingerprints) finish first.
-        std::thread::sleep(Duration::from_millis(500));
-        let b = Baseline {
-            pid: agent.pid(),
-            threads: threads(agent.pid()),
-        };
+        // Once start-up threads (restore, fingerprints) have come and gone: the count unchanged
+        // for a second, not after a fixed time a busy machine may spend before they even start
+        // (a baseline taken before a long-lived thread starts would see it as a leak).
+        let pid = agent.pid();
+        let deadline = Instant::now() + WAIT;
+        let (mut last, mut since) = (threads(pid), Instant::now());
+        while since.elapsed() < Duration::from_secs(1) {
+            assert!(
+                Instant::now() < deadline,
+                "the agent's threads never settled"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+            let now = threads(pid);
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+        }
+        let b = Baseline { pid, threads: last };
         println!("baseline: {} threads", b.threads);
         b
     }
@@ -244,12 +256,19 @@ fn tasks_printing_gigabytes_keep_the_agent_small() {
     println!("log directory holds {} MiB", total >> 20);
     assert!(total <= 2 * 10 * 10 * 1024 * 1024 + (1 << 20), "{total}");
     // The newest bytes are served.
-    let (s, tail) = agent.request(
-        "GET",
-        &format!("/v1/client/fs/logs/{alloc}?task=t&type=stderr&origin=end&offset=6"),
-        None,
+    // Once the keeper drained the pipe, which it does after it reported the exit.
+    wait_eq(
+        WAIT,
+        "the newest bytes of stderr",
+        || {
+            agent.request(
+                "GET",
+                &format!("/v1/client/fs/logs/{alloc}?task=t&type=stderr&origin=end&offset=6"),
+                None,
+            )
+        },
+        (200, "y\ny\ny\n".to_string()),
     );
-    assert_eq!((s, tail.as_str()), (200, "y\ny\ny\n"));
     base.settled("chatty task", &[]);
 }
 

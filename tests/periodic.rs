@@ -135,8 +135,22 @@ fn prohibit_overlap_launches_no_second_child_while_one_runs_and_force_launches_n
         let allocs = agent.allocs(&enc(&first));
         (allocs.first()?["ClientStatus"] == "running").then_some(first)
     });
-    // Several scheduled instants pass while the child runs; none launches a second child.
-    std::thread::sleep(Duration::from_secs(4));
+    // Several scheduled instants pass while the child runs; none launches a second child. Counted
+    // in the agent's log rather than slept for: a busy machine may let seconds pass unevaluated.
+    let skipped = || {
+        agent
+            .log_text()
+            .lines()
+            .filter(|l| {
+                l.contains("periodic job \"slow\": launch at ")
+                    && l.ends_with(" skipped (a child still runs, or it exists)")
+            })
+            .count()
+    };
+    let before = skipped();
+    wait_for(WAIT, "three more launches skipped", || {
+        (skipped() >= before + 3).then_some(())
+    });
     assert_eq!(children(&agent, "slow"), vec![first.clone()]);
     assert_eq!(pids_with(&marker).len(), 1);
 
@@ -234,8 +248,13 @@ fn a_dispatch_gives_the_task_its_payload_and_meta() {
         let a = allocs.first()?;
         (a["ClientStatus"] == "complete").then(|| a["ID"].as_str().unwrap().to_string())
     });
-    let logs = stdout(&agent.cli(&["alloc", "logs", &alloc, "t"]));
-    assert_eq!(logs, "hello from the payload\nname=World title=Dr\n");
+    // The keeper drains the task's pipes after it reported the exit: wait for the whole output.
+    wait_eq(
+        WAIT,
+        "the dispatched task's output",
+        || stdout(&agent.cli(&["alloc", "logs", &alloc, "t"])),
+        "hello from the payload\nname=World title=Dr\n".to_string(),
+    );
     let status = stdout(&agent.cli(&["job", "status", "render"]));
     assert!(status.contains("Dispatched Jobs"), "{status}");
     assert!(status.contains(child.as_str()), "{status}");
@@ -459,11 +478,16 @@ job "mine" {
         matches!(a["ClientStatus"].as_str(), Some("complete" | "failed"))
             .then(|| a["ID"].as_str().unwrap().to_string())
     });
-    let logs = agent.cli(&["alloc", "logs", &alloc, "t"]);
+    // The keeper drains the task's pipes after it reported the exit: wait for the whole output.
+    let want = "nobody\nnobody 600\nonly for nobody";
+    let logs = wait_for(WAIT, "the dispatched task's output", || {
+        let logs = stdout(&agent.cli(&["alloc", "logs", &alloc, "t"]));
+        (logs.len() >= want.len()).then_some(logs)
+    });
     let errs = agent.cli(&["alloc", "logs", "-stderr", &alloc, "t"]);
     assert_eq!(
-        stdout(&logs),
-        "nobody\nnobody 600\nonly for nobody",
+        logs,
+        want,
         "stderr: {}",
         String::from_utf8_lossy(&errs.stdout)
     );

@@ -11,11 +11,14 @@ const WAIT: Duration = Duration::from_secs(30);
 const PYTHON: &str = "/usr/bin/python3";
 const HELD: u64 = 64 * 1024 * 1024;
 
-/// A group of two tasks: `idle`, a Python that sleeps, and `holder`, a shell whose child Python
-/// allocates and touches 64 MiB, then writes `ready` and sleeps. Their RSS differs by the
-/// 64 MiB (and the shell's own pages).
+/// A group of two tasks: `idle`, a Python that writes `<ready>.idle` once started and sleeps,
+/// and `holder`, a shell whose child Python allocates and touches 64 MiB, then writes `ready` and
+/// sleeps. Their RSS differs by the 64 MiB (and the shell's own pages) once both files are there:
+/// a Python still starting up has less.
 fn job(ready: &Path) -> String {
     let m = unique_marker(300_000);
+    let idle = ready.with_extension("idle");
+    let idle = idle.display();
     let hold = format!(
         "import time\nb = b'\\x01' * {HELD}\nopen({:?}, 'w').write('ok')\ntime.sleep({m})",
         ready.display().to_string()
@@ -28,7 +31,7 @@ job "st" {{
       driver = "raw_exec"
       config {{
         command = "{PYTHON}"
-        args = ["-c", "import time; time.sleep({m})"]
+        args = ["-c", "import time; open('{idle}', 'w').write('ok'); time.sleep({m})"]
       }}
     }}
     task "holder" {{
@@ -56,7 +59,7 @@ fn task_stats_read_the_cgroup_or_process_tree_and_the_host_stats_read_the_host()
     let alloc = wait_for(WAIT, "both tasks running and the memory held", || {
         let allocs = agent.allocs("st");
         let a = allocs.first()?;
-        (a["ClientStatus"] == "running" && ready.exists())
+        (a["ClientStatus"] == "running" && ready.exists() && ready.with_extension("idle").exists())
             .then(|| a["ID"].as_str().unwrap().to_string())
     });
     let stats = agent.get(&format!("/v1/client/allocation/{alloc}/stats"));

@@ -197,11 +197,10 @@ fn shutdown_cancels_a_plugin_call() {
     );
     let took = t0.elapsed();
     println!("shutdown during a plugin create took {took:?}");
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    // Far under the plugin's 30 s, with room for a busy machine.
+    assert!(took < Duration::from_secs(10), "{took:?}");
     for p in sleepers {
-        wait_for(Duration::from_secs(5), "plugin child killed", || {
-            (!alive(p)).then_some(())
-        });
+        wait_for(WAIT, "plugin child killed", || (!alive(p)).then_some(()));
     }
     let _ = client.join();
     // The volume is recorded whole or not at all; the agent starts on that state.
@@ -256,7 +255,7 @@ job "user" {
         std::fs::read_to_string(Path::new(&path).join("hello")).unwrap(),
         "hi\n"
     );
-    let (_, out) = agent.request("GET", &format!("/v1/client/fs/logs/{alloc}?task=t"), None);
+    let out = wait_log_lines(&agent, &alloc, "t", "stdout", 1);
     assert_eq!(out.trim(), path);
     let v = agent.get(&format!(
         "/v1/volume/host/{}",
@@ -421,9 +420,7 @@ job "startstop" {{
         "the start-up waited for the plugin: {took:?}"
     );
     for p in sleepers {
-        wait_for(Duration::from_secs(5), "plugin killed", || {
-            (!alive(p)).then_some(())
-        });
+        wait_for(WAIT, "plugin killed", || (!alive(p)).then_some(()));
     }
     assert_eq!(
         pids_with(&tag),

@@ -134,7 +134,7 @@ mod tests {
         let pid = zombie.id() as i32;
         let ticks = process_start_ticks(pid).unwrap();
         // Not waited for, it stays a zombie until reaped.
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while proc_stat(pid).is_some_and(|s| !s.gone) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -658,7 +658,7 @@ mod tests {
         let manager =
             VolumeManager::start(config, store, &BTreeMap::new(), Vec::new(), shutdown).unwrap();
         assert!(manager.retry.lock().is_some());
-        assert!(manager.stop(Instant::now() + Duration::from_secs(10)));
+        assert!(manager.stop(Instant::now() + Duration::from_secs(60)));
         assert!(manager.retry.lock().is_none());
         assert!(manager.stop(Instant::now()));
         let _ = fs::remove_dir_all(&data);

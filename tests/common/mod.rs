@@ -341,6 +341,22 @@ impl TestAgent {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// The first line of the agent's log that `matches`, waiting for it. A line the agent wrote
+    /// before the change a test saw through the API or on disk may still be in the pipe that this
+    /// process's reader thread empties.
+    pub fn log_line(&self, what: &str, matches: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(line) = self.log.lock().unwrap().iter().find(|l| matches(l)) {
+                return line.clone();
+            }
+            if Instant::now() > deadline {
+                panic!("no line of {what} in the agent's log:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// A task's events as the state file holds them (the agent may be stopped).
     pub fn task_state_from_file(&self, alloc: &str) -> Vec<Value> {
         let v = state_on_disk(&self.data_dir).unwrap();
@@ -448,6 +464,30 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A loopback TCP port that refuses connections for as long as the returned socket lives: bound,
+/// so that no other test's listener can take it, and not listening. A port that was merely free
+/// a moment ago ([`free_port`]) may be listened on by then, and a connection there answered.
+pub fn refused_port() -> (u16, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain socket calls on a descriptor this function owns from its creation on.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let fd = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        let bound = libc::bind(raw, &addr as *const _ as *const libc::sockaddr, len);
+        assert_eq!(bound, 0, "bind: {}", std::io::Error::last_os_error());
+        let mut len = len;
+        let named = libc::getsockname(raw, &mut addr as *mut _ as *mut libc::sockaddr, &mut len);
+        assert_eq!(named, 0, "getsockname: {}", std::io::Error::last_os_error());
+        (u16::from_be(addr.sin_port), fd)
+    }
+}
+
 /// The configuration of an agent on a [`Tmpfs`] of a few MB: such a disk has no room for the
 /// allocations' `ephemeral_disk` (300 MB each by default, a placement dimension), so the test
 /// states the disk placement counts, as an operator may (`client { disk_free_mb }`).
@@ -552,6 +592,66 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<
     }
 }
 
+/// What `read` answers once it equals `want`; fails showing the last answer when it never does
+/// within `timeout`. For output another process may still be writing: a file created by a shell
+/// redirect before its command wrote, a log the keeper drains after it reported the task's exit.
+pub fn wait_eq<T: PartialEq + std::fmt::Debug>(
+    timeout: Duration,
+    what: &str,
+    mut read: impl FnMut() -> T,
+    want: T,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = read();
+        if got == want {
+            return got;
+        }
+        if Instant::now() > deadline {
+            assert_eq!(got, want, "timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A task's log (`stream` is `stdout` or `stderr`) as the API serves it, once `done` holds for
+/// it; fails with the last text when it never does. The keeper reports a task's exit and then
+/// drains its pipes into the log files: an allocation can be `complete` while its task's last
+/// lines are still on their way, so a test waits for what it expects instead of reading once.
+pub fn wait_log(
+    agent: &TestAgent,
+    alloc: &str,
+    task: &str,
+    stream: &str,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    let path = format!("/v1/client/fs/logs/{alloc}?task={task}&type={stream}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, text) = agent.request("GET", &path, None);
+        if status == 200 && done(&text) {
+            return text;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out waiting for the {stream} of {task} in {alloc} ({status}): {text:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// [`wait_log`] until the log has `n` complete lines.
+pub fn wait_log_lines(
+    agent: &TestAgent,
+    alloc: &str,
+    task: &str,
+    stream: &str,
+    n: usize,
+) -> String {
+    wait_log(agent, alloc, task, stream, |t| {
+        t.ends_with('\n') && t.lines().count() >= n
+    })
+}
+
 /// Whether `pid` is a live process (a zombie counts as dead).
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -563,6 +663,17 @@ pub fn alive(pid: i32) -> bool {
         }
         Err(_) => false,
     }
+}
+
+/// Whether `pid` runs `sleep` by now. A task `trap '' INT; exec sleep <marker>` has set its trap
+/// once it is `sleep` (the PID stays across the exec); before, it is the shell whose command line
+/// also carries the marker, and which a stop signal still kills.
+pub fn is_sleep(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+        c.split(|&b| b == 0)
+            .next()
+            .is_some_and(|arg0| arg0 == b"sleep" || arg0.ends_with(b"/sleep"))
+    })
 }
 
 /// PIDs of live processes whose command line contains `needle`.

@@ -568,7 +568,7 @@ mod tests {
         assert!(out.recv_timeout(Duration::from_millis(200)).is_err());
         let started = Instant::now();
         child.release();
-        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(started.elapsed() < Duration::from_secs(30));
         let pid: i32 = String::from_utf8(out.recv().unwrap())
             .unwrap()
             .trim()

@@ -176,7 +176,7 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while !ready.exists() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -244,7 +244,7 @@ mod tests {
             spawn(&foreign, PathBuf::from("/other/alloc").join(&foreign)),
         ];
         // The environment is in /proc once the child has exec'd.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while children.iter().any(|c| {
             std::fs::read(format!("/proc/{}/environ", c.id()))
                 .map(|e| !e.windows(14).any(|w| w == b"NOMAD_ALLOC_ID"))

@@ -723,7 +723,7 @@ mod tests {
         assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
         closer.close();
         let err = rx
-            .recv_timeout(Duration::from_secs(5))
+            .recv_timeout(Duration::from_secs(30))
             .unwrap()
             .unwrap_err();
         assert!(matches!(err, EngineError::Cancelled { .. }), "{err:?}");

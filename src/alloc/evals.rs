@@ -58,7 +58,12 @@ pub(super) fn in_place(
         in_place: Some(InPlace {
             job: Arc::new(job.clone()),
             version,
-            allocs: running.into_iter().map(|a| (a.id.clone(), a)).collect(),
+            // One that has ended stays on its version, as Nomad's `genericAllocUpdateFn` leaves it.
+            allocs: running
+                .into_iter()
+                .filter(|a| a.is_running_or_pending())
+                .map(|a| (a.id.clone(), a))
+                .collect(),
         }),
         put_job: Some(JobRecord {
             version,

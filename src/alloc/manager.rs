@@ -355,15 +355,9 @@ impl AllocManager {
             return Ok(None);
         }
         let stop = running_allocs_of(reg, &id);
-        // Only no-effect settings changed: Nomad's in-place update ([`evals::in_place`]). An
-        // allocation that has ended stays on its version, as Nomad's `genericAllocUpdateFn`
-        // leaves a terminal one.
+        // Only no-effect settings changed: Nomad's in-place update ([`evals::in_place`]).
         if let Some(e) = existing.filter(|e| !e.stop && e.job.eq_but_kept(&job)) {
-            let live = stop
-                .into_iter()
-                .filter(|a| a.is_running_or_pending())
-                .collect();
-            return Ok(Some(evals::in_place(e, job, live, eval_id, failures)));
+            return Ok(Some(evals::in_place(e, job, stop, eval_id, failures)));
         }
         let template = job.periodic.is_some() || job.parameterized_job.is_some();
         if !template {

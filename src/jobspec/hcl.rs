@@ -57,7 +57,28 @@ pub fn parse_job(src: &str) -> Result<Parsed, JobspecError> {
 /// `variable` and `locals` blocks leave the body, and every expression becomes the literal
 /// this walker reads.
 pub fn parse_job_with(src: &str, inputs: &Inputs) -> Result<Parsed, JobspecError> {
-    let raw = crate::hcl::read(src, |Document { mut body, source }| {
+    // On the parser's thread, where `rsadecrypt` keeps what it decrypted: every message of the
+    // parse, the schema's after the evaluation too, is redacted there.
+    crate::hcl::read(src, |doc| {
+        use crate::hcl::funcs::rsa::{keep_secrets, redact};
+        keep_secrets(|| match walk_job(doc, inputs) {
+            Ok(mut parsed) => {
+                parsed.warnings = parsed.warnings.into_iter().map(redact).collect();
+                Ok(parsed)
+            }
+            Err(JobspecError::Syntax(m)) => Err(JobspecError::Syntax(redact(m))),
+            Err(JobspecError::Unknown(m)) => Err(JobspecError::Unknown(redact(m))),
+            Err(JobspecError::Invalid(m)) => Err(JobspecError::Invalid(redact(m))),
+        })
+    })
+}
+
+/// [`parse_job_with`] on the parsed document.
+fn walk_job(
+    Document { mut body, source }: Document,
+    inputs: &Inputs,
+) -> Result<Parsed, JobspecError> {
+    let raw = {
         crate::hcl::eval::evaluate(&mut body, &source, inputs)?;
         let (warnings, kept) = super::schema::prepare_hcl(&mut body, &source)?;
         let top = source.items("the jobspec", &body, &[], &["job"])?;
@@ -74,7 +95,7 @@ pub fn parse_job_with(src: &str, inputs: &Inputs) -> Result<Parsed, JobspecError
                 source.line(second.span())
             ))),
         }
-    })?;
+    }?;
     let (raw, mut warnings) = raw;
     let job = Job::try_from(raw)?;
     super::devices::warn(&job, &mut warnings);

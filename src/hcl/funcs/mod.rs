@@ -67,16 +67,13 @@ thread_local! {
 
 /// Runs `f` with `env` as the functions' environment on this thread.
 pub fn with_env<T>(env: FuncEnv, f: impl FnOnce() -> T) -> T {
-    /// Clears the environment, and what `rsadecrypt` keeps to redact, however `f` ends, a
-    /// panic included.
+    /// Clears the environment however `f` ends, a panic included.
     struct Reset;
     impl Drop for Reset {
         fn drop(&mut self) {
             ENV.with(|e| e.borrow_mut().take());
-            rsa::forget();
         }
     }
-    rsa::forget();
     ENV.with(|e| *e.borrow_mut() = Some(env));
     let _reset = Reset;
     f()

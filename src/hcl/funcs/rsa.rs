@@ -50,25 +50,38 @@ fn rsadecrypt(args: FuncArgs) -> Result<Value, String> {
 }
 
 thread_local! {
-    /// The keys and plaintexts `rsadecrypt` has handled in this thread's evaluation.
-    static SECRETS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    /// The keys and plaintexts `rsadecrypt` has handled in this thread's parse ([`keep_secrets`]).
+    static SECRETS: RefCell<BTreeSet<String>> = const { RefCell::new(BTreeSet::new()) };
 }
 
 /// Pieces shorter than this are not redacted: they would take ordinary words out of messages.
 const MIN_REDACTED: usize = 4;
 
 fn remember(secret: &str) {
-    SECRETS.with(|s| s.borrow_mut().push(secret.to_string()));
+    SECRETS.with(|s| s.borrow_mut().insert(secret.to_string()));
 }
 
-/// Forgets the secrets of the evaluation that ends ([`super::with_env`]).
-pub(crate) fn forget() {
+fn forget() {
     SECRETS.with(|s| s.borrow_mut().clear());
+}
+
+/// Runs `f`, a whole parse (evaluation, then the schema's checks, which quote values too), with
+/// the secrets `rsadecrypt` gives kept for [`redact`]; they are forgotten when it ends, however.
+pub fn keep_secrets<T>(f: impl FnOnce() -> T) -> T {
+    struct Forget;
+    impl Drop for Forget {
+        fn drop(&mut self) {
+            forget();
+        }
+    }
+    forget();
+    let _forget = Forget;
+    f()
 }
 
 /// `text` with each key and plaintext of this evaluation, and each of their lines (an error
 /// quotes a value on one line, as HCL writes it: `"a \"b\""`), replaced by `(sensitive value)`.
-pub(crate) fn redact(text: String) -> String {
+pub fn redact(text: String) -> String {
     SECRETS.with(|s| {
         let secrets = s.borrow();
         if secrets.is_empty() {
@@ -369,11 +382,26 @@ mod tests {
             super::redact("`\"pa\\\"s$${s}\\\\word\"` abc".to_string()),
             "`\"(sensitive value)\"` abc"
         );
-        // Another evaluation (super::with_env) starts with none.
-        super::super::with_env(super::super::env(), || {
+        // Another parse (super::keep_secrets) starts with none.
+        super::keep_secrets(|| {
             assert_eq!(super::redact(PLAINTEXT.to_string()), PLAINTEXT);
         });
         assert_eq!(super::redact(PLAINTEXT.to_string()), PLAINTEXT);
+    }
+
+    /// What the schema says of a value after the evaluation (an unknown signal) quotes no secret.
+    #[test]
+    fn a_schema_error_after_the_evaluation_quotes_no_secret() {
+        let hcl = format!(
+            "job \"j\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"raw_exec\"\n      \
+             kill_signal = {}\n      config {{\n        command = \"true\"\n      }}\n    }}\n  }}\n}}\n",
+            call(CIPHERTEXT, KEY)
+        );
+        let err = crate::jobspec::hcl::parse_job(&hcl)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("(sensitive value)"), "{err}");
+        assert!(!err.contains(PLAINTEXT.trim()), "{err}");
     }
 
     #[test]

@@ -26,7 +26,6 @@ use base64::engine::{GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine;
 use hcl::eval::{FuncArgs, FuncDef};
 use hcl::Value;
-use rsa::pkcs1::der::pem;
 use rsa::pkcs1::DecodeRsaPrivateKey;
 use rsa::traits::PublicKeyParts;
 use rsa::{BoxedUint, PrivateKey};
@@ -115,14 +114,17 @@ fn hcl_quoted(s: &str) -> String {
         .replace("%{", "%%{")
 }
 
-/// Standard base64 with padding, as Go's `StdEncoding` reads it: line ends are skipped (so that
+/// Go's `base64.StdEncoding`: standard base64, with padding; unused bits in the last character
+/// are not an error.
+const GO_STD: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
+
+/// The cipher text's base64, as Go's `StdEncoding` reads it: line ends are skipped (so that
 /// a file written by `base64` or `openssl base64`, in lines and with a final newline, reads) and
 /// unused bits in the last character are not an error.
 fn decode_ciphertext(text: &str) -> Result<Vec<u8>, String> {
-    const GO_STD: GeneralPurpose = GeneralPurpose::new(
-        &alphabet::STANDARD,
-        GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
-    );
     let compact: String = text.chars().filter(|c| !matches!(c, '\r' | '\n')).collect();
     GO_STD.decode(compact).map_err(|e| {
         // The offending character is left out: it is the caller's input.
@@ -142,36 +144,35 @@ fn decode_ciphertext(text: &str) -> Result<Vec<u8>, String> {
     })
 }
 
-/// The first PEM block of `text` (text before and after it is skipped, as Go's `pem.Decode`
-/// skips it), read as a PKCS#1 RSA private key whatever its label, as Go reads it; the label
-/// only makes the error clearer when it is not one.
+/// The first PEM block of `text`, read as a PKCS#1 RSA private key whatever its label, as Go
+/// reads it (Nomad: `pem.Decode`, then `x509.ParsePKCS1PrivateKey`); the label only makes the
+/// error clearer when it is not one.
 fn parse_key(text: &str) -> Result<PrivateKey, String> {
-    const NONE: &str = "failed to parse key: no key found (the private key must be PEM-encoded: \
-                        -----BEGIN RSA PRIVATE KEY-----)";
-    let begin = text.find("-----BEGIN ").ok_or(NONE)?;
-    let block = &text[begin..];
-    let end = block
-        .find("-----END ")
-        .and_then(|at| {
-            let close = block[at + 9..].find("-----")?;
-            Some(at + 9 + close + 5)
-        })
-        .ok_or(NONE)?;
-    let block = &block[..end];
-    if block.contains("Proc-Type: 4,ENCRYPTED") {
+    let Some(block) = pem_decode(text) else {
+        let why = if text.contains("-----BEGIN ") {
+            "a -----BEGIN line, but no complete PEM block after it: an -----END line of the same \
+             label and a base64 body are needed"
+        } else {
+            "the private key must be PEM-encoded: -----BEGIN RSA PRIVATE KEY-----"
+        };
+        return Err(format!("failed to parse key: no key found ({why})"));
+    };
+    if block
+        .headers
+        .iter()
+        .any(|&(k, v)| k == "Proc-Type" && v == "4,ENCRYPTED")
+    {
         return Err(
             "failed to parse key: password protected keys are not supported. \
                     Please decrypt the key prior to use"
                 .into(),
         );
     }
-    let (label, der) = pem::decode_vec(block.as_bytes())
-        .map_err(|e| format!("failed to parse key: not a valid PEM block ({e})"))?;
-    PrivateKey::from_pkcs1_der(&der).map_err(|e| match label {
+    PrivateKey::from_pkcs1_der(&block.der).map_err(|e| match block.label {
         "RSA PRIVATE KEY" => {
             format!("failed to parse key: not a valid PKCS#1 RSA private key ({e})")
         }
-        "PRIVATE KEY" | "ENCRYPTED PRIVATE KEY" => format!(
+        label @ ("PRIVATE KEY" | "ENCRYPTED PRIVATE KEY") => format!(
             "failed to parse key: the key is PKCS#8 (-----BEGIN {label}-----); rsadecrypt reads \
              an unencrypted PKCS#1 key (-----BEGIN RSA PRIVATE KEY-----), which `openssl rsa \
              -traditional` writes"
@@ -183,12 +184,96 @@ fn parse_key(text: &str) -> Result<PrivateKey, String> {
     })
 }
 
+/// One PEM block: its label, its headers (`Proc-Type: 4,ENCRYPTED`) and its decoded body.
+struct PemBlock<'a> {
+    label: &'a str,
+    headers: Vec<(&'a str, &'a str)>,
+    der: Vec<u8>,
+}
+
+/// The first complete PEM block of `text`, found as Go's `encoding/pem.Decode` finds it (RFC
+/// 1421 with its leniencies): text before and after is skipped, as are blocks that do not end
+/// (an `-----END` line of the same label) or whose body is not base64; `Name: value` header
+/// lines are read; the body's lines may be of any length and spaces, tabs and line ends in it
+/// are ignored. A stricter reader (RFC 7468: 64-column lines, no headers) would refuse keys
+/// Nomad reads, such as one pasted on a single line inside a heredoc.
+fn pem_decode(text: &str) -> Option<PemBlock<'_>> {
+    const BEGIN: &str = "-----BEGIN ";
+    const END: &str = "-----END ";
+    const DASHES: &str = "-----";
+    // The next line of `s` without its line end and trailing spaces, and what follows it.
+    fn line(s: &str) -> (&str, &str) {
+        let (line, rest) = s.split_once('\n').unwrap_or((s, ""));
+        (line.trim_end_matches([' ', '\t', '\r']), rest)
+    }
+    let mut rest = text;
+    loop {
+        // A block begins at the start of the text or of a line.
+        rest = if let Some(after) = rest.strip_prefix(BEGIN) {
+            after
+        } else {
+            let at = rest.find(&format!("\n{BEGIN}"))?;
+            &rest[at + 1 + BEGIN.len()..]
+        };
+        let (label_line, after_label) = line(rest);
+        let Some(label) = label_line.strip_suffix(DASHES) else {
+            continue;
+        };
+        rest = after_label;
+        let mut headers = Vec::new();
+        loop {
+            if rest.is_empty() {
+                return None;
+            }
+            let (l, next) = line(rest);
+            let Some((key, value)) = l.split_once(':') else {
+                break;
+            };
+            headers.push((key.trim(), value.trim()));
+            rest = next;
+        }
+        // With no headers, the END line may come at once, with no line end before it.
+        let (body_end, trailer_at) = if headers.is_empty() && rest.starts_with(END) {
+            (0, END.len())
+        } else {
+            match rest.find(&format!("\n{END}")) {
+                Some(at) => (at, at + 1 + END.len()),
+                None => continue,
+            }
+        };
+        let Some(trailer) = rest[trailer_at..]
+            .strip_prefix(label)
+            .and_then(|t| t.strip_prefix(DASHES))
+        else {
+            continue;
+        };
+        if !line(trailer).0.is_empty() {
+            continue;
+        }
+        let body: String = rest[..body_end]
+            .chars()
+            .filter(|c| !matches!(c, ' ' | '\t' | '\r' | '\n'))
+            .collect();
+        let Ok(der) = GO_STD.decode(body) else {
+            continue;
+        };
+        return Some(PemBlock {
+            label,
+            headers,
+            der,
+        });
+    }
+}
+
 /// RSA decryption (RFC 8017 RSADP, blinded, checked) and the removal of its PKCS#1 v1.5 padding.
+/// A cipher text shorter than the key is the integer its bytes make, as Go reads it (an
+/// encryptor that drops leading zero bytes writes one a time in 256).
 fn decrypt(key: &PrivateKey, ciphertext: &[u8]) -> Result<Vec<u8>, String> {
     let k = key.size();
-    if ciphertext.len() != k {
+    if ciphertext.len() > k {
         return Err(format!(
-            "decryption error: the cipher text is {} bytes, and one for this {}-bit key is {k}",
+            "decryption error: the cipher text is {} bytes, longer than the {k} of one for \
+             this {}-bit key",
             ciphertext.len(),
             key.n().bit_width()
         ));
@@ -199,8 +284,13 @@ fn decrypt(key: &PrivateKey, ciphertext: &[u8]) -> Result<Vec<u8>, String> {
             .to_string()
     };
     let c = BoxedUint::from_be_slice(ciphertext, key.n_bits_precision()).map_err(|_| failed())?;
+    if c >= *key.n().as_ref() {
+        return Err(failed());
+    }
+    // What fails now is not the input: the random numbers of the blinding, or the check of
+    // the result (a fault in the computation). rsa's messages name no part of the key.
     let m = rsa::hazmat::rsa_decrypt_and_check(key, Some(&mut getrandom::SysRng), &c)
-        .map_err(|_| failed())?;
+        .map_err(|e| format!("decryption error: the RSA operation failed ({e})"))?;
     let bytes = m.to_be_bytes();
     // The integer is below the modulus, so it fits in k bytes; its storage may be wider.
     let em = &bytes[bytes.len().saturating_sub(k)..];
@@ -231,6 +321,8 @@ mod tests {
     const CIPHERTEXT: &str = include_str!("../../../tests/data/rsa/ciphertext.b64");
     /// For OTHER_KEY.
     const OTHER_CIPHERTEXT: &str = include_str!("../../../tests/data/rsa/other-key-ciphertext.b64");
+    /// `short cipher text`, for KEY, in 255 bytes.
+    const SHORT_CIPHERTEXT: &str = include_str!("../../../tests/data/rsa/short-ciphertext.b64");
     /// The bytes ff fe, for KEY.
     const BINARY_CIPHERTEXT: &str = include_str!("../../../tests/data/rsa/binary-ciphertext.b64");
     const PLAINTEXT: &str = "hunter2 and a café";
@@ -280,6 +372,45 @@ mod tests {
         );
     }
 
+    /// Keys Go's `pem.Decode` reads and a strict RFC 7468 reader would not: the body on one line
+    /// or in lines of 76, header lines, spaces and CRLF line ends; the first complete block
+    /// counts.
+    #[test]
+    fn reads_pem_as_go_does() {
+        let lines: Vec<&str> = KEY.lines().collect();
+        let (begin, end) = (lines[0], lines[lines.len() - 1]);
+        let body: String = lines[1..lines.len() - 1].concat();
+        let rewrap = |width: usize, eol: &str| {
+            let body: Vec<String> = body
+                .as_bytes()
+                .chunks(width)
+                .map(|c| String::from_utf8(c.to_vec()).unwrap())
+                .collect();
+            format!("{begin}{eol}{}{eol}{end}{eol}", body.join(eol))
+        };
+        for key in [
+            format!("{begin}\n{body}\n{end}"),
+            rewrap(76, "\n"),
+            rewrap(64, "\r\n"),
+            format!("{begin}\nComment: made for a test\n\n{body}\n{end}\n"),
+            format!("{begin}\n  {body}  \n{end}   \n"),
+            format!("-----BEGIN RSA PRIVATE KEY-----\nnot base64\n{end}\n{KEY}"),
+            format!("no\n-----BEGIN X\n{KEY}"),
+        ] {
+            assert_eq!(
+                eval(&call(CIPHERTEXT, &key)).unwrap(),
+                hcl::Value::from(PLAINTEXT),
+                "{key}"
+            );
+        }
+        // The END line must be a line of its own.
+        refused(
+            CIPHERTEXT,
+            &format!("{begin}\n{body}\n{end} x\n"),
+            "no complete PEM block",
+        );
+    }
+
     #[test]
     fn bad_base64_is_refused_without_quoting_it() {
         refused("not base64!", KEY, "cipher text must be base64-encoded");
@@ -315,7 +446,12 @@ mod tests {
             "the PEM block is a \"PUBLIC KEY\", not an RSA private key",
         );
         let truncated = KEY.replacen("MII", "MIIA", 1);
-        refused(CIPHERTEXT, &truncated, "not a valid PEM block");
+        refused(CIPHERTEXT, &truncated, "no complete PEM block");
+        refused(
+            CIPHERTEXT,
+            &KEY.replace("-----END RSA PRIVATE KEY-----", "-----END PRIVATE KEY-----"),
+            "no complete PEM block",
+        );
         let body_lines: Vec<&str> = KEY.lines().collect();
         let short = format!(
             "{}\n{}\n{}\n",
@@ -338,10 +474,22 @@ mod tests {
             eval(&call(OTHER_CIPHERTEXT, OTHER_KEY)).unwrap(),
             hcl::Value::from("not for this key")
         );
+        // Shorter than the key: the integer of its bytes, as Go reads it. Of OpenSSL's
+        // encryptions, one in 256 begins with a zero byte; this one without it.
+        assert_eq!(
+            eval(&call(SHORT_CIPHERTEXT, KEY)).unwrap(),
+            hcl::Value::from("short cipher text")
+        );
         refused(
             "aGVsbG8=",
             KEY,
-            "the cipher text is 5 bytes, and one for this 2048-bit key is 256",
+            "the cipher text is not one this key encrypted",
+        );
+        let long = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, [1; 257]);
+        refused(
+            &long,
+            KEY,
+            "the cipher text is 257 bytes, longer than the 256 of one for this 2048-bit key",
         );
         // 256 bytes of ff: above the modulus.
         let high = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, [0xff; 256]);

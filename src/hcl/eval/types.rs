@@ -109,13 +109,7 @@ impl Type {
             }
             (Type::List(elem), Value::Array(items)) => convert_items(elem, items).map(Value::Array),
             (Type::Set(elem), Value::Array(items)) => {
-                let mut out: Vec<Value> = Vec::new();
-                for item in convert_items(elem, items)? {
-                    if !out.contains(&item) {
-                        out.push(item);
-                    }
-                }
-                Ok(Value::Array(out))
+                Ok(Value::Array(set_of(convert_items(elem, items)?)))
             }
             (Type::Map(elem), Value::Object(entries)) => {
                 let mut out = Map::new();
@@ -251,6 +245,33 @@ fn convert_items(elem: &Type, items: Vec<Value>) -> Result<Vec<Value>, String> {
         .collect()
 }
 
+/// `items` as a set: each distinct element once, in cty's order, the one a set's elements are
+/// iterated and turned into a list in (`for`, `dynamic`, an attribute's value): strings in
+/// lexical (byte) order, numbers by value, `false` before `true`, nulls last. Elements of
+/// other kinds (lists, objects, or kinds mixed) have no order in cty that a jobspec may rely
+/// on; they keep the order they came in.
+pub fn set_of(items: impl IntoIterator<Item = Value>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for item in items {
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    let known = |v: &Value| !v.is_null();
+    let all = |f: fn(&Value) -> bool| out.iter().filter(|v| known(v)).all(f);
+    if all(Value::is_string) {
+        out.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
+    } else if all(Value::is_number) {
+        let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+        out.sort_by(|a, b| f(a).total_cmp(&f(b)));
+    } else if all(Value::is_boolean) {
+        out.sort_by_key(Value::as_bool);
+    }
+    // Stable: the nulls (at most one) go last, the rest keep the order just made.
+    out.sort_by_key(Value::is_null);
+    out
+}
+
 /// A number spelled as text (`"8080"`, `"-1"`, `"0.5"`), as cty reads one.
 pub fn parse_number(s: &str) -> Option<Number> {
     let s = s.trim();
@@ -294,6 +315,36 @@ mod tests {
     fn value(s: &str) -> Value {
         let expr: hcl::edit::expr::Expression = hcl::edit::parser::parse_expr(s).unwrap();
         hcl::eval::Evaluate::evaluate(&Expression::from(expr), &hcl::eval::Context::new()).unwrap()
+    }
+
+    #[test]
+    fn a_set_is_in_ctys_order() {
+        let strings = |v: &[&str]| Value::from(v.to_vec());
+        let set = |v: Value| match v {
+            Value::Array(items) => Value::Array(set_of(items)),
+            _ => unreachable!(),
+        };
+        assert_eq!(
+            set(strings(&["b", "a", "B", "b", "a1"])),
+            strings(&["B", "a", "a1", "b"])
+        );
+        let numbers = |v: &[f64]| Value::from(v.to_vec());
+        assert_eq!(
+            set(numbers(&[10.0, 9.0, -1.0, 2.5, 9.0])),
+            numbers(&[-1.0, 2.5, 9.0, 10.0])
+        );
+        assert_eq!(
+            set(Value::from(vec![true, false, true])),
+            Value::from(vec![false, true])
+        );
+        let with_null = Value::Array(vec![Value::Null, "b".into(), "a".into()]);
+        let nulls_last = Value::Array(vec!["a".into(), "b".into(), Value::Null]);
+        assert_eq!(set(with_null), nulls_last);
+        // No order for lists: as they came, once each.
+        let lists = Value::Array(vec![strings(&["2"]), strings(&["1"]), strings(&["2"])]);
+        let once = Value::Array(vec![strings(&["2"]), strings(&["1"])]);
+        assert_eq!(set(lists), once);
+        assert_eq!(set(Value::Array(vec![])), Value::Array(vec![]));
     }
 
     #[test]

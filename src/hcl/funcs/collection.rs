@@ -7,7 +7,7 @@ use hcl::eval::{FuncArgs, FuncDef};
 use hcl::{Map, Value};
 
 use super::{as_string, fixed, float, int, list, map, num, string, variadic};
-use crate::hcl::eval::types::kind;
+use crate::hcl::eval::types::{kind, set_of};
 
 pub fn funcs() -> Vec<(&'static str, FuncDef)> {
     vec![
@@ -277,11 +277,11 @@ fn setunion(args: FuncArgs) -> Result<Value, String> {
     for i in 0..args.len() {
         all.extend(list(&args, i)?.iter().cloned());
     }
-    Ok(Value::Array(dedup(all)))
+    Ok(Value::Array(set_of(all)))
 }
 
 fn setintersection(args: FuncArgs) -> Result<Value, String> {
-    let mut common = dedup(list(&args, 0)?.iter().cloned());
+    let mut common = set_of(list(&args, 0)?.iter().cloned());
     for i in 1..args.len() {
         let other = list(&args, i)?;
         common.retain(|v| other.contains(v));
@@ -340,6 +340,13 @@ mod tests {
         same("coalescelist([], [1])", "[1]");
         same("setunion([1, 2], [2, 3])", "[1, 2, 3]");
         same("setintersection([1, 2, 3], [2, 3, 4])", "[2, 3]");
+        // In cty's set order, not the arguments'.
+        same(
+            "setunion([\"b\", \"a\"], [\"c\", \"a\"])",
+            "[\"a\", \"b\", \"c\"]",
+        );
+        same("setunion([10, 2], [1])", "[1, 2, 10]");
+        same("setintersection([3, 2, 1], [1, 3])", "[1, 3]");
         same(
             "setproduct([\"a\", \"b\"], [1])",
             "[[\"a\", 1], [\"b\", 1]]",

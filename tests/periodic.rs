@@ -181,7 +181,34 @@ fn prohibit_overlap_launches_no_second_child_while_one_runs_and_force_launches_n
         (400, "can't force launch non-periodic job")
     );
 
+    // Nor one whose schedule is disabled: Nomad forces only the schedules it tracks.
+    agent.run_hcl(
+        r#"job "off" {
+  type = "batch"
+  periodic {
+    crons   = ["0 0 1 1 *"]
+    enabled = false
+  }
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+    }
+  }
+}"#,
+    );
+    let (code, body) = agent.request("POST", "/v1/job/off/periodic/force", Some("{}"));
+    assert_eq!(
+        (code, body.trim()),
+        (
+            400,
+            "force launch for job \"off\" failed: can't force run non-tracked job \"off\" (default)"
+        )
+    );
+    assert!(children(&agent, "off").is_empty());
+
     agent.request("DELETE", "/v1/job/slow", None);
+    agent.request("DELETE", "/v1/job/off", None);
     for child in both {
         agent.request("DELETE", &format!("/v1/job/{}", enc(&child)), None);
     }

@@ -135,8 +135,8 @@ impl AllocManager {
     /// Launches the periodic job `parent`'s child for the instant `at` (unix seconds):
     /// `<parent>/periodic-<at>`. `Ok(None)` when nothing was launched: `prohibit_overlap` and a
     /// child still runs, or the child of that instant exists already. `force` is
-    /// `job periodic force`, which launches now whatever the schedule says, a running child or
-    /// a disabled schedule, as Nomad's `ForceLaunch`.
+    /// `job periodic force`, which launches now whatever the schedule says or a running child,
+    /// as Nomad's `ForceLaunch`; a disabled schedule (`enabled = false`) is refused, as there.
     pub fn launch_periodic(
         self: &Arc<Self>,
         parent: &str,
@@ -154,7 +154,15 @@ impl AllocManager {
                         "can't force launch non-periodic job".to_string(),
                     ));
                 };
-                if (!force && !periodic.enabled)
+                if force && !periodic.enabled {
+                    // Nomad's dispatcher tracks only enabled schedules, and forces only those.
+                    return Err(AllocError::ChildRefused(format!(
+                        "force launch for job {parent:?} failed: can't force run non-tracked \
+                         job {parent:?} ({})",
+                        record.job.fields.namespace
+                    )));
+                }
+                if !periodic.enabled
                     || reg.jobs.contains_key(&child_id)
                     || (periodic.prohibit_overlap && !force && child_running(reg, parent))
                 {

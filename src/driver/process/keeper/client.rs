@@ -108,7 +108,7 @@ pub(super) struct Shared {
 pub struct KeeperClient {
     program: PathBuf,
     seq: AtomicU64,
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     /// Guards: the live connection.
     conn: Mutex<Option<Arc<Conn>>>,
     /// Guards: the readers of every connection this client made, joined by `close`.
@@ -196,7 +196,7 @@ impl KeeperClient {
             return None;
         }
         let (held, exited) = recovered.remove(&pid)?;
-        drop(recovered);
+        // Watched before the guard goes: an exit the reader reads now finds the task in one.
         Some(self.watch(held, exited))
     }
 
@@ -205,39 +205,45 @@ impl KeeperClient {
     /// already are forgotten: their end was either recorded with the run or belongs to a run the
     /// state file never knew.
     pub fn claim_by_name(&self, alloc_id: &str, task: &str) -> Option<Kept> {
-        let (running, exited): (Vec<(Held, Receiver<TaskExit>)>, Vec<_>) = {
+        let (mut running, exited): (Vec<Kept>, Vec<(Held, Receiver<TaskExit>)>) = {
             let mut recovered = self.shared.recovered.lock();
             let pids: Vec<i32> = recovered
                 .values()
                 .filter(|(h, _)| h.alloc_id == alloc_id && h.task == task)
                 .map(|(h, _)| h.pid)
                 .collect();
-            pids.iter()
+            let (running, exited): (Vec<_>, Vec<_>) = pids
+                .iter()
                 .filter_map(|p| recovered.remove(p))
-                .partition(|(h, _)| h.exit.is_none())
+                .partition(|(h, _)| h.exit.is_none());
+            // Watched under the guard, as in `claim`.
+            let running = running
+                .into_iter()
+                .map(|(held, exited)| self.watch(held, exited))
+                .collect();
+            (running, exited)
         };
         for (held, _) in exited {
             self.forget(held.pid);
         }
-        let mut running = running;
-        running.sort_by_key(|(h, _)| h.start_ticks);
+        running.sort_by_key(|k| k.start_ticks);
         let newest = running.pop();
-        for (held, exited) in running {
+        for kept in running {
             // Never two runs of a task: an older one still running is stopped.
             log::warn!(
                 "task {task} of alloc {alloc_id}: the keeper runs more than one process of it; killing {}",
-                held.pid
+                kept.pid
             );
-            let kept = self.watch(held, exited);
             let _ = self.signal(kept.pid, libc::SIGKILL);
             let _ = kept.exited.recv_timeout(super::super::SIGKILL_WAIT);
             self.forget(kept.pid);
         }
-        let (held, exited) = newest?;
-        Some(self.watch(held, exited))
+        newest
     }
 
-    /// A claimed task joins the watched ones (a keeper that dies reports it lost).
+    /// A claimed task joins the watched ones (a keeper that dies reports it lost). Called with
+    /// the `recovered` guard held (the lock order is `recovered`, then `watches`), so that an
+    /// exit the reader reads at the same time finds the task in one of the two.
     fn watch(&self, held: Held, exited: Receiver<TaskExit>) -> Kept {
         // The recovered channel's sender lives in the watch from now on.
         let (tx, rx) = bounded(1);
@@ -265,17 +271,15 @@ impl KeeperClient {
     /// The tasks the keeper held at connection time that `wanted` does not want: what a crashed
     /// agent left of allocations it no longer has. Taken out and watched: the caller stops them.
     pub fn unwanted(&self, wanted: impl Fn(&Held) -> bool) -> Vec<(Held, Kept)> {
-        let drained: Vec<(Held, Receiver<TaskExit>)> = {
-            let mut recovered = self.shared.recovered.lock();
-            let pids: Vec<i32> = recovered
-                .values()
-                .filter(|(h, _)| !wanted(h))
-                .map(|(h, _)| h.pid)
-                .collect();
-            pids.iter().filter_map(|p| recovered.remove(p)).collect()
-        };
-        drained
-            .into_iter()
+        let mut recovered = self.shared.recovered.lock();
+        let pids: Vec<i32> = recovered
+            .values()
+            .filter(|(h, _)| !wanted(h))
+            .map(|(h, _)| h.pid)
+            .collect();
+        // Watched under the guard, as in `claim`.
+        pids.iter()
+            .filter_map(|p| recovered.remove(p))
             .map(|(held, exited)| (held.clone(), self.watch(held, exited)))
             .collect()
     }
@@ -556,22 +560,46 @@ impl Shared {
         if first {
             let mut recovered = self.recovered.lock();
             for held in tasks {
-                let (tx, rx) = bounded(1);
-                if let Some(exit) = held.exit {
-                    let _ = tx.send(TaskExit::Exited(exit));
-                }
-                recovered.insert(held.pid, (held, rx));
+                let exited = match held.exit {
+                    Some(exit) => ready(TaskExit::Exited(exit)),
+                    None => bounded(1).1,
+                };
+                recovered.insert(held.pid, (held, exited));
             }
             return;
         }
-        let mut watches = self.watches.lock();
         for held in tasks {
-            if let (Some(exit), Some(w)) = (held.exit, watches.get_mut(&held.pid)) {
-                w.exited = true;
-                let _ = w.tx.try_send(TaskExit::Exited(exit));
+            if let Some(exit) = held.exit {
+                self.exited(held.pid, exit);
             }
         }
     }
+
+    /// The keeper reports that task `pid` exited: to its watch, or, when its runner has not
+    /// claimed it yet (the exit came between the keeper's hello and the claim), to the claim.
+    /// Never lost: a claim moves a task from `recovered` to `watches` under the `recovered`
+    /// guard, which this takes first.
+    pub(super) fn exited(&self, pid: i32, exit: Exit) {
+        let mut recovered = self.recovered.lock();
+        if let Some((held, exited)) = recovered.get_mut(&pid) {
+            if held.exit.is_none() {
+                held.exit = Some(exit);
+                *exited = ready(TaskExit::Exited(exit));
+            }
+            return;
+        }
+        if let Some(w) = self.watches.lock().get_mut(&pid) {
+            w.exited = true;
+            let _ = w.tx.try_send(TaskExit::Exited(exit));
+        }
+    }
+}
+
+/// A channel that holds `exit` and has no sender left.
+pub(super) fn ready(exit: TaskExit) -> Receiver<TaskExit> {
+    let (tx, rx) = bounded(1);
+    let _ = tx.send(exit);
+    rx
 }
 
 pub(super) fn write_request(conn: &Conn, req: &Request) -> io::Result<()> {

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::client::{hello, write_request, Conn, Shared, TaskExit, Watch};
+use super::client::{hello, ready, write_request, Conn, Shared, TaskExit, Watch};
 use super::{Event, Request, SOCKET_FILE};
 use crate::driver::process::{orphan, procfs};
 
@@ -53,12 +53,7 @@ impl Reader {
                 }
             };
             match ev {
-                Event::Exited { pid, exit } => {
-                    if let Some(w) = self.shared.watches.lock().get_mut(&pid) {
-                        w.exited = true;
-                        let _ = w.tx.try_send(TaskExit::Exited(exit));
-                    }
-                }
+                Event::Exited { pid, exit } => self.shared.exited(pid, exit),
                 Event::Started {
                     seq,
                     pid,
@@ -128,7 +123,20 @@ impl Reader {
     /// The keeper died and its tasks with it.
     fn keeper_died(self) {
         self.conn.dead.store(true, Ordering::Release);
-        let lost: Vec<(i32, Watch)> = self.shared.watches.lock().drain().collect();
+        // The order of the locks is the claims' (recovered, then watches): a task is in one.
+        let (lost, unclaimed) = {
+            let mut recovered = self.shared.recovered.lock();
+            let lost: Vec<(i32, Watch)> = self.shared.watches.lock().drain().collect();
+            // A task not claimed yet learns it when its runner claims it.
+            let mut unclaimed = Vec::new();
+            for (held, exited) in recovered.values_mut() {
+                if held.exit.is_none() {
+                    *exited = ready(TaskExit::KeeperDied);
+                    unclaimed.push((held.alloc_id.clone(), held.task.clone()));
+                }
+            }
+            (lost, unclaimed)
+        };
         log::error!(
             "the task keeper (pid {}) died: {} tasks died with it",
             self.conn.keeper.pid,
@@ -136,11 +144,12 @@ impl Reader {
         );
         // What is left of their groups (the parent-death signal reaches only the process the
         // keeper started) is stopped before any of them starts again: never two runs of a task.
-        let ids: HashSet<String> = lost.iter().map(|(_, w)| w.alloc_id.clone()).collect();
         let names: HashSet<(String, String)> = lost
             .iter()
             .map(|(_, w)| (w.alloc_id.clone(), w.task.clone()))
+            .chain(unclaimed)
             .collect();
+        let ids: HashSet<String> = names.iter().map(|(a, _)| a.clone()).collect();
         let groups: BTreeMap<i32, i32> =
             orphan::find_task_processes(&ids, &crate::util::allocdir::alloc_root(&self.shared.dir))
                 .into_iter()
@@ -153,5 +162,49 @@ impl Reader {
         }
         // Callers waiting for an answer get a disconnected channel.
         self.shared.pending.lock().clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::client::{KeeperClient, TaskExit};
+    use super::super::{Exit, Held};
+
+    fn held(pid: i32) -> Held {
+        Held {
+            pid,
+            start_ticks: 7,
+            alloc_id: "a".into(),
+            task: "t".into(),
+            exit: None,
+        }
+    }
+
+    const EXIT: Exit = Exit {
+        exit_code: 3,
+        signal: 0,
+        at_nanos: 1,
+        oom_killed: false,
+    };
+
+    /// An exit the keeper reports after its hello and before the task's runner claims it
+    /// reaches the claim (it was dropped: the runner then waited for an exit that had passed).
+    #[test]
+    fn an_exit_before_the_claim_is_not_lost() {
+        let dir = crate::util::scratch::dir("keeper-claim");
+        let client = KeeperClient::open(&dir, "/nonexistent".into()).unwrap();
+        client.shared.take_over(vec![held(100), held(101)], true);
+        client.shared.exited(100, EXIT);
+        client.shared.exited(101, EXIT);
+        let kept = client.claim(100, 7).expect("claimed");
+        assert!(matches!(kept.exited.try_recv(), Ok(TaskExit::Exited(e)) if e == EXIT));
+        // By name, an exited run is forgotten, not handed over as running.
+        assert!(client.claim_by_name("a", "t").is_none());
+        // Once claimed, an exit goes to the watch.
+        client.shared.take_over(vec![held(102)], true);
+        let kept = client.claim(102, 7).expect("claimed");
+        assert!(kept.exited.try_recv().is_err());
+        client.shared.exited(102, EXIT);
+        assert!(matches!(kept.exited.try_recv(), Ok(TaskExit::Exited(e)) if e == EXIT));
     }
 }

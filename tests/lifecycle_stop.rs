@@ -189,8 +189,6 @@ fn a_stop_kills_the_leader_then_main_then_the_sidecar_then_runs_poststop() {
     assert!(types(&agent, &alloc, "leader").contains(&"Killing".to_string()));
     finish_after_leader(&agent, &alloc, dir, &order);
     assert_leader_dead_then_killing(&agent, &alloc);
-    let cleanup = agent.task_state(&alloc, "cleanup");
-    assert_eq!(cleanup["Failed"], false, "{cleanup}");
 }
 
 /// kill -9 of the agent while the stop waits for the leader: the next agent takes the live tasks
@@ -375,8 +373,8 @@ fn counted(name: &str, extra: &str, then: &str, dir: &Path) -> String {
 
 /// The tasks of a stopped allocation that do not run when the agent comes back are never started
 /// again, whatever their restart policy says: a task whose process ended while no agent ran
-/// (its restart would be at once) and a task waiting out a restart delay end killed, without a
-/// second start, while the stop still waits for its leader; a prestart task that ran stays dead.
+/// (its restart would be at once, or its policy allows none) and a task waiting out a restart
+/// delay end killed, not failed, without a second start, while the stop still waits for its leader; a prestart task that ran stays dead.
 /// Once the leader ends, the poststop task runs once and the allocation completes.
 #[test]
 fn a_restart_starts_no_task_of_a_stopped_allocation_but_its_poststop_task() {
@@ -393,6 +391,7 @@ job "no-start" {{
     {leader}
     {init}
     {gone}
+    {last}
     {delayed}
     {cleanup}
   }}
@@ -407,6 +406,16 @@ job "no-start" {{
         gone = counted(
             "gone",
             "restart {\n        attempts = 3\n        delay = \"0s\"\n        interval = \"1h\"\n        mode = \"fail\"\n      }",
+            &format!(
+                "while [ ! -f {} ]; do sleep 0.05; done; exit 1",
+                end_gone.display()
+            ),
+            dir
+        ),
+        // Its policy allows no restart: ended on the stop, it is killed, not failed.
+        last = counted(
+            "last",
+            "restart {\n        attempts = 0\n        mode = \"fail\"\n      }",
             &format!(
                 "while [ ! -f {} ]; do sleep 0.05; done; exit 1",
                 end_gone.display()
@@ -429,9 +438,11 @@ job "no-start" {{
     let job = agent.run_hcl(&hcl);
     let alloc = agent.alloc_id(&job);
     wait_for(WAIT, "the leader up and gone running", || {
-        let gone = agent.task_state(&alloc, "gone");
-        (lines(&dir.join("up")).len() == 1 && gone["State"] == "running" && gone["PID"].is_i64())
-            .then_some(())
+        let running = |task: &str| {
+            let t = agent.task_state(&alloc, task);
+            t["State"] == "running" && t["PID"].is_i64()
+        };
+        (lines(&dir.join("up")).len() == 1 && running("gone") && running("last")).then_some(())
     });
     wait_for(WAIT, "delayed waiting out its restart delay", || {
         types(&agent, &alloc, "delayed")
@@ -455,6 +466,7 @@ job "no-start" {{
             let t = &a["TaskStates"];
             (a["DesiredStatus"] == "stop"
                 && t["gone"]["PID"].is_i64()
+                && t["last"]["PID"].is_i64()
                 && t["delayed"]["RestartAt"].is_i64()
                 && t["init"]["State"] == "dead")
                 .then_some(())
@@ -465,7 +477,7 @@ job "no-start" {{
     // `gone` ends while no agent runs: its restart policy would start it again at once.
     std::fs::write(&end_gone, "").unwrap();
     agent.restart();
-    for task in ["gone", "delayed", "init"] {
+    for task in ["gone", "last", "delayed", "init"] {
         wait_for(WAIT, &format!("{task} dead"), || {
             (agent.task_state(&alloc, task)["State"] == "dead").then_some(())
         });
@@ -486,9 +498,9 @@ job "no-start" {{
     wait_for(WAIT, "alloc complete", || {
         (client_status(&agent, &alloc) == "complete").then_some(())
     });
-    for task in ["init", "gone", "delayed", "cleanup"] {
+    for task in ["init", "gone", "last", "delayed", "cleanup"] {
         assert_eq!(starts(task), 1, "{task}");
+        let state = agent.task_state(&alloc, task);
+        assert_eq!(state["Failed"], false, "{task}: {state}");
     }
-    let cleanup = agent.task_state(&alloc, "cleanup");
-    assert_eq!(cleanup["Failed"], false, "{cleanup}");
 }

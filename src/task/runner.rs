@@ -330,7 +330,12 @@ impl TaskRunner {
             });
             match decision {
                 Decision::Killed => return self.finish_killed(),
-                Decision::Restart { .. } if no_new_run => return self.finish_killed(),
+                // The allocation is being stopped: whether its policy would restart it or not,
+                // the task ended on the stop (the kill came while no agent ran), as without a
+                // restart it would have been killed.
+                Decision::Restart { .. } | Decision::NotRestarting { .. } if no_new_run => {
+                    return self.finish_killed()
+                }
                 Decision::NotRestarting { reason } => {
                     self.emit(TaskEvent::not_restarting(now_nanos(), &reason));
                     return self.finish_dead(true);

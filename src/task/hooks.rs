@@ -44,6 +44,8 @@ pub struct TaskContext {
     pub data_dir: PathBuf,
     pub node_id: String,
     pub node_name: String,
+    /// The node when the task starts: `${node.*}`, `${attr.*}` and the agent's `client { meta }`.
+    pub node: Arc<crate::alloc::placement::Node>,
     /// The host ports of the allocation (its group's `network` block), given at placement.
     pub ports: Vec<crate::jobspec::network::AllocatedPort>,
     /// The CPUs the task holds for its `resources { cores }`, given at placement; empty when it

@@ -168,8 +168,15 @@ impl AllocManager {
         // The node as its tasks see it (`${attr.*}`, `${node.*}`) and what one core counts for,
         // read before the allocation is locked (the node reads its drivers' and volumes'
         // fingerprints).
-        let node = Arc::new(self.engine.node.node());
+        let node = self.engine.node.node();
         let per_core = node.capacity.as_ref().map_or(0, |c| c.mhz_per_core);
+        let node = Arc::new(crate::task::hooks::NodeVars {
+            datacenter: node.datacenter,
+            node_class: node.node_class,
+            node_pool: node.node_pool,
+            attributes: node.attributes,
+            meta: node.meta,
+        });
         let mut inner = alloc.inner.lock();
         let stopped = inner.desired == DesiredStatus::Stop;
         if stopped && !inner.ordered_stop {

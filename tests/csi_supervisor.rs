@@ -131,6 +131,7 @@ fn task_context(
         data_dir: data_dir.to_path_buf(),
         node_id: "node-1".into(),
         node_name: "node-1".into(),
+        node: Default::default(),
         ports: Vec::new(),
         cores: Vec::new(),
     }

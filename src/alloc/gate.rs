@@ -165,14 +165,18 @@ impl AllocManager {
         deps: &RunnerDeps,
     ) {
         let alloc_dir = allocdir::alloc_dir(&self.engine.data_dir, &alloc.id);
-        // What one core counts for, read before the allocation is locked (the node reads its
-        // drivers' and volumes' fingerprints).
-        let per_core = if specs.iter().any(|t| t.resources.cores > 0) {
-            let node = self.engine.node.node();
-            node.capacity.map_or(0, |c| c.mhz_per_core)
-        } else {
-            0
-        };
+        // The node as its tasks see it (`${attr.*}`, `${node.*}`) and what one core counts for,
+        // read before the allocation is locked (the node reads its drivers' and volumes'
+        // fingerprints).
+        let node = self.engine.node.node();
+        let per_core = node.capacity.as_ref().map_or(0, |c| c.mhz_per_core);
+        let node = Arc::new(crate::task::hooks::NodeVars {
+            datacenter: node.datacenter,
+            node_class: node.node_class,
+            node_pool: node.node_pool,
+            attributes: node.attributes,
+            meta: node.meta,
+        });
         let mut inner = alloc.inner.lock();
         let stopped = inner.desired == DesiredStatus::Stop;
         if stopped && !inner.ordered_stop {
@@ -209,6 +213,7 @@ impl AllocManager {
                 data_dir: self.engine.data_dir.clone(),
                 node_id: self.engine.node_id.clone(),
                 node_name: self.engine.node_name.clone(),
+                node: node.clone(),
                 ports: alloc.ports.clone(),
                 cores: alloc.cores.get(&spec.name).cloned().unwrap_or_default(),
             };

@@ -151,19 +151,35 @@ pub fn base_env(ctx: &TaskContext, passed: &BTreeMap<String, String>) -> BTreeMa
     env
 }
 
-/// What `${name}` stands for in a task's jobspec: `node.unique.id` and `node.unique.name`,
-/// `meta.k` (the merged meta value, held as `NOMAD_META_k`), `env.X` from `passed` (the agent's
-/// variables tasks get), else the variable `name` of `env`. `None`: it stays as written.
+/// The region `${node.region}` names: a node agent belongs to no other, and Nomad's default
+/// region is `global`.
+pub const REGION: &str = "global";
+
+/// What `${name}` stands for in a task's jobspec, as Nomad's client fills it in when the task
+/// starts: `node.unique.id`, `node.unique.name`, `node.datacenter`, `node.region`, `node.class`,
+/// `node.pool`, `attr.<name>` (the node's attributes, as constraints see them), `meta.k` (the
+/// merged meta value, held as `NOMAD_META_k`, else the agent's `client { meta }`), `env.X` from
+/// `passed` (the agent's variables tasks get), else the variable `name` of `env`. `None`: it
+/// stays as written (an attribute this node does not have, as in Nomad).
 fn resolve_name(
     ctx: &TaskContext,
     env: &BTreeMap<String, String>,
     passed: &BTreeMap<String, String>,
     name: &str,
 ) -> Option<String> {
+    let node = &ctx.node;
     match name {
         "node.unique.id" => Some(ctx.node_id.clone()),
         "node.unique.name" => Some(ctx.node_name.clone()),
-        _ if name.starts_with("meta.") => env.get(&format!("NOMAD_META_{}", &name[5..])).cloned(),
+        "node.datacenter" => Some(node.datacenter.clone()),
+        "node.region" => Some(REGION.to_string()),
+        "node.class" => Some(node.node_class.clone()),
+        "node.pool" => Some(node.node_pool.clone()),
+        _ if name.starts_with("attr.") => node.attributes.get(&name[5..]).cloned(),
+        _ if name.starts_with("meta.") => env
+            .get(&format!("NOMAD_META_{}", &name[5..]))
+            .or_else(|| node.meta.get(&name[5..]))
+            .cloned(),
         _ => name
             .strip_prefix("env.")
             .and_then(|v| passed.get(v).cloned())

@@ -44,11 +44,25 @@ pub struct TaskContext {
     pub data_dir: PathBuf,
     pub node_id: String,
     pub node_name: String,
+    /// The node when the task starts: `${node.*}`, `${attr.*}` and the agent's `client { meta }`.
+    pub node: Arc<NodeVars>,
     /// The host ports of the allocation (its group's `network` block), given at placement.
     pub ports: Vec<crate::jobspec::network::AllocatedPort>,
     /// The CPUs the task holds for its `resources { cores }`, given at placement; empty when it
     /// asks for none.
     pub cores: Vec<u32>,
+}
+
+/// What a task's jobspec reads of the node when the task starts (`${node.*}`, `${attr.*}`).
+#[derive(Debug, Clone, Default)]
+pub struct NodeVars {
+    pub datacenter: String,
+    pub node_class: String,
+    pub node_pool: String,
+    /// The node's attributes, as constraints see them.
+    pub attributes: BTreeMap<String, String>,
+    /// The agent's `client { meta }`.
+    pub meta: BTreeMap<String, String>,
 }
 
 impl TaskContext {

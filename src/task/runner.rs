@@ -741,6 +741,7 @@ mod tests {
             data_dir: dir.clone(),
             node_id: "node".to_string(),
             node_name: "node".to_string(),
+            node: Default::default(),
             ports: Vec::new(),
             cores: Vec::new(),
         };

@@ -218,3 +218,57 @@ fn listing_the_token_for_tasks_is_a_configuration_error() {
         "{stderr}"
     );
 }
+
+/// `${node.*}`, `${attr.*}` and `${meta.*}` in a task's arguments are what the node is when the
+/// task starts, as Nomad's client fills them in: its datacenter, class, pool, region, name and
+/// attributes, and the agent's `client { meta }` for a key the job does not set (a key it sets
+/// is the job's). An attribute the node does not have stays as written.
+#[test]
+fn node_attributes_and_meta_are_filled_in_when_a_task_starts() {
+    let dir = TempDir::new("env-node");
+    let agent = TestAgent::start_in(
+        dir.path(),
+        "datacenter = \"eu-west-1\"\nclient {\n  node_class = \"gpu\"\n  meta {\n    rack = \"r1\"\n    zone = \"node-zone\"\n  }\n}\n",
+    );
+    let m = marker();
+    agent.run_hcl(&format!(
+        r#"
+job "node-vars" {{
+  datacenters = ["eu-*"]
+  meta {{ zone = "job-zone" }}
+  group "g" {{
+    task "t" {{
+      driver = "raw_exec"
+      config {{
+        command = "/bin/sh"
+        args = ["-c", "echo \"$1\" > local/interpolated; exec sleep {m}", "x",
+                "${{node.datacenter}}|${{node.class}}|${{node.pool}}|${{node.region}}|${{node.unique.name}}|${{attr.kernel.name}}|${{attr.cpu.arch}}|${{meta.rack}}|${{meta.zone}}|${{attr.no.such}}"]
+      }}
+    }}
+  }}
+}}"#
+    ));
+    let alloc = agent.alloc_id("node-vars");
+    let node_id = agent.get("/v1/nodes")[0]["ID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let node = agent.get(&format!("/v1/node/{node_id}"));
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    let want = [
+        s(&node["Datacenter"]),
+        s(&node["NodeClass"]),
+        s(&node["NodePool"]),
+        "global".to_string(),
+        s(&node["Name"]),
+        s(&node["Attributes"]["kernel.name"]),
+        s(&node["Attributes"]["cpu.arch"]),
+        s(&node["Meta"]["rack"]),
+        "job-zone".to_string(),
+        "${attr.no.such}".to_string(),
+    ]
+    .join("|");
+    assert_eq!(s(&node["Datacenter"]), "eu-west-1");
+    assert_eq!(s(&node["Meta"]["rack"]), "r1");
+    assert_eq!(interpolated(&agent, &alloc), want);
+}

@@ -123,6 +123,29 @@ impl NodeSource for AgentNode {
     }
 }
 
+/// The attributes of the node's fingerprinted resources and address, with Nomad's names and
+/// units: `cpu.totalcompute` and `cpu.frequency` in MHz, `memory.totalbytes` in bytes (after
+/// `client { cpu_total_compute, memory_total_mb }` overrides, as Nomad's), and
+/// `unique.network.ip-address`, the address tasks' ports are on (`NOMAD_IP_*`).
+fn resource_attributes(
+    r: &crate::resources::NodeResources,
+    config: &AgentConfig,
+) -> BTreeMap<String, String> {
+    let mut a = BTreeMap::new();
+    a.insert("cpu.totalcompute".to_string(), r.cpu_mhz.to_string());
+    if r.total_cores > 0 {
+        let per_core = r.cpu_mhz / u64::from(r.total_cores);
+        a.insert("cpu.frequency".to_string(), per_core.to_string());
+    }
+    let bytes = r.memory_mb.saturating_mul(1024 * 1024);
+    a.insert("memory.totalbytes".to_string(), bytes.to_string());
+    a.insert(
+        "unique.network.ip-address".to_string(),
+        config.host_network_ip().to_string(),
+    );
+    a
+}
+
 /// The host's attributes, with Nomad's names and values (`cpu.arch` is Go's name of the
 /// architecture, `amd64`, as jobspecs written for Nomad compare it).
 fn host_attributes(name: &str) -> BTreeMap<String, String> {
@@ -154,6 +177,15 @@ fn host_attributes(name: &str) -> BTreeMap<String, String> {
             if let Some(v) = value.filter(|v| !v.is_empty()) {
                 a.insert(attr.to_string(), v.to_string());
             }
+        }
+    }
+    if let Ok(cpuinfo) = std::fs::read_to_string("/proc/cpuinfo") {
+        let model = cpuinfo.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == "model name").then(|| v.trim().to_string())
+        });
+        if let Some(model) = model.filter(|m| !m.is_empty()) {
+            a.insert("cpu.modelname".to_string(), model);
         }
     }
     a.insert("unique.hostname".to_string(), name.to_string());
@@ -292,6 +324,9 @@ impl Agent {
         ));
         let node = {
             let mut n = Arc::into_inner(node).expect("the node was just made");
+            n.base
+                .attributes
+                .extend(resource_attributes(&resources, &config));
             n.resources = resources;
             n.base.capacity = Some(capacity);
             Arc::new(n)

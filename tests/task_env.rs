@@ -242,7 +242,7 @@ job "node-vars" {{
       config {{
         command = "/bin/sh"
         args = ["-c", "echo \"$1\" > local/interpolated; exec sleep {m}", "x",
-                "${{node.datacenter}}|${{node.class}}|${{node.pool}}|${{node.region}}|${{node.unique.name}}|${{attr.kernel.name}}|${{attr.cpu.arch}}|${{meta.rack}}|${{meta.zone}}|${{attr.no.such}}"]
+                "${{node.datacenter}}|${{node.class}}|${{node.pool}}|${{node.region}}|${{node.unique.name}}|${{attr.kernel.name}}|${{attr.cpu.arch}}|${{meta.rack}}|${{meta.zone}}|${{attr.no.such}}|${{attr.unique.network.ip-address}}|${{attr.memory.totalbytes}}|${{attr.cpu.totalcompute}}"]
       }}
     }}
   }}
@@ -266,9 +266,24 @@ job "node-vars" {{
         s(&node["Meta"]["rack"]),
         "job-zone".to_string(),
         "${attr.no.such}".to_string(),
+        s(&node["Attributes"]["unique.network.ip-address"]),
+        s(&node["Attributes"]["memory.totalbytes"]),
+        s(&node["Attributes"]["cpu.totalcompute"]),
     ]
     .join("|");
     assert_eq!(s(&node["Datacenter"]), "eu-west-1");
     assert_eq!(s(&node["Meta"]["rack"]), "r1");
+    // The resource attributes are the node's resources, in Nomad's units.
+    let memory_mb = node["NodeResources"]["Memory"]["MemoryMB"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        s(&node["Attributes"]["memory.totalbytes"]),
+        (memory_mb * 1024 * 1024).to_string()
+    );
+    let ip: std::net::IpAddr = s(&node["Attributes"]["unique.network.ip-address"])
+        .parse()
+        .unwrap();
+    assert!(!ip.is_unspecified());
     assert_eq!(interpolated(&agent, &alloc), want);
 }

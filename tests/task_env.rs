@@ -235,14 +235,17 @@ fn node_attributes_and_meta_are_filled_in_when_a_task_starts() {
         r#"
 job "node-vars" {{
   datacenters = ["eu-*"]
-  meta {{ zone = "job-zone" }}
+  meta {{
+    zone     = "job-zone"
+    my-key   = "dashed"
+  }}
   group "g" {{
     task "t" {{
       driver = "raw_exec"
       config {{
         command = "/bin/sh"
-        args = ["-c", "echo \"$1\" > local/interpolated; exec sleep {m}", "x",
-                "${{node.datacenter}}|${{node.class}}|${{node.pool}}|${{node.region}}|${{node.unique.name}}|${{attr.kernel.name}}|${{attr.cpu.arch}}|${{meta.rack}}|${{meta.zone}}|${{attr.no.such}}|${{attr.unique.network.ip-address}}|${{attr.memory.totalbytes}}|${{attr.cpu.totalcompute}}"]
+        args = ["-c", "echo \"$1|$NOMAD_META_my_key|$NOMAD_META_MY_KEY\" > local/interpolated; exec sleep {m}", "x",
+                "${{node.datacenter}}|${{node.class}}|${{node.pool}}|${{node.region}}|${{node.unique.name}}|${{attr.kernel.name}}|${{attr.cpu.arch}}|${{meta.rack}}|${{meta.zone}}|${{attr.no.such}}|${{attr.unique.network.ip-address}}|${{attr.memory.totalbytes}}|${{attr.cpu.totalcompute}}|${{meta.my-key}}"]
       }}
     }}
   }}
@@ -269,6 +272,9 @@ job "node-vars" {{
         s(&node["Attributes"]["unique.network.ip-address"]),
         s(&node["Attributes"]["memory.totalbytes"]),
         s(&node["Attributes"]["cpu.totalcompute"]),
+        "dashed".to_string(),
+        "dashed".to_string(),
+        "dashed".to_string(),
     ]
     .join("|");
     assert_eq!(s(&node["Datacenter"]), "eu-west-1");

@@ -55,17 +55,25 @@ pub fn merged(job: &Job, group: &str, task: &Task) -> Meta {
     meta
 }
 
-/// `NOMAD_META_<key>` and `NOMAD_META_<KEY>` for each key (Nomad sets both).
+/// `NOMAD_META_<key>` and `NOMAD_META_<KEY>` for each key (Nomad sets both), their names
+/// cleaned as Nomad cleans them ([`crate::util::env_var_name`]: `my-key` is `NOMAD_META_my_key`,
+/// which a shell can read).
 pub fn env(meta: &Meta) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (k, v) in meta {
-        out.push((format!("NOMAD_META_{k}"), v.clone()));
-        let upper = k.to_uppercase();
-        if upper != *k {
-            out.push((format!("NOMAD_META_{upper}"), v.clone()));
+        let name = env_name(k);
+        let upper = env_name(&k.to_uppercase());
+        out.push((name.clone(), v.clone()));
+        if upper != name {
+            out.push((upper, v.clone()));
         }
     }
     out
+}
+
+/// The variable meta `key` is in: `NOMAD_META_<key>`, cleaned.
+pub fn env_name(key: &str) -> String {
+    crate::util::env_var_name(&format!("NOMAD_META_{key}"))
 }
 
 #[cfg(test)]
@@ -115,7 +123,7 @@ job "j" {
 
     #[test]
     fn env_has_the_key_as_written_and_upper_cased() {
-        let meta: Meta = [("rack", "r1"), ("ZONE", "z")]
+        let meta: Meta = [("rack", "r1"), ("ZONE", "z"), ("my-key", "v")]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
@@ -123,6 +131,8 @@ job "j" {
             env(&meta),
             [
                 ("NOMAD_META_ZONE".to_string(), "z".to_string()),
+                ("NOMAD_META_my_key".to_string(), "v".to_string()),
+                ("NOMAD_META_MY_KEY".to_string(), "v".to_string()),
                 ("NOMAD_META_rack".to_string(), "r1".to_string()),
                 ("NOMAD_META_RACK".to_string(), "r1".to_string()),
             ]

@@ -101,21 +101,11 @@ impl AllocatedPort {
 /// The variables a task of an allocation with `ports` gets, as Nomad's `taskenv` builds them:
 /// `NOMAD_PORT_` and `NOMAD_ALLOC_PORT_` are the task's side of the port, `NOMAD_HOST_PORT_` the
 /// host's, `NOMAD_IP_`/`NOMAD_HOST_IP_` the host address and `NOMAD_ADDR_`/`NOMAD_HOST_ADDR_` both
-/// together. A label's characters other than letters, digits and `_` become `_` in the names.
+/// together. A label is cleaned in the names as Nomad cleans it ([`crate::util::env_var_suffix`]).
 pub fn port_env(ports: &[AllocatedPort]) -> Vec<(String, String)> {
     let mut env = Vec::with_capacity(ports.len() * 7);
     for p in ports {
-        let label: String = p
-            .label
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let label = crate::util::env_var_suffix(&p.label);
         let addr = match p.host_ip.parse::<IpAddr>() {
             Ok(IpAddr::V6(ip)) => format!("[{ip}]:{}", p.value),
             _ => format!("{}:{}", p.host_ip, p.value),

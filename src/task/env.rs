@@ -177,7 +177,7 @@ fn resolve_name(
         "node.pool" => Some(node.node_pool.clone()),
         _ if name.starts_with("attr.") => node.attributes.get(&name[5..]).cloned(),
         _ if name.starts_with("meta.") => env
-            .get(&format!("NOMAD_META_{}", &name[5..]))
+            .get(&crate::jobspec::meta::env_name(&name[5..]))
             .or_else(|| node.meta.get(&name[5..]))
             .cloned(),
         _ => name

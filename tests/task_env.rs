@@ -222,7 +222,8 @@ fn listing_the_token_for_tasks_is_a_configuration_error() {
 /// `${node.*}`, `${attr.*}` and `${meta.*}` in a task's arguments are what the node is when the
 /// task starts, as Nomad's client fills them in: its datacenter, class, pool, region, name and
 /// attributes, and the agent's `client { meta }` for a key the job does not set (a key it sets
-/// is the job's). An attribute the node does not have stays as written.
+/// is the job's). An attribute the node does not have stays as written. `env` written as a map
+/// attribute, as Nomad takes it, gives the task its variables, interpolated as a block's.
 #[test]
 fn node_attributes_and_meta_are_filled_in_when_a_task_starts() {
     let dir = TempDir::new("env-node");
@@ -242,9 +243,10 @@ job "node-vars" {{
   group "g" {{
     task "t" {{
       driver = "raw_exec"
+      env = merge({{ FROM_MAP = "map" }}, {{ DC = "${{node.datacenter}}" }})
       config {{
         command = "/bin/sh"
-        args = ["-c", "echo \"$1|$NOMAD_META_my_key|$NOMAD_META_MY_KEY\" > local/interpolated; exec sleep {m}", "x",
+        args = ["-c", "echo \"$1|$NOMAD_META_my_key|$NOMAD_META_MY_KEY|$FROM_MAP|$DC\" > local/interpolated; exec sleep {m}", "x",
                 "${{node.datacenter}}|${{node.class}}|${{node.pool}}|${{node.region}}|${{node.unique.name}}|${{attr.kernel.name}}|${{attr.cpu.arch}}|${{meta.rack}}|${{meta.zone}}|${{attr.no.such}}|${{attr.unique.network.ip-address}}|${{attr.memory.totalbytes}}|${{attr.cpu.totalcompute}}|${{meta.my-key}}"]
       }}
     }}
@@ -275,6 +277,8 @@ job "node-vars" {{
         "dashed".to_string(),
         "dashed".to_string(),
         "dashed".to_string(),
+        "map".to_string(),
+        "eu-west-1".to_string(),
     ]
     .join("|");
     assert_eq!(s(&node["Datacenter"]), "eu-west-1");

@@ -3,9 +3,10 @@
 //! what they say, durations are Go's syntax ([`crate::util::duration`]). A value of the wrong type is
 //! an error naming the attribute, where it is, its line and what was expected.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hcl::edit::expr::Expression;
+use hcl::edit::expr::{Expression, ObjectKey};
 use hcl::edit::structure::Attribute;
 use hcl::edit::template::{Element, Template};
 use hcl::edit::Span;
@@ -53,6 +54,63 @@ impl Source {
             }
         }
         Ok(out)
+    }
+
+    /// An attribute whose value is a map of scalars, as `env = { PORT = 8080, "a.b" = "c" }` or
+    /// what `merge(local.env, {...})` evaluated to: each value a string, number or bool, taken
+    /// as its text.
+    pub fn scalar_map(
+        &self,
+        what: &str,
+        attr: &Attribute,
+    ) -> Result<BTreeMap<String, String>, Error> {
+        let expected = "a map of strings, numbers or bools";
+        let expr = match &attr.value {
+            Expression::Parenthesis(inner) => inner.inner(),
+            other => other,
+        };
+        let Expression::Object(object) = expr else {
+            return Err(self.wrong_type(what, attr, expected));
+        };
+        let mut out = BTreeMap::new();
+        for (k, v) in object.iter() {
+            let key = match k {
+                ObjectKey::Ident(ident) => ident.as_str().to_string(),
+                ObjectKey::Expression(e) => self
+                    .text(e)
+                    .ok_or_else(|| self.wrong_type(what, attr, expected))??,
+            };
+            let value = self
+                .scalar_text(v.expr())
+                .ok_or_else(|| self.wrong_type(what, attr, expected))??;
+            out.insert(key, value);
+        }
+        Ok(out)
+    }
+
+    /// The block `ident` of `items` or its attribute form (`env { }` or `env = { }`, as Nomad
+    /// takes both), read by `block` or [`Source::scalar_map`]; both at once is an error.
+    pub fn block_or_map<'b, E: From<Error>>(
+        &self,
+        items: &Items<'b>,
+        ident: &str,
+        block: impl FnOnce(&'b hcl::edit::structure::Block) -> Result<BTreeMap<String, String>, E>,
+    ) -> Result<Option<BTreeMap<String, String>>, E> {
+        let found = self.single(items, ident)?;
+        match (found, items.attr(ident)) {
+            (Some(b), Some(a)) => Err(E::from(invalid(format!(
+                "{ident:?} is given both as a block (line {}) and as an attribute (line {}) in {}",
+                self.line(b.span()),
+                self.line(a.span()),
+                items.what
+            )))),
+            (Some(b), None) => block(b).map(Some),
+            (None, Some(a)) => {
+                let what = format!("{ident} of {}", items.what);
+                Ok(Some(self.scalar_map(&what, a)?))
+            }
+            (None, None) => Ok(None),
+        }
     }
 
     /// A string, or a number or bool as its text (`PORT = 8080` is `"8080"`, as Nomad reads it).

@@ -141,7 +141,7 @@ impl Walk<'_> {
         let id = self.src.label("the jobspec", block)?;
         let what = format!("job {id:?}");
         let mut attrs = super::fields::ATTRS.to_vec();
-        attrs.extend(["datacenters", "node_pool"]);
+        attrs.extend(["datacenters", "node_pool", "meta"]);
         let items = self.src.items(
             &what,
             &block.body,
@@ -192,7 +192,7 @@ impl Walk<'_> {
         let items = self.src.items(
             &what,
             &block.body,
-            &["count", "shutdown_delay"],
+            &["count", "shutdown_delay", "meta"],
             &[
                 "restart",
                 "volume",
@@ -325,6 +325,8 @@ impl Walk<'_> {
                 "kill_timeout",
                 "leader",
                 "shutdown_delay",
+                "env",
+                "meta",
             ],
             &[
                 "lifecycle",
@@ -364,9 +366,7 @@ impl Walk<'_> {
             .transpose()?;
         let env = self
             .src
-            .single(&items, "env")?
-            .map(|b| self.env(&what, b))
-            .transpose()?;
+            .block_or_map(&items, "env", |b| self.env(&what, b))?;
         let log_config = self
             .src
             .single(&items, "logs")?

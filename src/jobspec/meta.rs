@@ -18,11 +18,17 @@ use crate::hcl::{Items, Source};
 /// Keys and values of one `meta` block, or the merge of the three levels.
 pub type Meta = BTreeMap<String, String>;
 
-/// The `meta` block of `items` (at most one), or `None`.
+/// The `meta` block of `items` (at most one) or its attribute form (`meta = { k = "v" }`, as
+/// Nomad takes it), or `None`.
 pub(crate) fn read_hcl(src: &Source, items: &Items) -> Result<Option<Meta>, JobspecError> {
-    let Some(block) = src.single(items, "meta")? else {
-        return Ok(None);
-    };
+    src.block_or_map(items, "meta", |block| read_block(src, items, block))
+}
+
+fn read_block(
+    src: &Source,
+    items: &Items,
+    block: &hcl::edit::structure::Block,
+) -> Result<Meta, JobspecError> {
     let what = format!("meta block of {}", items.what);
     let mut meta = Meta::new();
     for structure in block.body.iter() {
@@ -42,7 +48,7 @@ pub(crate) fn read_hcl(src: &Source, items: &Items) -> Result<Option<Meta>, Jobs
             }
         }
     }
-    Ok(Some(meta))
+    Ok(meta)
 }
 
 /// The task's meta: the job's, then the group's, then the task's, the later winning.
@@ -80,6 +86,80 @@ pub fn env_name(key: &str) -> String {
 mod tests {
     use super::*;
     use crate::jobspec::hcl::parse_job;
+
+    /// `meta = { }` and `env = { }` as attributes, as Nomad takes them at every level, with
+    /// keys a block cannot have and values from functions; the block and the attribute in one
+    /// place, or a value that is not a map of scalars, are refused with their lines.
+    #[test]
+    fn meta_and_env_may_be_map_attributes() {
+        let job = parse_job(
+            r#"
+locals {
+  common = { LOG_LEVEL = "info", PORT = 8080 }
+}
+job "j" {
+  meta = { "team.name" = "ops", tier = "job" }
+  group "g" {
+    meta = { tier = "group" }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "true" }
+      env = merge(local.common, { "a.b" = "c", ON = true })
+    }
+  }
+}
+"#,
+        )
+        .unwrap()
+        .job;
+        let task = &job.task_groups[0].tasks[0];
+        let m = merged(&job, "g", task);
+        assert_eq!(m.get("team.name").map(String::as_str), Some("ops"));
+        assert_eq!(m.get("tier").map(String::as_str), Some("group"));
+        let env: Vec<(&str, &str)> = task
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            env,
+            [
+                ("LOG_LEVEL", "info"),
+                ("ON", "true"),
+                ("PORT", "8080"),
+                ("a.b", "c")
+            ]
+        );
+
+        let task_with = |body: &str| {
+            format!(
+                "job \"j\" {{\n  group \"g\" {{\n    task \"t\" {{\n      driver = \"raw_exec\"\n      config {{ command = \"true\" }}\n{body}\n    }}\n  }}\n}}\n"
+            )
+        };
+        let err = parse_job(&task_with(
+            "      env { A = \"1\" }\n      env = { B = \"2\" }",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("\"env\" is given both as a block (line 6) and as an attribute (line 7) in task \"t\""),
+            "{err}"
+        );
+        let err = parse_job(&task_with("      meta = [\"a\"]"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("attribute \"meta\" in meta of task \"t\" at line 6 must be a map of strings, numbers or bools"),
+            "{err}"
+        );
+        let err = parse_job(&task_with("      env = { A = [1] }"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("must be a map of strings, numbers or bools"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn three_levels_merge_with_the_task_winning() {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hcl::edit::expr::{Expression, ObjectKey};
-use hcl::edit::structure::Attribute;
+use hcl::edit::structure::{Attribute, Block, Structure};
 use hcl::edit::template::{Element, Template};
 use hcl::edit::Span;
 
@@ -89,28 +89,54 @@ impl Source {
     }
 
     /// The block `ident` of `items` or its attribute form (`env { }` or `env = { }`, as Nomad
-    /// takes both), read by `block` or [`Source::scalar_map`]; both at once is an error.
-    pub fn block_or_map<'b, E: From<Error>>(
+    /// takes both): its attributes, each a string, number or bool taken as its text; both forms
+    /// at once is an error, and so is a block inside the block.
+    pub fn scalar_block_or_map(
         &self,
-        items: &Items<'b>,
+        items: &Items,
         ident: &str,
-        block: impl FnOnce(&'b hcl::edit::structure::Block) -> Result<BTreeMap<String, String>, E>,
-    ) -> Result<Option<BTreeMap<String, String>>, E> {
-        let found = self.single(items, ident)?;
-        match (found, items.attr(ident)) {
-            (Some(b), Some(a)) => Err(E::from(invalid(format!(
+    ) -> Result<Option<BTreeMap<String, String>>, Error> {
+        match (self.single(items, ident)?, items.attr(ident)) {
+            (Some(b), Some(a)) => Err(invalid(format!(
                 "{ident:?} is given both as a block (line {}) and as an attribute (line {}) in {}",
                 self.line(b.span()),
                 self.line(a.span()),
                 items.what
-            )))),
-            (Some(b), None) => block(b).map(Some),
+            ))),
+            (Some(b), None) => {
+                let what = format!("{ident} block of {}", items.what);
+                self.scalar_block(&what, b).map(Some)
+            }
             (None, Some(a)) => {
                 let what = format!("{ident} of {}", items.what);
-                Ok(Some(self.scalar_map(&what, a)?))
+                self.scalar_map(&what, a).map(Some)
             }
             (None, None) => Ok(None),
         }
+    }
+
+    /// Every attribute of `block` (`env { PORT = 8080 }`), a string, number or bool taken as its
+    /// text, as Nomad takes it.
+    fn scalar_block(&self, what: &str, block: &Block) -> Result<BTreeMap<String, String>, Error> {
+        let mut out = BTreeMap::new();
+        for structure in block.body.iter() {
+            match structure {
+                Structure::Attribute(attr) => {
+                    let value = self
+                        .scalar_text(&attr.value)
+                        .ok_or_else(|| self.wrong_type(what, attr, "a string, number or bool"))??;
+                    out.insert(attr.key.to_string(), value);
+                }
+                Structure::Block(b) => {
+                    return Err(Error::Unknown(format!(
+                        "unknown block {:?} in {what} at line {}",
+                        b.ident.as_str(),
+                        self.line(b.span())
+                    )))
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// A string, or a number or bool as its text (`PORT = 8080` is `"8080"`, as Nomad reads it).

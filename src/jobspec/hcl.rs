@@ -31,7 +31,7 @@
 
 use std::collections::BTreeMap;
 
-use hcl::edit::structure::{Block, Structure};
+use hcl::edit::structure::Block;
 use hcl::edit::Span;
 
 use super::constraint::{Level, RawConstraint};
@@ -364,9 +364,7 @@ impl Walk<'_> {
             .single(&items, "config")?
             .map(|b| self.config(&what, b, kind))
             .transpose()?;
-        let env = self
-            .src
-            .block_or_map(&items, "env", |b| self.env(&what, b))?;
+        let env = self.src.scalar_block_or_map(&items, "env")?;
         let log_config = self
             .src
             .single(&items, "logs")?
@@ -484,31 +482,6 @@ impl Walk<'_> {
                 .transpose()?,
             extra,
         })
-    }
-
-    /// Every attribute of `env { }` is a variable; numbers and booleans are taken as their text
-    /// (`PORT = 8080`), as Nomad does.
-    fn env(&self, task: &str, block: &Block) -> Result<BTreeMap<String, String>, JobspecError> {
-        let what = format!("env block of {task}");
-        let mut env = BTreeMap::new();
-        for structure in block.body.iter() {
-            match structure {
-                Structure::Attribute(attr) => {
-                    let value = self.src.scalar_text(&attr.value).ok_or_else(|| {
-                        self.src.wrong_type(&what, attr, "a string, number or bool")
-                    })??;
-                    env.insert(attr.key.to_string(), value);
-                }
-                Structure::Block(b) => {
-                    return Err(JobspecError::Unknown(format!(
-                        "unknown block {:?} in {what} at line {}",
-                        b.ident.as_str(),
-                        self.src.line(b.span())
-                    )))
-                }
-            }
-        }
-        Ok(env)
     }
 
     fn logs(&self, task: &str, block: &Block) -> Result<RawLogConfig, JobspecError> {

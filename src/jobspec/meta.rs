@@ -9,9 +9,6 @@
 
 use std::collections::BTreeMap;
 
-use hcl::edit::structure::Structure;
-use hcl::edit::Span;
-
 use super::{Job, JobspecError, Task};
 use crate::hcl::{Items, Source};
 
@@ -21,34 +18,7 @@ pub type Meta = BTreeMap<String, String>;
 /// The `meta` block of `items` (at most one) or its attribute form (`meta = { k = "v" }`, as
 /// Nomad takes it), or `None`.
 pub(crate) fn read_hcl(src: &Source, items: &Items) -> Result<Option<Meta>, JobspecError> {
-    src.block_or_map(items, "meta", |block| read_block(src, items, block))
-}
-
-fn read_block(
-    src: &Source,
-    items: &Items,
-    block: &hcl::edit::structure::Block,
-) -> Result<Meta, JobspecError> {
-    let what = format!("meta block of {}", items.what);
-    let mut meta = Meta::new();
-    for structure in block.body.iter() {
-        match structure {
-            Structure::Attribute(attr) => {
-                let value = src
-                    .scalar_text(&attr.value)
-                    .ok_or_else(|| src.wrong_type(&what, attr, "a string, number or bool"))??;
-                meta.insert(attr.key.to_string(), value);
-            }
-            Structure::Block(b) => {
-                return Err(JobspecError::Unknown(format!(
-                    "unknown block {:?} in {what} at line {}",
-                    b.ident.as_str(),
-                    src.line(b.span())
-                )))
-            }
-        }
-    }
-    Ok(meta)
+    Ok(src.scalar_block_or_map(items, "meta")?)
 }
 
 /// The task's meta: the job's, then the group's, then the task's, the later winning.

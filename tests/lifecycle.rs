@@ -586,7 +586,10 @@ fn a_second_stop_kills_a_poststop_task_that_hangs() {
         wait_for(WAIT, "cleanup running", || {
             (agent.task_state(&alloc, "cleanup")["State"] == "running").then_some(())
         });
-        assert_eq!(sleepers(&post).len(), 1);
+        // "running" is recorded when the shell starts; its `exec sleep` follows.
+        wait_for(WAIT, "the poststop sleep running", || {
+            (sleepers(&post).len() == 1).then_some(())
+        });
         assert_eq!(client_status(&agent, &alloc), "running");
 
         let target = if again[0] == "alloc" { &alloc } else { &job };
@@ -708,7 +711,10 @@ fn a_purge_kills_a_poststop_task_that_hangs() {
     wait_for(WAIT, "cleanup running", || {
         (agent.task_state(&alloc, "cleanup")["State"] == "running").then_some(())
     });
-    assert_eq!(sleepers(&post).len(), 1);
+    // "running" is recorded when the shell starts; its `exec sleep` follows.
+    wait_for(WAIT, "the poststop sleep running", || {
+        (sleepers(&post).len() == 1).then_some(())
+    });
     assert_eq!(client_status(&agent, &alloc), "running");
 
     cli_ok(&agent, &["job", "stop", "-purge", &job]);

@@ -255,6 +255,84 @@ fn the_leader_ending_kills_main_then_the_sidecar() {
     assert_leader_dead_then_killing(&agent, &alloc);
 }
 
+/// [`ordered_job`] with `shutdown_delay`s: the group's 1s, the worker's 2s, the sidecar's 1s, the
+/// leader none of its own.
+fn delayed_job(name: &str, dir: &Path, header: &str) -> String {
+    ordered_job(name, dir, header)
+        .replacen(
+            "group \"g\" {",
+            "group \"g\" {\n    shutdown_delay = \"1s\"",
+            1,
+        )
+        .replacen(
+            "task \"worker\" {\n      driver = \"raw_exec\"",
+            "task \"worker\" {\n      driver = \"raw_exec\"\n      shutdown_delay = \"2s\"",
+            1,
+        )
+        .replacen(
+            "task \"proxy\" {\n      driver = \"raw_exec\"",
+            "task \"proxy\" {\n      driver = \"raw_exec\"\n      shutdown_delay = \"1s\"",
+            1,
+        )
+}
+
+/// The delay each task's `Waiting for shutdown delay` event names, `None` without one.
+fn waited(agent: &TestAgent, alloc: &str, task: &str) -> Option<String> {
+    agent
+        .events(alloc, task)
+        .into_iter()
+        .find(|(t, _)| t == "Waiting for shutdown delay")
+        .map(|(_, m)| m)
+}
+
+fn waiting_for(d: &str) -> Option<String> {
+    Some(format!(
+        "Waiting for shutdown_delay of {d} before killing the task."
+    ))
+}
+
+/// A stop waits the group's `shutdown_delay` once, before its first stage (the leader), as
+/// Nomad's alloc runner waits it before it kills any task; the stages after it wait only their
+/// tasks' own. A leader that ends on its own is no stop of the allocation: the tasks it takes
+/// down wait their own delays only.
+#[test]
+fn the_group_shutdown_delay_is_waited_once_per_stop_and_not_for_a_leader_end() {
+    let tmp = TempDir::new("lc-delay");
+    let dir = tmp.path();
+    let agent = TestAgent::start_in(dir, CONFIG);
+    let _release = Release(dir.to_path_buf());
+    let (alloc, order) = start_job(&agent, &delayed_job("delays", dir, ""), dir);
+    let registered = agent.get("/v1/job/delays");
+    assert_eq!(
+        registered["TaskGroups"][0]["ShutdownDelay"], 1_000_000_000u64,
+        "{registered}"
+    );
+    cli_ok(&agent, &["job", "stop", "delays"]);
+    wait_lines(&order, &["leader"]);
+    finish_after_leader(&agent, &alloc, dir, &order);
+    assert_eq!(waited(&agent, &alloc, "leader"), waiting_for("1s"));
+    assert_eq!(waited(&agent, &alloc, "worker"), waiting_for("2s"));
+    assert_eq!(waited(&agent, &alloc, "proxy"), waiting_for("1s"));
+
+    let sub = dir.join("leader-ends");
+    std::fs::create_dir(&sub).unwrap();
+    let _release = Release(sub.clone());
+    let (alloc, order) = start_job(
+        &agent,
+        &delayed_job("delays-leader", &sub, "type = \"batch\""),
+        &sub,
+    );
+    std::fs::write(sub.join("end-leader"), "").unwrap();
+    wait_lines(&order, &["worker"]);
+    go(&sub, "worker");
+    wait_lines(&order, &["worker", "proxy"]);
+    go(&sub, "proxy");
+    wait_lines(&order, &["worker", "proxy", "cleanup"]);
+    assert_eq!(waited(&agent, &alloc, "leader"), None);
+    assert_eq!(waited(&agent, &alloc, "worker"), waiting_for("2s"));
+    assert_eq!(waited(&agent, &alloc, "proxy"), waiting_for("1s"));
+}
+
 fn cli_ok(agent: &TestAgent, args: &[&str]) {
     let out = agent.cli(args);
     assert!(

@@ -333,9 +333,19 @@ impl AllocManager {
             if let Some(cause) = cause {
                 alloc.tasks[name].lock().push(cause.event(now_nanos()));
             }
-            if let Some(runner) = alloc.inner.lock().runners.get(name) {
-                runner.send(TaskCommand::Kill);
+            let inner = alloc.inner.lock();
+            if let Some(runner) = inner.runners.get(name) {
+                // A stop's kill waits the group's delay once; a leader's or the main tasks'
+                // end in an allocation that runs on is no stop, and waits the task's own only.
+                runner.send(if inner.desired == DesiredStatus::Stop {
+                    super::stop::stop_kill(alloc, &inner)
+                } else {
+                    TaskCommand::Kill {
+                        group_delay_ends: None,
+                    }
+                });
             }
+            drop(inner);
             killed.insert(name.clone());
         }
         for name in &plan.abandon {

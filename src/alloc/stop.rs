@@ -26,6 +26,17 @@ use crate::thread::Worker;
 
 use super::model::{AllocInner, Allocation};
 
+/// The kill a stop of `alloc` sends its tasks: its group's `shutdown_delay` runs once, from the
+/// stop's time (its modify time, which the state file keeps), before any task's own delay; a
+/// kill after it (a later stage, an agent restart) waits only what is left (`task::runner`).
+pub(super) fn stop_kill(alloc: &Allocation, inner: &AllocInner) -> TaskCommand {
+    let delay = alloc.group_spec().shutdown_delay;
+    let nanos = i64::try_from(delay.as_nanos()).unwrap_or(i64::MAX);
+    TaskCommand::Kill {
+        group_delay_ends: (!delay.is_zero()).then(|| inner.modify_time.saturating_add(nanos)),
+    }
+}
+
 /// A task that never got a runner (its allocation waits for a volume, or for its turn): stopping
 /// its allocation makes it dead without having run.
 fn never_ran(s: &TaskState) -> bool {
@@ -162,8 +173,9 @@ pub(super) fn stop_alloc(
             g.stop();
         }
         inner.pending_reason = None;
+        let kill = stop_kill(alloc, &inner);
         for r in inner.runners.values() {
-            r.send(TaskCommand::Kill);
+            r.send(kill.clone());
         }
     }
     drop(inner);
@@ -233,7 +245,10 @@ pub(super) fn cut_poststop(alloc: &Allocation) {
     let poststop = poststop_names(alloc);
     for (name, r) in &inner.runners {
         if poststop.contains(name) {
-            r.send(TaskCommand::Kill);
+            // The group's delay was waited before the main tasks' kill.
+            r.send(TaskCommand::Kill {
+                group_delay_ends: None,
+            });
         }
     }
     drop(inner);
@@ -259,8 +274,9 @@ pub(super) fn end_all(alloc: &Allocation) -> Option<Worker<()>> {
     if let Some(g) = &mut gate {
         g.stop();
     }
+    let kill = stop_kill(alloc, &inner);
     for r in inner.runners.values() {
-        r.send(TaskCommand::Kill);
+        r.send(kill.clone());
     }
     drop(inner);
     for state in alloc.tasks.values() {

@@ -396,9 +396,9 @@ pub struct Task {
     /// Task-level `constraint` blocks (placed with the group's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub constraints: Vec<Constraint>,
-    /// `shutdown_delay`: when the task is killed (a stop, never its own exit), the kill signal is
-    /// sent after its group's delay and then its own, as Nomad waits one then the other. An
-    /// agent shutdown cuts the wait short.
+    /// `shutdown_delay`: when the task is killed (never its own exit), the kill signal waits
+    /// this, after what is left of its group's delay in a stop (waited once per stop,
+    /// `task::runner`'s kill). An agent shutdown cuts the wait short.
     #[serde(default, with = "nanos", skip_serializing_if = "Duration::is_zero")]
     pub shutdown_delay: Duration,
     /// `meta { }` ([`meta`]); not written when empty, so a job without one keeps its JSON.

@@ -36,6 +36,7 @@ use crate::task::restart::{Decision, RestartTracker, RunEnd};
 use crate::thread::{Never, Worker};
 use crate::util::short_id;
 
+mod kill;
 mod reattach;
 pub use reattach::Pickup;
 use reattach::Resume;
@@ -43,8 +44,11 @@ use reattach::Resume;
 /// A command from the API to a task.
 #[derive(Debug, Clone)]
 pub enum TaskCommand {
-    /// Stop the task for good (alloc stop, job stop).
-    Kill,
+    /// Stop the task for good (alloc stop, job stop, a leader's end). `group_delay_ends`: a
+    /// stop of the allocation waits its group's `shutdown_delay` once, until this wall-clock time
+    /// (unix nanoseconds), before any task's own delay; `None` for a kill that is not an
+    /// allocation's stop (a leader's or the main tasks' end), which waits the task's own only.
+    Kill { group_delay_ends: Option<i64> },
     /// A user's `alloc restart`: restart at once, not counted by the policy.
     Restart,
     /// Send a signal to the task's process group.
@@ -88,7 +92,7 @@ pub struct TaskRunnerHandle {
 
 impl TaskRunnerHandle {
     pub fn send(&self, cmd: TaskCommand) {
-        if matches!(cmd, TaskCommand::Kill) {
+        if matches!(cmd, TaskCommand::Kill { .. }) {
             self.kill.lock().take();
         }
         let _ = self.commands.send(cmd);
@@ -463,7 +467,7 @@ impl TaskRunner {
     fn killed_before_start(&self) -> bool {
         loop {
             match self.commands.try_recv() {
-                Ok(TaskCommand::Kill) => return true,
+                Ok(TaskCommand::Kill { .. }) => return true,
                 Ok(_) => continue,
                 Err(crossbeam_channel::TryRecvError::Empty) => return false,
                 Err(crossbeam_channel::TryRecvError::Disconnected) => return true,
@@ -558,10 +562,14 @@ impl TaskRunner {
                         let exit = self.stop_process(process, kill_signal);
                         break Waited::Ended(RunEnd::UserRestart, exit);
                     }
-                    Ok(TaskCommand::Kill) | Err(_) => {
+                    cmd @ (Ok(TaskCommand::Kill { .. }) | Err(_)) => {
                         done_tx = None;
                         self.emit(TaskEvent::killing(now_nanos(), task.kill_timeout));
-                        if let Some(exit) = self.shutdown_delay(process) {
+                        let group_delay_ends = match cmd {
+                            Ok(TaskCommand::Kill { group_delay_ends }) => group_delay_ends,
+                            _ => None,
+                        };
+                        if let Some(exit) = self.shutdown_delay(process, group_delay_ends) {
                             break Waited::Ended(RunEnd::Killed, exit);
                         }
                         let exit = self.stop_process(process, kill_signal);
@@ -608,30 +616,6 @@ impl TaskRunner {
         waited
     }
 
-    /// A kill's `shutdown_delay` (the group's, then the task's, as Nomad waits one then the
-    /// other) before the kill signal: the task keeps running meanwhile. An agent shutdown cuts it
-    /// short (the agent is going; the task is stopped at once). `Some` when the task exited by
-    /// itself during the wait.
-    fn shutdown_delay(&self, process: &RunningTask) -> Option<TaskExit> {
-        let group = self
-            .ctx
-            .job
-            .task_groups
-            .iter()
-            .find(|g| g.name == self.ctx.group)
-            .map_or(Duration::ZERO, |g| g.shutdown_delay);
-        let delay = group + self.ctx.task.shutdown_delay;
-        if delay.is_zero() {
-            return None;
-        }
-        self.emit(TaskEvent::waiting_shutdown_delay(now_nanos(), delay));
-        select! {
-            recv(process.exited()) -> exit => Some(exit.unwrap_or(TaskExit::Unknown)),
-            recv(self.deps.shutdown) -> _ => None,
-            recv(after(delay)) -> _ => None,
-        }
-    }
-
     /// Sends the kill signal to the task, waits `kill_timeout`, then kills it for good.
     fn stop_process(&self, task: &RunningTask, signal: i32) -> TaskExit {
         match self.driver.stop(task, signal, self.ctx.task.kill_timeout) {
@@ -654,7 +638,7 @@ impl TaskRunner {
             select! {
                 recv(timer) -> _ => return Slept::Elapsed,
                 recv(self.commands) -> cmd => match cmd {
-                    Ok(TaskCommand::Kill) | Err(_) => return Slept::Killed,
+                    Ok(TaskCommand::Kill { .. }) | Err(_) => return Slept::Killed,
                     Ok(TaskCommand::Restart) => return Slept::Elapsed,
                     Ok(TaskCommand::Signal { .. }) => {}
                 },

@@ -352,6 +352,61 @@ fn a_dispatch_that_breaks_the_rules_is_refused_and_creates_nothing() {
     assert_eq!(Value::Array(jobs_after), jobs_before);
 }
 
+/// `job dispatch <job> -` reads the payload from standard input, as Nomad's does; a payload
+/// larger than a dispatch may carry, from standard input or a file, is refused by the CLI with
+/// the agent's words and creates nothing.
+#[test]
+fn a_dispatch_reads_its_payload_from_stdin_and_refuses_one_too_large() {
+    let dir = TempDir::new("dispatch-stdin");
+    let agent = TestAgent::start_in(dir.path(), "");
+    agent.run_hcl(PARAMETERIZED);
+    let args = [
+        "job",
+        "dispatch",
+        "-detach",
+        "-meta",
+        "name=Pipe",
+        "render",
+        "-",
+    ];
+    let out = agent.cli_with_stdin(&args, "piped in");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let child = stdout(&out).trim().to_string();
+    assert!(child.starts_with("render/dispatch-"), "{child}");
+    let alloc = wait_for(WAIT, "the dispatched task complete", || {
+        let allocs = agent.allocs(&enc(&child));
+        let a = allocs.first()?;
+        (a["ClientStatus"] == "complete").then(|| a["ID"].as_str().unwrap().to_string())
+    });
+    wait_eq(
+        WAIT,
+        "the dispatched task's output",
+        || stdout(&agent.cli(&["alloc", "logs", &alloc, "t"])),
+        "piped in\nname=Pipe title=\n".to_string(),
+    );
+
+    let jobs_before = agent.get("/v1/jobs");
+    let big = "x".repeat(20 * 1024);
+    let file = dir.path().join("big");
+    std::fs::write(&file, &big).unwrap();
+    for out in [
+        agent.cli_with_stdin(&args, &big),
+        agent.cli(&[&args[..6], &[file.to_str().unwrap()]].concat()),
+    ] {
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("Payload exceeds maximum size; 20480 > 16384"),
+            "{err}"
+        );
+    }
+    assert_eq!(agent.get("/v1/jobs"), jobs_before);
+}
+
 #[test]
 fn the_schedule_survives_a_restart_of_the_agent() {
     let dir = TempDir::new("periodic-restart");

@@ -10,7 +10,7 @@ use super::client::enc;
 use super::flags::{bool_flag, value_flag, Parsed};
 use super::format::{self, s, short_id, table};
 use super::{failed, CmdError, CmdResult, Ctx, Spec};
-use crate::jobspec::periodic::PeriodicConfig;
+use crate::jobspec::periodic::{PeriodicConfig, DISPATCH_PAYLOAD_SIZE_LIMIT};
 
 pub(super) const COMMANDS: &[&Spec] = &[&PERIODIC_FORCE, &DISPATCH];
 
@@ -64,6 +64,24 @@ fn periodic_force(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
     Ok(())
 }
 
+/// A dispatch's payload from `input`, refused with the agent's words when it is larger than a
+/// dispatch may carry: no more than that is held however large the input is (the rest is only
+/// counted, for the message), so a huge file or stream costs no memory.
+fn read_payload(input: impl Read) -> std::io::Result<Vec<u8>> {
+    let limit = DISPATCH_PAYLOAD_SIZE_LIMIT as u64;
+    let mut input = input;
+    let mut buf = Vec::new();
+    (&mut input).take(limit + 1).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        let rest = std::io::copy(&mut input, &mut std::io::sink())?;
+        return Err(std::io::Error::other(format!(
+            "Payload exceeds maximum size; {} > {limit}",
+            buf.len() as u64 + rest
+        )));
+    }
+    Ok(buf)
+}
+
 fn dispatch(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
     let id = &p.args[0];
     let mut meta = serde_json::Map::new();
@@ -82,15 +100,11 @@ fn dispatch(ctx: &mut Ctx, p: &Parsed) -> CmdResult {
     let payload = match p.args.get(1).map(String::as_str) {
         None => Vec::new(),
         Some("-") => {
-            let mut buf = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut buf)
-                .map_err(|e| failed("reading stdin", e))?;
-            buf
+            read_payload(std::io::stdin().lock()).map_err(|e| failed("reading stdin", e))?
         }
-        Some(path) => {
-            std::fs::read(path).map_err(|e| failed("reading input data", format!("{path}: {e}")))?
-        }
+        Some(path) => std::fs::File::open(path)
+            .and_then(read_payload)
+            .map_err(|e| failed("reading input data", format!("{path}: {e}")))?,
     };
     let body = json!({
         "JobID": id,

@@ -167,4 +167,29 @@ mod tests {
             )
         );
     }
+
+    #[test]
+    fn id_and_name_each_default_to_the_label_as_in_nomad() {
+        let parsed = |attrs: &str| {
+            let job = hcl::parse_job(&job(attrs)).unwrap().job;
+            (job.id, job.name)
+        };
+        assert_eq!(parsed(""), ("j".to_string(), "j".to_string()));
+        assert_eq!(
+            parsed("  name = \"web-front\""),
+            ("j".to_string(), "web-front".to_string())
+        );
+        assert_eq!(
+            parsed("  id = \"web\""),
+            ("web".to_string(), "j".to_string())
+        );
+        let both = hcl::parse_job(&job("  id = \"web\"\n  name = \"Web\""))
+            .unwrap()
+            .job;
+        let back = json::parse_job(&serde_json::to_vec(&both).unwrap()).unwrap();
+        assert_eq!(back.job, both);
+        assert!(back.warnings.is_empty(), "{:?}", back.warnings);
+        let err = hcl::parse_job(&job("  id = 3")).unwrap_err().to_string();
+        assert!(err.contains("\"id\""), "{err}");
+    }
 }

@@ -138,10 +138,10 @@ struct Walk<'s> {
 
 impl Walk<'_> {
     fn job(&self, block: &Block) -> Result<RawJob, JobspecError> {
-        let id = self.src.label("the jobspec", block)?;
-        let what = format!("job {id:?}");
+        let label = self.src.label("the jobspec", block)?;
+        let what = format!("job {label:?}");
         let mut attrs = super::fields::ATTRS.to_vec();
-        attrs.extend(["datacenters", "node_pool", "meta"]);
+        attrs.extend(["datacenters", "node_pool", "meta", "id", "name"]);
         let items = self.src.items(
             &what,
             &block.body,
@@ -171,7 +171,13 @@ impl Walk<'_> {
         Ok(RawJob {
             periodic,
             parameterized_job,
-            id: Some(id),
+            // As Nomad's jobspec: `id` and `name` each default to the label.
+            id: Some(
+                self.src
+                    .opt_string(&items, "id")?
+                    .unwrap_or_else(|| label.clone()),
+            ),
+            name: Some(self.src.opt_string(&items, "name")?.unwrap_or(label)),
             job_type: spelled_type,
             datacenters: items
                 .attr("datacenters")

@@ -122,6 +122,8 @@ fn task_context(
     };
     let alloc_dir = data_dir.join("alloc").join(&alloc_id);
     TaskContext {
+        alloc_index: 0,
+        alloc_name: "plugin.group[0]".into(),
         task_dir: alloc_dir.join("plugin"),
         alloc_dir,
         alloc_id,

@@ -297,3 +297,50 @@ job "node-vars" {{
     assert!(!ip.is_unspecified());
     assert_eq!(interpolated(&agent, &alloc), want);
 }
+
+/// Each allocation's task gets Nomad's names for it: `NOMAD_ALLOC_INDEX`, `NOMAD_ALLOC_NAME`,
+/// `NOMAD_SHORT_ALLOC_ID`, and the job's `NOMAD_NAMESPACE` and `NOMAD_REGION`, the node's
+/// `NOMAD_DC`; the same names interpolate in the task's config.
+#[test]
+fn each_allocation_gets_its_index_name_and_short_id() {
+    let dir = TempDir::new("env-alloc");
+    let agent = TestAgent::start_in(dir.path(), "datacenter = \"dc7\"\n");
+    let m = marker();
+    agent.run_hcl(&format!(
+        r#"
+job "ids" {{
+  region      = "eu"
+  namespace   = "ops"
+  datacenters = ["dc7"]
+  group "g" {{
+    count = 2
+    task "t" {{
+      driver = "raw_exec"
+      config {{
+        command = "/bin/sh"
+        args = ["-c", "echo \"$1\" > local/interpolated; exec sleep {m}", "x", "${{NOMAD_ALLOC_NAME}}|${{NOMAD_ALLOC_INDEX}}"]
+      }}
+    }}
+  }}
+}}"#
+    ));
+    let mut seen = Vec::new();
+    for a in agent.allocs("ids") {
+        let id = a["ID"].as_str().unwrap().to_string();
+        let name = a["Name"].as_str().unwrap().to_string();
+        let env = environ(running_pid(&agent, &id, "t"));
+        let get = |k: &str| env.get(k).cloned().unwrap_or_default();
+        let index = get("NOMAD_ALLOC_INDEX");
+        assert_eq!(name, format!("ids.g[{index}]"));
+        assert_eq!(get("NOMAD_ALLOC_NAME"), name);
+        assert_eq!(get("NOMAD_SHORT_ALLOC_ID"), id[..8]);
+        assert_eq!(
+            (get("NOMAD_NAMESPACE"), get("NOMAD_REGION"), get("NOMAD_DC")),
+            ("ops".to_string(), "eu".to_string(), "dc7".to_string())
+        );
+        assert_eq!(interpolated(&agent, &id), format!("{name}|{index}"));
+        seen.push(index);
+    }
+    seen.sort();
+    assert_eq!(seen, ["0", "1"]);
+}

@@ -205,6 +205,8 @@ impl AllocManager {
             }
             let ctx = TaskContext {
                 alloc_id: alloc.id.clone(),
+                alloc_index: alloc.index,
+                alloc_name: alloc.name.clone(),
                 job: alloc.job.clone(),
                 group: alloc.group.clone(),
                 task,

@@ -121,6 +121,16 @@ pub fn base_env(ctx: &TaskContext, passed: &BTreeMap<String, String>) -> BTreeMa
         ("NOMAD_JOB_ID", ctx.job.id.clone()),
         ("NOMAD_NODE_ID", ctx.node_id.clone()),
         ("NOMAD_NODE_NAME", ctx.node_name.clone()),
+        // Nomad's taskenv sets these too; real jobspecs name their files and peers by them.
+        ("NOMAD_ALLOC_INDEX", ctx.alloc_index.to_string()),
+        ("NOMAD_ALLOC_NAME", ctx.alloc_name.clone()),
+        (
+            "NOMAD_SHORT_ALLOC_ID",
+            crate::util::short_id(&ctx.alloc_id).to_string(),
+        ),
+        ("NOMAD_NAMESPACE", ctx.job.fields.namespace.clone()),
+        ("NOMAD_REGION", ctx.job.fields.region.clone()),
+        ("NOMAD_DC", ctx.node.datacenter.clone()),
     ];
     for (k, v) in nomad {
         env.insert(k.to_string(), v);

@@ -34,6 +34,9 @@ use crate::util::allocdir;
 #[derive(Debug, Clone)]
 pub struct TaskContext {
     pub alloc_id: String,
+    /// The allocation's index in its group and its name (`<job>.<group>[<index>]`).
+    pub alloc_index: u32,
+    pub alloc_name: String,
     pub job: Arc<Job>,
     pub group: String,
     pub task: Task,

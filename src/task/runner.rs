@@ -716,6 +716,8 @@ mod tests {
         );
         let job = Arc::new(crate::jobspec::hcl::parse_job(&hcl).unwrap().job);
         let ctx = TaskContext {
+            alloc_index: 0,
+            alloc_name: "j.g[0]".to_string(),
             alloc_id: uuid::Uuid::new_v4().to_string(),
             task: job.task_groups[0].tasks[0].clone(),
             group: "g".to_string(),

@@ -246,6 +246,8 @@ mod tests {
         job.payload = "not base64!".to_string();
         let job = Arc::new(job);
         let ctx = TaskContext {
+            alloc_index: 0,
+            alloc_name: "j.g[0]".to_string(),
             alloc_id: "a".to_string(),
             task: job.task_groups[0].tasks[0].clone(),
             group: "g".to_string(),

@@ -519,6 +519,40 @@ fn an_interpolated_volume_destination_is_the_containers_path() {
     );
 }
 
+/// The docker config is interpolated as the task's command is, with the container's values, as
+/// Nomad interpolates a driver's whole config: `work_dir`, `hostname` and a label's value.
+#[test]
+fn the_docker_config_is_interpolated_with_the_containers_values() {
+    let Some((env, _dir, agent)) = docker_agent(
+        "the_docker_config_is_interpolated_with_the_containers_values",
+        "dk-interp",
+        "",
+    ) else {
+        return;
+    };
+    let script = "pwd && hostname && while [ ! -e /local/go ]; do sleep 0.1; done";
+    let hcl = batch_sh("interp", script, "").replace(
+        "command = \"sh\"",
+        "command  = \"sh\"\n        work_dir = \"${NOMAD_TASK_DIR}\"\n        hostname = \"${NOMAD_TASK_NAME}-${NOMAD_ALLOC_INDEX}\"\n        labels { job = \"${NOMAD_JOB_NAME}\" }",
+    );
+    let alloc = agent.alloc_id(&agent.run_hcl(&hcl));
+    let _cleanup = Cleanup::of(&env, &alloc);
+    assert_eq!(
+        wait_log_lines(&agent, &alloc, "t", "stdout", 2),
+        "/local\nt-0\n"
+    );
+    let containers = env.containers_of_alloc(&alloc);
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    assert_eq!(
+        containers[0].labels.get("job").map(String::as_str),
+        Some("interp")
+    );
+    let local = agent.data_dir.join(format!("alloc/{alloc}/t/local"));
+    std::fs::write(local.join("go"), "").unwrap();
+    let state = wait_state(&agent, &alloc, "t", "dead");
+    assert_eq!(state["Failed"], false, "{state}");
+}
+
 /// An image the engine does not have is pulled: `Downloading image`, and a pull that fails is a
 /// Driver Failure with the engine's message, counted by the restart policy.
 #[test]

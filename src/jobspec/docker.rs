@@ -145,6 +145,47 @@ fn any_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::
 }
 
 impl DockerConfig {
+    /// The config with `f` (the task's `${...}` interpolation) applied to every text the task
+    /// starts with, as Nomad interpolates a driver's whole config: the image, entrypoint, working
+    /// directory, label values, hostname, network mode, volumes, mounts' sources and targets,
+    /// devices' paths, ulimit and sysctl values. Not `ports` (labels of the group's ports, checked
+    /// against the group when the jobspec was read), nor the names of labels, ulimits and sysctls.
+    pub fn interpolated(&self, f: &dyn Fn(&str) -> String) -> DockerConfig {
+        let list = |v: &[String]| v.iter().map(|s| f(s)).collect();
+        let values =
+            |m: &BTreeMap<String, String>| m.iter().map(|(k, v)| (k.clone(), f(v))).collect();
+        DockerConfig {
+            image: f(&self.image),
+            entrypoint: list(&self.entrypoint),
+            work_dir: f(&self.work_dir),
+            labels: values(&self.labels),
+            hostname: f(&self.hostname),
+            network_mode: f(&self.network_mode),
+            volumes: list(&self.volumes),
+            mount: self
+                .mount
+                .iter()
+                .map(|m| DockerMount {
+                    source: f(&m.source),
+                    target: f(&m.target),
+                    ..m.clone()
+                })
+                .collect(),
+            ulimit: values(&self.ulimit),
+            sysctl: values(&self.sysctl),
+            devices: self
+                .devices
+                .iter()
+                .map(|d| DockerDevice {
+                    host_path: f(&d.host_path),
+                    container_path: f(&d.container_path),
+                    cgroup_permissions: f(&d.cgroup_permissions),
+                })
+                .collect(),
+            ..self.clone()
+        }
+    }
+
     /// The image pull deadline: the config's, else [`DEFAULT_IMAGE_PULL_TIMEOUT`].
     pub fn pull_timeout(&self) -> Duration {
         self.image_pull_timeout

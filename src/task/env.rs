@@ -246,7 +246,8 @@ pub fn start_spec(
         .iter()
         .map(|a| interpolate(a, &lookup))
         .collect();
-    let container = (task.driver == crate::jobspec::docker::NAME).then(|| container_spec(ctx));
+    let container =
+        (task.driver == crate::jobspec::docker::NAME).then(|| container_spec(ctx, &lookup));
     StartSpec {
         command,
         args,
@@ -274,7 +275,7 @@ pub const CONTAINER_TASK_DIR: &str = "/local";
 pub const CONTAINER_SECRETS_DIR: &str = "/secrets";
 
 /// A docker task's container settings: its config and the host directories bound into it.
-fn container_spec(ctx: &TaskContext) -> ContainerSpec {
+fn container_spec(ctx: &TaskContext, lookup: &dyn Fn(&str) -> Option<String>) -> ContainerSpec {
     let bind = |host, container: &str| Bind {
         host,
         container: container.to_string(),
@@ -303,7 +304,11 @@ fn container_spec(ctx: &TaskContext) -> ContainerSpec {
         .filter_map(|label| ctx.ports.iter().find(|p| p.label == *label).cloned())
         .collect();
     ContainerSpec {
-        config: ctx.task.config.docker.clone(),
+        config: ctx
+            .task
+            .config
+            .docker
+            .interpolated(&|text| interpolate(text, lookup)),
         ports,
         job_name: ctx.job.name.clone(),
         task_dir: ctx.task_dir.clone(),

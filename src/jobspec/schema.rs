@@ -69,6 +69,9 @@ pub const REFUSED: &[(&[Level], &str, &str)] = {
         (&[T], "template", "templates"),
         (&[T], "artifact", "artifacts"),
         (&[J, G, T], "vault", "Vault secrets"),
+        // Nomad Enterprise's time-based task execution: run without it, the task would run
+        // outside the hours its author gave it.
+        (&[T], "schedule", "time-based task schedules"),
     ]
 };
 
@@ -308,6 +311,7 @@ pub fn check_json(job: &Value) -> Result<(), JobspecError> {
                 ("Templates", "templates"),
                 ("Artifacts", "artifacts"),
                 ("Vault", "Vault secrets"),
+                ("Schedule", "time-based task schedules"),
             ] {
                 if set(task, key) {
                     return refuse(format!("TaskGroups[{i}].Tasks[{j}].{key}"), things);
@@ -550,6 +554,22 @@ job "shape" {
             .unwrap_err()
             .to_string()
             .contains("does not support artifacts yet"));
+        let schedule = src.replace("template {\n        data = \"x\"\n        destination = \"local/x\"", "schedule {\n        cron {\n          start = \"0 12 * * * *\"\n          end = \"0 16\"\n        }");
+        assert_eq!(
+            hcl::parse_job(&schedule).unwrap_err().to_string(),
+            "block \"schedule\" in task \"t\" at line 6 is refused: this node does not \
+             support time-based task schedules yet"
+        );
+        let json = serde_json::json!({"ID": "j", "TaskGroups": [{"Name": "g", "Tasks": [{
+            "Name": "t", "Driver": "raw_exec", "Config": {"command": "true"},
+            "Schedule": {"Cron": {"Start": "0 12 * * * *", "End": "0 16"}}}]}]});
+        assert_eq!(
+            json::parse_job(json.to_string().as_bytes())
+                .unwrap_err()
+                .to_string(),
+            "field \"TaskGroups[0].Tasks[0].Schedule\" is refused: this node does not support \
+             time-based task schedules yet"
+        );
     }
 
     #[test]

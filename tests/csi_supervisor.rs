@@ -68,6 +68,7 @@ fn task_context(
         config: DriverConfig {
             command: PLUGIN.into(),
             args: vec![],
+            oom_score_adj: None,
             docker: Default::default(),
             opaque: Default::default(),
         },

@@ -165,6 +165,7 @@ impl Copy {
             &LogConfig {
                 max_files: 3,
                 max_file_size_mb: 1,
+                disabled: false,
             },
             root.join("client/docker/a1/web.json"),
             container,

@@ -47,5 +47,6 @@ mod stats;
 mod task_env;
 mod task_fs;
 mod task_hooks;
+mod task_logs;
 mod volumes;
 mod volumes_agent;

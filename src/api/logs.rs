@@ -181,13 +181,22 @@ impl Read for LogReader {
     }
 }
 
+/// The answer for the logs of a task with `logs { disabled = true }`: it has none.
+pub fn log_collection_disabled(task: &str) -> String {
+    format!(
+        "log collection is disabled for task {task:?} (logs {{ disabled = true }}): its stdout \
+         and stderr go to /dev/null and no log is kept"
+    )
+}
+
 pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
     let a = agent.clone();
     r.get("/v1/client/fs/logs/:id", move |req| logs(&a, req));
 }
 
 /// `GET /v1/client/fs/logs/:alloc_id?task=T&type=stdout|stderr&origin=start|end&offset=N&follow=bool`:
-/// the task's log as plain text; with `follow`, a stream that ends when the task is dead.
+/// the task's log as plain text; with `follow`, a stream that ends when the task is dead. A task
+/// whose logs are disabled has none: 404, saying so.
 fn logs(agent: &Agent, req: &Request) -> Result<Response, ApiError> {
     let id = alloc_id(agent, req)?;
     let alloc = agent.allocs.get(&id)?;
@@ -200,6 +209,17 @@ fn logs(agent: &Agent, req: &Request) -> Result<Response, ApiError> {
         alloc.tasks.get(&task).cloned().ok_or_else(|| {
             ApiError::BadRequest(format!("task {task:?} not found in allocation"))
         })?;
+    // Nomad answers 404 for a log that has no file; nodeward says why there is none.
+    let disabled = alloc
+        .job
+        .task_groups
+        .iter()
+        .filter(|g| g.name == alloc.group)
+        .flat_map(|g| &g.tasks)
+        .any(|t| t.name == task && t.log_config.disabled);
+    if disabled {
+        return Err(ApiError::NotFound(log_collection_disabled(&task)));
+    }
     let stream = match req.query("type").unwrap_or("stdout") {
         "stdout" => Stream::Stdout,
         "stderr" => Stream::Stderr,

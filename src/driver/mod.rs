@@ -109,7 +109,10 @@ pub struct StartSpec {
     /// `alloc/logs`.
     pub log_dir: PathBuf,
     pub task_name: String,
+    /// Its rotation, or `disabled`: the task's output goes nowhere and no log file is written.
     pub logs: LogConfig,
+    /// `raw_exec`'s `oom_score_adj`; `None` gives the task 0 (docs/resources.md).
+    pub oom_score_adj: Option<u32>,
     /// The task's `resources`: its cgroup's limits (`cpu` is its cores' MHz for a task with
     /// `cores`).
     pub resources: crate::jobspec::Resources,

@@ -170,6 +170,8 @@ impl RawExec {
             log_name: spec.task_name.clone(),
             max_files: spec.logs.max_files,
             max_file_size_mb: spec.logs.max_file_size_mb,
+            logs_disabled: spec.logs.disabled,
+            oom_score_adj: spec.oom_score_adj.map(|n| n as i32),
             isolate: self.exec.as_ref().zip(caps).map(|((settings, _), caps)| {
                 // The log directory is `<alloc_dir>/alloc/logs`: its parent is `/alloc`.
                 let shared = spec.log_dir.parent().unwrap_or(&spec.log_dir);

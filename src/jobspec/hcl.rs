@@ -21,7 +21,8 @@
 //!                  task "<name>" {..} }
 //! task "<name>" { driver user kill_signal kill_timeout  config { command args }  env {..}
 //!                 (a docker task's config: the keys of docker.md, `jobspec::docker::KEYS`)
-//!                 logs { max_files max_file_size }  volume_mount { volume destination read_only }
+//!                 (raw_exec's config: also oom_score_adj; super::raw_exec)
+//!                 logs { max_files max_file_size disabled enabled }  volume_mount { volume destination read_only }
 //!                 csi_plugin { id type mount_dir stage_publish_base_dir health_timeout }
 //!                 resources { cpu memory }  restart { attempts interval delay mode }  constraint {..}
 //!                 leader  lifecycle { hook sidecar } (super::lifecycle)
@@ -36,9 +37,10 @@ use hcl::edit::Span;
 
 use super::constraint::{Level, RawConstraint};
 use super::lifecycle::RawLifecycle;
+use super::logs::RawLogConfig;
 use super::raw::{
-    RawConfig, RawCsiPlugin, RawDuration, RawGroup, RawJob, RawLogConfig, RawResources, RawRestart,
-    RawTask, RawVolume, RawVolumeMount,
+    RawConfig, RawCsiPlugin, RawDuration, RawGroup, RawJob, RawResources, RawRestart, RawTask,
+    RawVolume, RawVolumeMount,
 };
 use super::validate::{self, csi_plugin_id, csi_plugin_type, job_type, restart_mode};
 use super::volume::CsiMountOptions;
@@ -471,7 +473,13 @@ impl Walk<'_> {
         let keys: &[&str] = if kind == ConfigKind::Exec {
             &["command", "args", "cap_add", "cap_drop"]
         } else {
-            &["command", "args"]
+            &[
+                "command",
+                "args",
+                "oom_score_adj",
+                super::raw_exec::CGROUP_V1_OVERRIDE,
+                super::raw_exec::CGROUP_V2_OVERRIDE,
+            ]
         };
         let items = self.src.items(&what, &block.body, keys, &[])?;
         let mut extra = super::raw::Extra::new();
@@ -479,6 +487,20 @@ impl Walk<'_> {
             if let Some(attr) = items.attr(key) {
                 extra.insert(key.to_string(), self.src.strings(&what, attr)?.into());
             }
+        }
+        for key in super::raw_exec::REFUSED {
+            if let Some(attr) = items.attr(key) {
+                let at = format!("{what} at line {}", self.src.line(attr.span()));
+                return Err(super::raw_exec::refused_override(&format!(
+                    "attribute {key:?} in {at}"
+                )));
+            }
+        }
+        if let Some(attr) = items.attr("oom_score_adj") {
+            let n = self.whole_number(&what, attr)?;
+            let at = format!("{what} at line {}", self.src.line(attr.span()));
+            super::raw_exec::oom_score_adj(&at, n)?;
+            extra.insert("oom_score_adj".to_string(), n.into());
         }
         Ok(RawConfig {
             command: self.src.opt_string(&items, "command")?,
@@ -490,14 +512,33 @@ impl Walk<'_> {
         })
     }
 
+    /// A signed whole number (HCL2 converts a string to the number an attribute wants).
+    fn whole_number(
+        &self,
+        what: &str,
+        attr: &hcl::edit::structure::Attribute,
+    ) -> Result<i64, JobspecError> {
+        let n = match &attr.value {
+            hcl::edit::expr::Expression::Number(n) => n.value().as_i64(),
+            hcl::edit::expr::Expression::String(s) => s.value().parse::<i64>().ok(),
+            _ => None,
+        };
+        Ok(n.ok_or_else(|| self.src.wrong_type(what, attr, "a whole number"))?)
+    }
+
     fn logs(&self, task: &str, block: &Block) -> Result<RawLogConfig, JobspecError> {
         let what = format!("logs block of {task}");
-        let items = self
-            .src
-            .items(&what, &block.body, &["max_files", "max_file_size"], &[])?;
+        let items = self.src.items(
+            &what,
+            &block.body,
+            &["max_files", "max_file_size", "disabled", "enabled"],
+            &[],
+        )?;
         Ok(RawLogConfig {
             max_files: self.src.opt_u32(&items, "max_files")?,
             max_file_size_mb: self.src.opt_u32(&items, "max_file_size")?,
+            disabled: self.src.opt_bool(&items, "disabled")?,
+            enabled: self.src.opt_bool(&items, "enabled")?,
             ..RawLogConfig::default()
         })
     }
@@ -682,6 +723,7 @@ job "example" {
                         args: ["httpd", "-f", "-p", "8001", "-h", "${NOMAD_TASK_DIR}"]
                             .map(String::from)
                             .to_vec(),
+                        oom_score_adj: None,
                         docker: Default::default(),
                         opaque: Default::default(),
                     },
@@ -693,6 +735,7 @@ job "example" {
                     log_config: LogConfig {
                         max_files: 10,
                         max_file_size_mb: 10,
+                        disabled: false,
                     },
                     volume_mounts: vec![VolumeMount {
                         volume: "data".to_string(),

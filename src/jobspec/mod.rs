@@ -20,10 +20,12 @@ pub mod interpolate;
 pub mod json;
 pub mod kept;
 pub mod lifecycle;
+pub mod logs;
 pub mod meta;
 pub mod network;
 pub mod periodic;
 mod raw;
+pub mod raw_exec;
 pub mod schema;
 pub mod signal;
 pub mod validate;
@@ -420,6 +422,11 @@ pub struct DriverConfig {
     pub command: String,
     #[serde(default)]
     pub args: Vec<String>,
+    /// `raw_exec`'s `oom_score_adj` (0 to 1000): written to the task's
+    /// `/proc/<pid>/oom_score_adj` before it execs. Unset, the task gets 0, as in Nomad. Not
+    /// written when unset, so a job without it keeps its JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_score_adj: Option<u32>,
     /// The docker driver's keys ([`docker`]); empty, and not written, for other drivers.
     #[serde(flatten)]
     pub docker: docker::DockerConfig,
@@ -444,6 +451,11 @@ pub struct LogConfig {
     pub max_files: u32,
     #[serde(rename = "MaxFileSizeMB")]
     pub max_file_size_mb: u32,
+    /// `logs { disabled = true }` (or the deprecated `enabled = false`): no log collection, the
+    /// task's stdout and stderr are `/dev/null` and no log file is written for it. Not written
+    /// when false, so a job without it keeps its JSON.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disabled: bool,
 }
 
 impl Default for LogConfig {
@@ -451,6 +463,7 @@ impl Default for LogConfig {
         LogConfig {
             max_files: 10,
             max_file_size_mb: 10,
+            disabled: false,
         }
     }
 }

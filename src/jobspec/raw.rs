@@ -23,7 +23,7 @@ use super::validate::{
     csi_plugin_id, csi_plugin_type, job_type, kill_signal, restart_mode, validate_job,
 };
 use super::{
-    CsiPluginConfig, DriverConfig, Job, JobType, JobspecError, LogConfig, Resources, RestartMode,
+    CsiPluginConfig, DriverConfig, Job, JobType, JobspecError, Resources, RestartMode,
     RestartPolicy, Task, TaskGroup, VolumeMount, VolumeRequest, DEFAULT_CSI_HEALTH_TIMEOUT,
     DEFAULT_CSI_MOUNT_DIR, DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR, DEFAULT_KILL_SIGNAL,
     DEFAULT_KILL_TIMEOUT,
@@ -129,7 +129,7 @@ pub(crate) struct RawTask {
     pub kill_signal: Option<String>,
     pub kill_timeout: Option<RawDuration>,
     pub restart_policy: Option<RawRestart>,
-    pub log_config: Option<RawLogConfig>,
+    pub log_config: Option<super::logs::RawLogConfig>,
     pub volume_mounts: Option<Vec<RawVolumeMount>>,
     #[serde(rename = "CSIPluginConfig")]
     pub csi_plugin: Option<RawCsiPlugin>,
@@ -162,16 +162,6 @@ impl RawTask {
 pub(crate) struct RawConfig {
     pub command: Option<String>,
     pub args: Option<Vec<String>>,
-    #[serde(flatten)]
-    pub extra: Extra,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "PascalCase", expecting = "a LogConfig object")]
-pub(crate) struct RawLogConfig {
-    pub max_files: Option<u32>,
-    #[serde(rename = "MaxFileSizeMB")]
-    pub max_file_size_mb: Option<u32>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -290,6 +280,10 @@ impl RawJob {
                     if t.driver.as_deref() == Some("exec") {
                         extra.remove("cap_add");
                         extra.remove("cap_drop");
+                    } else {
+                        for key in super::raw_exec::KEYS {
+                            extra.remove(key);
+                        }
                     }
                     warn_extra(&mut out, &format!("{path}.Config."), &extra);
                 }
@@ -563,6 +557,12 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
     } else {
         std::mem::take(&mut config.extra).into_iter().collect()
     };
+    // `raw_exec`'s own keys (a task without a driver is refused by validation).
+    let oom_score_adj = if raw.driver.as_deref() == Some(super::raw_exec::NAME) {
+        super::raw_exec::convert(path, &config.extra)?
+    } else {
+        None
+    };
     let docker = if is_docker {
         let fields = config.extra.into_iter().collect();
         let (docker, docker_env) = super::docker::parse(&format!("task {name:?}"), fields)?;
@@ -575,8 +575,6 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
     } else {
         super::docker::DockerConfig::default()
     };
-    let log_defaults = LogConfig::default();
-    let log_config = raw.log_config.unwrap_or_default();
     let volume_mounts = raw
         .volume_mounts
         .unwrap_or_default()
@@ -636,6 +634,7 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
         config: DriverConfig {
             command: config.command.unwrap_or_default(),
             args: config.args.unwrap_or_default(),
+            oom_score_adj,
             docker,
             opaque,
         },
@@ -645,12 +644,7 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
         kill_timeout: duration(&format!("{path}.KillTimeout"), raw.kill_timeout)?
             .unwrap_or(DEFAULT_KILL_TIMEOUT),
         restart_policy,
-        log_config: LogConfig {
-            max_files: log_config.max_files.unwrap_or(log_defaults.max_files),
-            max_file_size_mb: log_config
-                .max_file_size_mb
-                .unwrap_or(log_defaults.max_file_size_mb),
-        },
+        log_config: super::logs::convert(raw.log_config),
         volume_mounts,
         csi_plugin,
         resources: Resources {
@@ -687,6 +681,7 @@ fn csi_plugin(path: &str, raw: RawCsiPlugin) -> Result<CsiPluginConfig, JobspecE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jobspec::LogConfig;
 
     /// The smallest raw job that converts: one group with one task.
     fn minimal() -> RawJob {

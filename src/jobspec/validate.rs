@@ -392,6 +392,7 @@ mod tests {
             config: DriverConfig {
                 command: "busybox".to_string(),
                 args: vec!["true".to_string()],
+                oom_score_adj: None,
                 docker: Default::default(),
                 opaque: Default::default(),
             },

@@ -97,6 +97,14 @@ pub struct StartTask {
     pub log_name: String,
     pub max_files: u32,
     pub max_file_size_mb: u32,
+    /// `logs { disabled = true }`: the task's stdout and stderr are `/dev/null`, it has no pipes
+    /// and no log file is opened. A keeper before this field ignores it and keeps the logs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub logs_disabled: bool,
+    /// Written to the task's `/proc/<pid>/oom_score_adj` before it execs; `None` gives it 0.
+    /// A keeper before this field ignores it: the task gets 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_score_adj: Option<i32>,
     /// The cgroup the agent made for the task, which its process joins before it execs; `None`
     /// runs it unconfined (no cgroups on the node, or an agent before them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -202,6 +210,8 @@ mod tests {
                 log_name: "t".into(),
                 max_files: 2,
                 max_file_size_mb: 1,
+                logs_disabled: false,
+                oom_score_adj: None,
                 isolate: None,
                 cgroup: None,
             }),
@@ -210,6 +220,30 @@ mod tests {
         assert!(!line.contains('\n'), "{line}");
         assert!(line.starts_with(r#"{"Op":"Start","seq":7,"#), "{line}");
         assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), start);
+        // The fields a keeper of the previous build does not know are left out at their
+        // defaults, so its message is what that build sent and read.
+        assert!(
+            !line.contains("logs_disabled") && !line.contains("oom_score_adj"),
+            "{line}"
+        );
+        let Request::Start { spec, .. } = &start else {
+            unreachable!()
+        };
+        let newer = StartTask {
+            logs_disabled: true,
+            oom_score_adj: Some(500),
+            ..(**spec).clone()
+        };
+        let line = serde_json::to_string(&newer).unwrap();
+        assert!(
+            line.contains(r#""logs_disabled":true,"oom_score_adj":500"#),
+            "{line}"
+        );
+        assert_eq!(serde_json::from_str::<StartTask>(&line).unwrap(), newer);
+        // And a field this build does not know (a newer agent's) is ignored, as the previous
+        // build ignores these two.
+        let future = line.replacen('{', r#"{"a_later_field":[1],"#, 1);
+        assert_eq!(serde_json::from_str::<StartTask>(&future).unwrap(), newer);
         let ev = Event::Exited {
             pid: 5,
             exit: Exit {

@@ -571,8 +571,11 @@ impl Keeper {
             oom_killed,
         };
         t.held.exit = Some(exit);
-        t.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
-        self.draining.insert(id);
+        // A task without pipes (its logs disabled) has nothing to drain.
+        if t.out.is_some() || t.err.is_some() {
+            t.drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+            self.draining.insert(id);
+        }
         self.maybe_done.push(id);
         let (pid, forgotten) = (t.held.pid, t.forgotten);
         if !forgotten {

@@ -72,6 +72,27 @@ pub(crate) struct Inherit {
     pub oom_score_adj: Option<([u8; 16], usize)>,
 }
 
+/// An `oom_score_adj` as the child writes it, and whether the start fails when it cannot be
+/// written: a task's own value must hold; the inherited 0 is given back where the kernel lets it.
+#[derive(Debug, Clone, Copy)]
+struct OomScoreAdj {
+    text: ([u8; 16], usize),
+    required: bool,
+}
+
+impl OomScoreAdj {
+    fn of(n: i32) -> OomScoreAdj {
+        let mut text = [0u8; 16];
+        let digits = n.to_string();
+        let len = digits.len().min(text.len());
+        text[..len].copy_from_slice(&digits.as_bytes()[..len]);
+        OomScoreAdj {
+            text: (text, len),
+            required: true,
+        }
+    }
+}
+
 /// Everything the child needs, prepared before the `clone`: it only reads this.
 pub(crate) struct Plan {
     program: CString,
@@ -82,6 +103,9 @@ pub(crate) struct Plan {
     cwd: CString,
     run_as: Option<(u32, u32, Vec<libc::gid_t>)>,
     inherit: Inherit,
+    /// The task's own `oom_score_adj` (its jobspec's), as the bytes written to `/proc`; else the
+    /// keeper's [`Inherit::oom_score_adj`].
+    oom_score_adj: Option<OomScoreAdj>,
     /// The `exec` driver's namespaces and root ([`crate::isolate`]).
     isolate: Option<crate::isolate::Prepared>,
     cgroup: crate::cgroup::Join,
@@ -133,6 +157,13 @@ impl Plan {
             cwd,
             run_as: spec.run_as.clone(),
             inherit,
+            oom_score_adj: match spec.oom_score_adj {
+                Some(n) => Some(OomScoreAdj::of(n)),
+                None => inherit.oom_score_adj.map(|text| OomScoreAdj {
+                    text,
+                    required: false,
+                }),
+            },
             isolate,
             cgroup: crate::cgroup::Join::new(spec.cgroup.as_ref())?,
         })
@@ -197,7 +228,11 @@ impl Spawner {
             }
         }
         drop((stdout, stderr));
-        let mut child = Child { plan, err: 0 };
+        let mut child = Child {
+            plan,
+            err: 0,
+            oom_failed: false,
+        };
         // SAFETY: sigset_t is plain data; sigfillset and pthread_sigmask fill and read them.
         let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
         let mut keeper_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -234,11 +269,26 @@ impl Spawner {
         if pid < 0 {
             return Err(clone_err);
         }
-        // SAFETY: the child wrote it, if at all, before it exited; it runs no more.
-        let err = unsafe { std::ptr::read_volatile(&child.err) };
+        // SAFETY: the child wrote them, if at all, before it exited; it runs no more.
+        let (err, oom_failed) = unsafe {
+            (
+                std::ptr::read_volatile(&child.err),
+                std::ptr::read_volatile(&child.oom_failed),
+            )
+        };
         if err != 0 {
             let _ = Proc { pid }.wait();
-            return Err(io::Error::from_raw_os_error(err));
+            let e = io::Error::from_raw_os_error(err);
+            if let (true, Some(oom)) = (oom_failed, &plan.oom_score_adj) {
+                // Not the command's error: said as what it is, without the errno the agent would
+                // print as the command's.
+                let (text, len) = oom.text;
+                return Err(io::Error::other(format!(
+                    "cannot set the task's oom_score_adj to {}: {e}",
+                    String::from_utf8_lossy(&text[..len])
+                )));
+            }
+            return Err(e);
         }
         Ok(pid)
     }
@@ -308,6 +358,8 @@ impl Proc {
 struct Child<'a> {
     plan: &'a Plan,
     err: i32,
+    /// The step that failed was writing the task's `oom_score_adj`.
+    oom_failed: bool,
 }
 
 /// The child: from the `clone` to the `execve`. Writes the failed step's OS error and exits 127.
@@ -316,7 +368,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `Child` the keeper passed, alive while the keeper waits for this
     // process; the steps only make system calls on the plan (module doc).
     unsafe {
-        let err = prepare_and_exec((*child).plan);
+        let err = prepare_and_exec((*child).plan, &mut (*child).oom_failed);
         std::ptr::write_volatile(&mut (*child).err, err.max(1));
         libc::_exit(127)
     }
@@ -330,8 +382,9 @@ fn errno() -> i32 {
 }
 
 /// # Safety
-/// Only in the child of [`Spawner::spawn`], with every signal blocked.
-unsafe fn prepare_and_exec(plan: &Plan) -> i32 {
+/// Only in the child of [`Spawner::spawn`], with every signal blocked. `oom_failed` is set when
+/// the step that failed is the `oom_score_adj`'s.
+unsafe fn prepare_and_exec(plan: &Plan, oom_failed: &mut bool) -> i32 {
     // SAFETY: system calls on memory the plan owns, in the child (see the callers).
     unsafe {
         // A caught signal would run the keeper's handler here: back to the default, as at exec.
@@ -380,6 +433,27 @@ unsafe fn prepare_and_exec(plan: &Plan) -> i32 {
         if let Err(e) = plan.cgroup.join() {
             return e;
         }
+        // Before the credentials change: a process whose user changed is not dumpable, and the
+        // files of /proc/self are root's then, so it could no longer write its own. Before the
+        // isolation too, while /proc is the host's. Raising the keeper's lowered value back
+        // needs no privilege; lowering one below what a privileged process set needs
+        // CAP_SYS_RESOURCE, which a keeper not run as root lacks.
+        if let Some(oom) = &plan.oom_score_adj {
+            let fd = libc::open(
+                c"/proc/self/oom_score_adj".as_ptr(),
+                libc::O_WRONLY | libc::O_CLOEXEC,
+            );
+            let (text, len) = &oom.text;
+            let written = fd >= 0 && libc::write(fd, text.as_ptr().cast(), *len) == *len as isize;
+            let e = errno();
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            if !written && oom.required {
+                std::ptr::write_volatile(oom_failed, true);
+                return e;
+            }
+        }
         if let Some(isolate) = &plan.isolate {
             let err = isolate.apply();
             if err != 0 {
@@ -399,11 +473,7 @@ unsafe fn prepare_and_exec(plan: &Plan) -> i32 {
                 return errno();
             }
         }
-        let Inherit {
-            keeper,
-            nofile,
-            oom_score_adj,
-        } = plan.inherit;
+        let Inherit { keeper, nofile, .. } = plan.inherit;
         // After the credentials change, which clears it: a keeper that dies takes the task with
         // it. A keeper already gone before this line is caught by getppid.
         if libc::prctl(
@@ -419,17 +489,6 @@ unsafe fn prepare_and_exec(plan: &Plan) -> i32 {
             return libc::ESRCH;
         }
         libc::setrlimit(libc::RLIMIT_NOFILE, &nofile);
-        if let Some((value, len)) = &oom_score_adj {
-            // Raising it back needs no privilege.
-            let fd = libc::open(
-                c"/proc/self/oom_score_adj".as_ptr(),
-                libc::O_WRONLY | libc::O_CLOEXEC,
-            );
-            if fd >= 0 {
-                libc::write(fd, value.as_ptr().cast(), *len);
-                libc::close(fd);
-            }
-        }
         // The task starts with no signal blocked.
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);

@@ -2,7 +2,7 @@
 //! pipes; the process itself is made by [`crate::spawn`]) and what the keeper keeps of it until
 //! the agent has taken its end.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
@@ -51,10 +51,17 @@ impl Task {
     ) -> io::Result<Task> {
         // Opened before the task runs, so a log directory that cannot be used (a link a task put
         // in its place) is a failed start that says why, not output silently lost. No errno: the
-        // agent would print it as the command's own error.
-        let logs = open_log_dir(alloc_root, &spec.log_dir)
-            .map_err(|e| io::Error::other(format!("cannot open the task's log directory: {e}")))?;
-        let out_dir = logs.try_clone()?;
+        // agent would print it as the command's own error. A task whose logs are disabled has
+        // none: its output goes to /dev/null.
+        let logs = (!spec.logs_disabled)
+            .then(|| {
+                let logs = open_log_dir(alloc_root, &spec.log_dir).map_err(|e| {
+                    io::Error::other(format!("cannot open the task's log directory: {e}"))
+                })?;
+                let out_dir = logs.try_clone()?;
+                Ok::<_, io::Error>((out_dir, logs))
+            })
+            .transpose()?;
         let plan = Plan::new(spec, inherit)?;
         let oom_base = spec
             .cgroup
@@ -66,9 +73,18 @@ impl Task {
             crate::cgroup::thaw(cg)
                 .map_err(|e| io::Error::other(format!("cannot thaw the task's cgroup: {e}")))?;
         }
-        let (out, out_w) = pipe()?;
-        let (err, err_w) = pipe()?;
-        let pid = spawner.spawn(&plan, out_w, err_w)?;
+        let (pipes, pid) = if logs.is_some() {
+            let (out, out_w) = pipe()?;
+            let (err, err_w) = pipe()?;
+            (Some((out, err)), spawner.spawn(&plan, out_w, err_w)?)
+        } else {
+            // std opens with O_CLOEXEC: only the task's stdout and stderr are this file.
+            let null = OpenOptions::new().write(true).open("/dev/null")?;
+            (
+                None,
+                spawner.spawn(&plan, null.try_clone()?.into(), null.into())?,
+            )
+        };
         let child = Proc { pid };
         let pidfd = match pidfd_open(pid) {
             Ok(fd) => fd,
@@ -88,8 +104,13 @@ impl Task {
                 spec.max_file_size_mb,
             )
         };
-        let out = Some((out, log(out_dir, Stream::Stdout)));
-        let err = Some((err, log(logs, Stream::Stderr)));
+        let (out, err) = match (pipes, logs) {
+            (Some((out, err)), Some((out_dir, logs))) => (
+                Some((out, log(out_dir, Stream::Stdout))),
+                Some((err, log(logs, Stream::Stderr))),
+            ),
+            _ => (None, None),
+        };
         let inodes = [&out, &err]
             .into_iter()
             .flatten()

@@ -257,6 +257,7 @@ pub fn start_spec(
         alloc_id: ctx.alloc_id.clone(),
         task_name: task.name.clone(),
         logs: task.log_config,
+        oom_score_adj: task.config.oom_score_adj,
         resources: task.resources.clone(),
         cores: ctx.cores.clone(),
         env,

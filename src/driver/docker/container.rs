@@ -29,18 +29,37 @@ pub const LABEL_JOB_NAME: &str = "com.hashicorp.nomad.job_name";
 pub const LABEL_TASK_NAME: &str = "com.hashicorp.nomad.task_name";
 /// nodeward's own: the node whose agent made the container (the only agent that removes it).
 pub const LABEL_NODE_ID: &str = "io.nodeward.node_id";
-/// nodeward's own: the task's `logs { max_files max_file_size }`, `<files>:<MiB>`, for an agent
-/// that re-attaches to the container.
+/// nodeward's own: the task's `logs { max_files max_file_size disabled }`, `<files>:<MiB>`, and
+/// `<files>:<MiB>:disabled` when its logs are not collected, for an agent that re-attaches to the
+/// container (it has no jobspec at hand). An agent from before `disabled` reads the longer form
+/// as no label (the defaults) and copies the container's logs.
 pub const LABEL_LOGS: &str = "io.nodeward.logs";
+const LOGS_DISABLED: &str = "disabled";
+
+/// The [`LABEL_LOGS`] value of a task's `logs`.
+pub fn log_label(logs: &LogConfig) -> String {
+    let mut label = format!("{}:{}", logs.max_files, logs.max_file_size_mb);
+    if logs.disabled {
+        label.push(':');
+        label.push_str(LOGS_DISABLED);
+    }
+    label
+}
 
 /// The log rotation recorded on a container ([`LABEL_LOGS`]); the defaults without one.
 pub fn log_config(labels: &BTreeMap<String, String>) -> LogConfig {
     let parsed = labels.get(LABEL_LOGS).and_then(|v| {
-        let (files, mb) = v.split_once(':')?;
-        Some(LogConfig {
-            max_files: files.parse().ok()?,
-            max_file_size_mb: mb.parse().ok()?,
-        })
+        let mut parts = v.split(':');
+        let config = LogConfig {
+            max_files: parts.next()?.parse().ok()?,
+            max_file_size_mb: parts.next()?.parse().ok()?,
+            disabled: match parts.next() {
+                None => false,
+                Some(LOGS_DISABLED) => true,
+                Some(_) => return None,
+            },
+        };
+        parts.next().is_none().then_some(config)
     });
     parsed.unwrap_or_default()
 }
@@ -298,6 +317,7 @@ mod tests {
             log_dir: PathBuf::from("/d/alloc/a1/alloc/logs"),
             task_name: "web".into(),
             logs: LogConfig::default(),
+            oom_score_adj: None,
             resources: Default::default(),
             cores: Vec::new(),
             container: Some(c.clone()),
@@ -355,10 +375,35 @@ mod tests {
             log_config(&labels),
             LogConfig {
                 max_files: 3,
-                max_file_size_mb: 1
+                max_file_size_mb: 1,
+                disabled: false,
             }
         );
         assert_eq!(log_config(&BTreeMap::new()), LogConfig::default());
+    }
+
+    /// An agent that re-attaches to a container reads its `logs` from its label: a task whose
+    /// logs are not collected stays so across an agent restart.
+    #[test]
+    fn the_log_label_keeps_disabled_logs() {
+        let read = |v: &str| log_config(&BTreeMap::from([(LABEL_LOGS.to_string(), v.into())]));
+        let off = LogConfig {
+            max_files: 3,
+            max_file_size_mb: 1,
+            disabled: true,
+        };
+        assert_eq!(log_label(&off), "3:1:disabled");
+        assert_eq!(read(&log_label(&off)), off);
+        let on = LogConfig::default();
+        assert_eq!(
+            log_label(&on),
+            "10:10",
+            "the label of an agent before `disabled`"
+        );
+        assert_eq!(read(&log_label(&on)), on);
+        for bad in ["3:1:maybe", "3:1:disabled:x", "3", "x:1"] {
+            assert_eq!(read(bad), LogConfig::default(), "{bad}");
+        }
     }
 
     #[test]

@@ -230,12 +230,18 @@ impl Docker {
             logs,
             cursor: self.cursor(alloc_id, task),
         };
-        let logs = {
+        // `logs { disabled = true }`: nothing is copied and no log file is written; the
+        // container keeps the engine's own log driver.
+        let logs = if copy.logs.disabled {
+            None
+        } else {
             let (engine, id, closer) = (engine.clone(), id.to_string(), closer.clone());
-            crate::thread::spawn(format!("docker-logs-{}", short_id(&id)), move || {
-                watch::copy_logs(&engine, &id, &copy, &closer, &stop_rx)
-            })
-            .map_err(spawn_err)?
+            Some(
+                crate::thread::spawn(format!("docker-logs-{}", short_id(&id)), move || {
+                    watch::copy_logs(&engine, &id, &copy, &closer, &stop_rx)
+                })
+                .map_err(spawn_err)?,
+            )
         };
         let started_nanos = engine
             .inspect(id)
@@ -251,7 +257,7 @@ impl Docker {
                 closer,
                 stop: Some(stop),
                 wait: Some(wait),
-                logs: Some(logs),
+                logs,
             })),
         })
     }
@@ -394,7 +400,7 @@ impl Driver for Docker {
         // The log rotation a re-attaching agent applies (recover has no jobspec at hand).
         request.labels.insert(
             container::LABEL_LOGS.into(),
-            format!("{}:{}", spec.logs.max_files, spec.logs.max_file_size_mb),
+            container::log_label(&spec.logs),
         );
         let engine = self.engine()?;
         self.ensure_image(&engine, spec, c)?;

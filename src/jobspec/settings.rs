@@ -2,9 +2,11 @@
 //! is implemented, of no effect on one node, or refused), the same from HCL and from JSON.
 //!
 //! - `volume_mount { propagation_mode }` (JSON `VolumeMount.PropagationMode`): `private`, the
-//!   default, is what this node does (a task's volume binds are private: mounts made under
-//!   them on either side are not seen by the other). `host-to-task` and `bidirectional` are
-//!   refused: a task that counts on seeing mounts the host makes later would not see them.
+//!   default, is what this node does (an exec or docker task's volume binds are private:
+//!   mounts made under them on either side are not seen by the other; a raw_exec task, in the
+//!   host's mount namespace, reaches the host path through a link). `host-to-task` and
+//!   `bidirectional` are refused: a task that counts on seeing mounts the host makes later
+//!   would not see them.
 //!   Kept as written. Nomad's API writes `"private"` on every mount: that is no setting.
 //! - `volume_mount { selinux_label }` (`"z"`, `"Z"`): no effect, volumes are not relabelled.
 //! - a group `volume { sticky }`: no effect, there is no other node for the volume to move to.
@@ -256,16 +258,20 @@ mod tests {
 
     #[test]
     fn render_templates_is_warned_from_hcl_and_json() {
-        let group = "restart {\n render_templates = true\n }";
-        let task = "      restart { render_templates = true }";
-        let parsed = hcl_ok(&spec("", &format!("{task}\n    }}\n    {group}\n    task \"b\" {{ driver = \"raw_exec\"\n config {{ command = \"true\" }}")));
+        let src = |group: &str, task: &str| {
+            format!(
+                "job \"j\" {{\n  group \"g\" {{\n    restart {{ {group} }}\n    task \"web\" {{\n      \
+                 driver = \"raw_exec\"\n      config {{ command = \"true\" }}\n      restart {{ {task} }}\n    \
+                 }}\n  }}\n}}\n"
+            )
+        };
+        // At both levels, warned once.
+        let parsed = hcl_ok(&src("render_templates = true", "render_templates = true"));
         assert_eq!(parsed.warnings, [warning("restart.render_templates")]);
+        let task_only = hcl_ok(&src("", "render_templates = true"));
+        assert_eq!(task_only.warnings, parsed.warnings);
         // Not kept: the job is the one without it.
-        let plain = hcl_ok(&spec("", ""));
-        assert_eq!(
-            parsed.job.task_groups[0].tasks[0],
-            plain.job.task_groups[0].tasks[0]
-        );
+        assert_eq!(parsed.job, hcl_ok(&src("", "")).job);
         assert!(round_trip(&parsed).warnings.is_empty());
         let restart = json!({"Attempts": 2, "RenderTemplates": true});
         let from = from_json(json!({}), json!({"RestartPolicy": restart})).unwrap();
@@ -275,10 +281,10 @@ mod tests {
             json!({}),
         );
         assert!(from.unwrap().warnings.is_empty());
-        let bad = hcl::parse_job(&spec("", "      restart { render_templates = \"maybe\" }"));
+        let bad = hcl::parse_job(&src("", "render_templates = \"maybe\""));
         assert_eq!(
             bad.unwrap_err().to_string(),
-            "attribute \"render_templates\" in restart block of task \"web\" at line 11 must be true or false"
+            "attribute \"render_templates\" in restart block of task \"web\" at line 7 must be true or false"
         );
     }
 

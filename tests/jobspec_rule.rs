@@ -652,3 +652,119 @@ fn a_change_to_no_effect_blocks_only_updates_the_job_in_place() {
 fn text_of(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// Nomad 1.10's attributes inside implemented blocks, written as Nomad's docs write them: a
+/// group volume's `sticky`, a mount's `propagation_mode = "private"` (what this node does) and
+/// `selinux_label`, a restart's `render_templates`, a network's `mbits` and `cni { args }`. The
+/// job runs with the volume mounted, `job run` prints one warning for each that has no effect,
+/// and `GET /v1/job/:id` keeps the kept ones in Nomad's shape; a propagation this node does not
+/// do is refused with its line, and nothing is registered.
+#[test]
+fn nomad_1_10_attributes_in_implemented_blocks_run_warn_or_are_refused() {
+    let dir = TempDir::new("rule-attrs");
+    let vol = dir.path().join("vol");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join("hello"), "from the volume\n").unwrap();
+    let agent = TestAgent::start_in(
+        dir.path(),
+        &format!(
+            "client {{\n  host_volume \"certs\" {{\n    path = \"{}\"\n  }}\n}}\n",
+            vol.display()
+        ),
+    );
+    let spec = |propagation: &str| {
+        format!(
+            r#"
+job "docs" {{
+  type = "batch"
+
+  group "example" {{
+    network {{
+      mbits = 10
+      port "http" {{}}
+      cni {{
+        args = {{
+          "nomad.region" = "global"
+        }}
+      }}
+    }}
+
+    restart {{
+      attempts         = 1
+      render_templates = true
+    }}
+
+    volume "certs" {{
+      type      = "host"
+      source    = "certs"
+      read_only = true
+      sticky    = true
+    }}
+
+    task "example" {{
+      driver = "raw_exec"
+
+      volume_mount {{
+        volume           = "certs"
+        destination      = "certs"
+        propagation_mode = "{propagation}"
+        selinux_label    = "z"
+      }}
+
+      config {{
+        command = "/bin/cat"
+        args    = ["certs/hello"]
+      }}
+    }}
+  }}
+}}
+"#
+        )
+    };
+    let file = dir.path().join("docs.nomad.hcl");
+    std::fs::write(&file, spec("private")).unwrap();
+    let out = agent.cli(&["job", "run", file.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.starts_with("Job Warnings:\n"), "{stdout}");
+    for name in [
+        "restart.render_templates",
+        "volume.sticky",
+        "volume_mount.selinux_label",
+        "network.mbits",
+        "network.cni",
+    ] {
+        let w = format!("\"{name}\" has no effect on one node: ");
+        assert_eq!(stdout.matches(&w).count(), 1, "{w} once in:\n{stdout}");
+    }
+    assert!(!stdout.contains("propagation"), "{stdout}");
+    let alloc = agent.alloc_id("docs");
+    complete(&agent, &alloc);
+    assert_eq!(stdout_of(&agent, &alloc, "example"), "from the volume\n");
+
+    let job = agent.get("/v1/job/docs");
+    let group = &job["TaskGroups"][0];
+    assert_eq!(group["Volumes"]["certs"]["Sticky"], true, "{group}");
+    let mount = &group["Tasks"][0]["VolumeMounts"][0];
+    assert_eq!(mount["PropagationMode"], "private", "{mount}");
+    assert_eq!(mount["SELinuxLabel"], "z", "{mount}");
+
+    std::fs::write(
+        &file,
+        spec("bidirectional").replace("job \"docs\"", "job \"bidi\""),
+    )
+    .unwrap();
+    let out = agent.cli(&["job", "run", file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "attribute \"propagation_mode\" in volume_mount block of task \"example\" at line 34: \
+             propagation_mode \"bidirectional\" is refused: this node mounts volumes with \
+             propagation mode \"private\" only for now"
+        ),
+        "{stderr}"
+    );
+    let (status, _) = agent.request("GET", "/v1/job/bidi", None);
+    assert_eq!(status, 404);
+}

@@ -16,15 +16,18 @@
 //!              parameterized { payload meta_required meta_optional } (super::periodic) }
 //! group "<name>" { count  restart {..}  constraint {..}  ephemeral_disk { size } (super::ephemeral_disk)
 //!                  volume "<label>" { type source read_only access_mode attachment_mode per_alloc
-//!                                     mount_options { fs_type mount_flags } }
-//!                  network { mode  port "<label>" { static to host_network } } (super::network)
+//!                                     sticky  mount_options { fs_type mount_flags } }
+//!                  network { mode mbits cni { args }  port "<label>" { static to host_network } }
+//!                  (super::network; sticky, mbits, cni: super::settings)
 //!                  task "<name>" {..} }
 //! task "<name>" { driver user kill_signal kill_timeout  config { command args }  env {..}
 //!                 (a docker task's config: the keys of docker.md, `jobspec::docker::KEYS`)
 //!                 (raw_exec's config: also oom_score_adj; super::raw_exec)
-//!                 logs { max_files max_file_size disabled enabled }  volume_mount { volume destination read_only }
+//!                 logs { max_files max_file_size disabled enabled }
+//!                 volume_mount { volume destination read_only propagation_mode selinux_label }
 //!                 csi_plugin { id type mount_dir stage_publish_base_dir health_timeout }
-//!                 resources { cpu memory }  restart { attempts interval delay mode }  constraint {..}
+//!                 resources { cpu memory }  restart { attempts interval delay mode render_templates }
+//!                 constraint {..}
 //!                 leader  lifecycle { hook sidecar } (super::lifecycle)
 //!                 dispatch_payload { file } (super::periodic) }
 //! constraint { attribute operator value  (shorthands: super::constraint) }
@@ -98,9 +101,11 @@ fn walk_job(
             ))),
         }
     }?;
-    let (raw, mut warnings) = raw;
+    let (mut raw, mut warnings) = raw;
+    let taken = super::settings::take_raw(&mut raw);
     let job = Job::try_from(raw)?;
     super::devices::warn(&job, &mut warnings);
+    super::settings::warn(&job, &taken, &mut warnings);
     Ok(Parsed { job, warnings })
 }
 
@@ -254,7 +259,7 @@ impl Walk<'_> {
         let items = self.src.items(
             &what,
             &block.body,
-            &["attempts", "interval", "delay", "mode"],
+            &["attempts", "interval", "delay", "mode", "render_templates"],
             &[],
         )?;
         let mode = self.src.opt_string(&items, "mode")?;
@@ -266,7 +271,7 @@ impl Walk<'_> {
             attempts: self.src.opt_u32(&items, "attempts")?.map(i64::from),
             interval: self.duration(&items, "interval")?,
             delay: self.duration(&items, "delay")?,
-            ..RawRestart::default()
+            extra: super::settings::read_restart_hcl(self.src, &items)?,
         })
     }
 
@@ -282,6 +287,7 @@ impl Walk<'_> {
                 "access_mode",
                 "attachment_mode",
                 "per_alloc",
+                "sticky",
             ],
             &["mount_options"],
         )?;
@@ -298,6 +304,7 @@ impl Walk<'_> {
             access_mode: self.src.opt_string(&items, "access_mode")?,
             attachment_mode: self.src.opt_string(&items, "attachment_mode")?,
             per_alloc: self.src.opt_bool(&items, "per_alloc")?,
+            sticky: self.src.opt_bool(&items, "sticky")?,
             mount_options,
             ..RawVolume::default()
         })
@@ -549,10 +556,20 @@ impl Walk<'_> {
         let items = self.src.items(
             &what,
             &block.body,
-            &["volume", "destination", "read_only"],
+            &[
+                "volume",
+                "destination",
+                "read_only",
+                "propagation_mode",
+                "selinux_label",
+            ],
             &[],
         )?;
+        let (propagation_mode, selinux_label) =
+            super::settings::read_mount_hcl(self.src, &what, &items)?;
         Ok(RawVolumeMount {
+            propagation_mode,
+            selinux_label,
             volume: self.src.opt_string(&items, "volume")?,
             destination: self.src.opt_string(&items, "destination")?,
             read_only: self.src.opt_bool(&items, "read_only")?,
@@ -709,6 +726,7 @@ job "example" {
                         attachment_mode: None,
                         per_alloc: false,
                         mount_options: None,
+                        sticky: false,
                     },
                 )]),
                 networks: Vec::new(),
@@ -741,6 +759,8 @@ job "example" {
                         volume: "data".to_string(),
                         destination: "data".to_string(),
                         read_only: false,
+                        propagation_mode: String::new(),
+                        selinux_label: String::new(),
                     }],
                     csi_plugin: Some(CsiPluginConfig {
                         id: "whatever".to_string(),

@@ -44,9 +44,12 @@ pub fn parse_job(bytes: &[u8]) -> Result<Parsed, JobspecError> {
         JobspecError::Invalid(format!("invalid field \"{}\": {}", e.path(), e.inner()))
     })?;
     super::kept::keep_json(&mut raw, &mut warnings);
+    let taken = super::settings::take_raw(&mut raw);
     warnings.extend(raw.ignored_fields());
     let job = Job::try_from(raw)?;
+    super::settings::check(&job)?;
     super::devices::warn(&job, &mut warnings);
+    super::settings::warn(&job, &taken, &mut warnings);
     Ok(Parsed { job, warnings })
 }
 
@@ -226,10 +229,11 @@ mod tests {
             parsed.warnings,
             vec![
                 field("PolicyOverride"),
-                field("TaskGroups[0].Networks[0].MBits"),
                 field("TaskGroups[0].Tasks[0].Bogus"),
                 field("TaskGroups[0].Tasks[0].Config.pid_mode"),
                 field("TaskGroups[0].Tasks[0].Resources.IOPS"),
+                // Nomad's, with no effect here (`jobspec::settings`).
+                "\"network.mbits\" has no effect on one node: deprecated in Nomad; bandwidth is not reserved".to_string(),
             ]
         );
         assert_eq!(parsed.job.task_groups[0].tasks[0].resources.cpu, 200);

@@ -27,6 +27,7 @@ pub mod periodic;
 mod raw;
 pub mod raw_exec;
 pub mod schema;
+pub mod settings;
 pub mod signal;
 pub mod validate;
 #[cfg(test)]
@@ -339,6 +340,9 @@ pub struct VolumeRequest {
     pub per_alloc: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mount_options: Option<volume::CsiMountOptions>,
+    /// `sticky`: no effect on one node ([`settings`]); kept, not written when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sticky: bool,
 }
 
 /// `type = "host"`.
@@ -476,6 +480,18 @@ pub struct VolumeMount {
     /// Path inside the task directory.
     pub destination: String,
     pub read_only: bool,
+    /// `propagation_mode`: empty or `private`, what this node does ([`settings`]); kept as
+    /// written, not written when empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub propagation_mode: String,
+    /// `selinux_label` (`z`, `Z`): no effect on this node ([`settings`]); kept, not written
+    /// when empty.
+    #[serde(
+        rename = "SELinuxLabel",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub selinux_label: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -418,7 +418,7 @@ fn network_block(src: &Source, group: &str, block: &Block) -> Result<RawNetwork,
         &what,
         &block.body,
         &["mode", "hostname", "mbits"],
-        &["port", "dns"],
+        &["port", "dns", "cni"],
     )?;
     let mode = src.opt_string(&items, "mode")?;
     if let (Some(m), Some(attr)) = (&mode, items.attr("mode")) {
@@ -426,10 +426,8 @@ fn network_block(src: &Source, group: &str, block: &Block) -> Result<RawNetwork,
         let at = format!("network block of {group} at line {}", src.line(attr.span()));
         check_mode(&at, m)?;
     }
-    if items.attr("mbits").is_some() {
-        // Deprecated in Nomad, where it has had no effect since 1.0; read to check its type.
-        src.opt_u32(&items, "mbits")?;
-    }
+    // `mbits` (deprecated in Nomad, no effect since 1.0) and `cni { args }`: warned as JSON's.
+    let extra = super::settings::read_network_hcl(src, &what, &items)?;
     let refused = if let Some(attr) = items.attr("hostname") {
         Some(format!("\"hostname\" (line {})", src.line(attr.span())))
     } else {
@@ -454,7 +452,7 @@ fn network_block(src: &Source, group: &str, block: &Block) -> Result<RawNetwork,
         dynamic_ports: Some(dynamic),
         refused,
         at: Some(at),
-        extra: Extra::new(),
+        extra,
     })
 }
 

@@ -111,6 +111,7 @@ pub(crate) struct RawVolume {
     pub attachment_mode: Option<String>,
     pub per_alloc: Option<bool>,
     pub mount_options: Option<super::volume::CsiMountOptions>,
+    pub sticky: Option<bool>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -172,6 +173,10 @@ pub(crate) struct RawVolumeMount {
     pub volume: Option<String>,
     pub destination: Option<String>,
     pub read_only: Option<bool>,
+    /// Both checked on the converted job ([`super::settings::check`]).
+    pub propagation_mode: Option<String>,
+    #[serde(rename = "SELinuxLabel")]
+    pub selinux_label: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -455,6 +460,7 @@ fn group(path: &str, job_type: JobType, raw: RawGroup) -> Result<TaskGroup, Jobs
                     .transpose()?,
                 per_alloc: v.per_alloc.unwrap_or(false),
                 mount_options: v.mount_options,
+                sticky: v.sticky.unwrap_or(false),
             };
             Ok((label, volume))
         })
@@ -583,6 +589,8 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
             volume: m.volume.unwrap_or_default(),
             destination: m.destination.unwrap_or_default(),
             read_only: m.read_only.unwrap_or(false),
+            propagation_mode: m.propagation_mode.unwrap_or_default(),
+            selinux_label: m.selinux_label.unwrap_or_default(),
         })
         .collect();
     let csi_plugin = raw

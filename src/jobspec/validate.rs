@@ -426,6 +426,7 @@ mod tests {
                 attachment_mode: None,
                 per_alloc: false,
                 mount_options: None,
+                sticky: false,
             },
         );
         Job {
@@ -483,6 +484,8 @@ mod tests {
             volume: "data".to_string(),
             destination: "data/sub".to_string(),
             read_only: true,
+            propagation_mode: String::new(),
+            selinux_label: String::new(),
         });
         validate_job(&j).unwrap();
     }
@@ -683,6 +686,8 @@ mod tests {
                 volume: volume.to_string(),
                 destination: destination.to_string(),
                 read_only,
+                propagation_mode: String::new(),
+                selinux_label: String::new(),
             });
             j
         };

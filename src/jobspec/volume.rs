@@ -215,6 +215,7 @@ mod tests {
             attachment_mode: Some(AttachmentMode::FileSystem),
             per_alloc: false,
             mount_options: None,
+            sticky: false,
         }
     }
 
@@ -315,6 +316,7 @@ job "j" {
                     fs_type: "ext4".to_string(),
                     mount_flags: vec!["noatime".to_string()],
                 }),
+                sticky: false,
             }
         );
         let json = serde_json::to_vec(&job).unwrap();

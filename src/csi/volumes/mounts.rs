@@ -281,6 +281,7 @@ mod tests {
             attachment_mode: Some(AttachmentMode::FileSystem),
             per_alloc: false,
             mount_options: None,
+            sticky: false,
         };
         let claim = claim_for(&request, "a1", "j", "g").unwrap();
         assert_eq!(claim.mode, ClaimMode::Write);

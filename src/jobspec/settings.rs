@@ -1,0 +1,427 @@
+//! Nomad 1.10's attributes inside blocks nodeward implements (spec jobspec.md, "The rule": each
+//! is implemented, of no effect on one node, or refused), the same from HCL and from JSON.
+//!
+//! - `volume_mount { propagation_mode }` (JSON `VolumeMount.PropagationMode`): `private`, the
+//!   default, is what this node does (an exec or docker task's volume binds are private:
+//!   mounts made under them on either side are not seen by the other; a raw_exec task, in the
+//!   host's mount namespace, reaches the host path through a link). `host-to-task` and
+//!   `bidirectional` are refused: a task that counts on seeing mounts the host makes later
+//!   would not see them.
+//!   Kept as written. Nomad's API writes `"private"` on every mount: that is no setting.
+//! - `volume_mount { selinux_label }` (`"z"`, `"Z"`): no effect, volumes are not relabelled.
+//! - a group `volume { sticky }`: no effect, there is no other node for the volume to move to.
+//! - `restart { render_templates }` (group and task), `network { mbits }` and
+//!   `network { cni { args } }`: no effect. They are warned and not kept: the restart policy
+//!   and the network are types the task runner and the port allocator build literally, and
+//!   nothing would read the values (as `resources { disk }`, docs/jobspec.md).
+//!
+//! A value outside Nomad's own set is an error with Nomad's words (`volume mount has an invalid
+//! propagation mode`); HCL's name the attribute and its line, JSON's the field's path.
+
+use hcl::edit::structure::Block;
+use hcl::edit::Span;
+use serde_json::Value;
+
+use super::raw::{is_empty, Extra, RawJob};
+use super::{Job, JobspecError};
+use crate::hcl::{Items, Source};
+
+/// The no-effect names of this module and why, in the order their warnings are given.
+const NO_EFFECT: &[(&str, &str)] = &[
+    (
+        "restart.render_templates",
+        "templates are refused on this node, so there is none to render again",
+    ),
+    (
+        "volume.sticky",
+        "there is no other node the allocation's volume could move to",
+    ),
+    (
+        "volume_mount.selinux_label",
+        "volumes are not relabelled for SELinux on this node",
+    ),
+    (
+        "network.mbits",
+        "deprecated in Nomad; bandwidth is not reserved",
+    ),
+    (
+        "network.cni",
+        "CNI arguments are only given to CNI networks, and this node runs host networks only",
+    ),
+];
+
+/// The propagation mode this node mounts volumes with (Nomad's default).
+pub const PRIVATE: &str = "private";
+
+/// A `volume_mount`'s `propagation_mode`; `at` names the mount (and line) in messages.
+pub(crate) fn check_propagation(at: &str, mode: &str) -> Result<(), JobspecError> {
+    match mode {
+        "" | PRIVATE => Ok(()),
+        "host-to-task" | "bidirectional" => Err(JobspecError::Invalid(format!(
+            "{at}: propagation_mode {mode:?} is refused: this node mounts volumes \
+             with propagation mode \"private\" only for now"
+        ))),
+        _ => Err(JobspecError::Invalid(format!(
+            "{at}: volume mount has an invalid propagation mode: {mode:?}"
+        ))),
+    }
+}
+
+/// A `volume_mount`'s `selinux_label`: empty, `z` or `Z`, as Nomad takes it.
+pub(crate) fn check_selinux(at: &str, label: &str) -> Result<(), JobspecError> {
+    match label {
+        "" | "z" | "Z" => Ok(()),
+        _ => Err(JobspecError::Invalid(format!(
+            "{at}: volume mount has an invalid SELinux label: {label:?}"
+        ))),
+    }
+}
+
+/// The checks above on a converted job, for JSON (HCL's were made where they were read, with
+/// their lines): the first bad mount, by its path.
+pub fn check(job: &Job) -> Result<(), JobspecError> {
+    for (i, g) in job.task_groups.iter().enumerate() {
+        for (j, t) in g.tasks.iter().enumerate() {
+            for (k, m) in t.volume_mounts.iter().enumerate() {
+                let at = |field: &str| {
+                    let path = format!("TaskGroups[{i}].Tasks[{j}].VolumeMounts[{k}].{field}");
+                    format!("field {path:?} of task {:?}", t.name)
+                };
+                check_propagation(&at("PropagationMode"), &m.propagation_mode)?;
+                check_selinux(&at("SELinuxLabel"), &m.selinux_label)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An HCL `volume_mount`'s `propagation_mode` and `selinux_label`, checked with their lines;
+/// `what` names the block.
+pub(crate) fn read_mount_hcl(
+    src: &Source,
+    what: &str,
+    items: &Items,
+) -> Result<(Option<String>, Option<String>), JobspecError> {
+    let at = |key: &str| {
+        let line = items.attr(key).map_or(0, |a| src.line(a.span()));
+        format!("attribute {key:?} in {what} at line {line}")
+    };
+    let mode = src.opt_string(items, "propagation_mode")?;
+    if let Some(mode) = &mode {
+        check_propagation(&at("propagation_mode"), mode)?;
+    }
+    let label = src.opt_string(items, "selinux_label")?;
+    if let Some(label) = &label {
+        check_selinux(&at("selinux_label"), label)?;
+    }
+    Ok((mode, label))
+}
+
+/// An HCL `restart { render_templates }`, as JSON's `RenderTemplates` in the block's `extra`
+/// (where [`take_raw`] finds both).
+pub(crate) fn read_restart_hcl(src: &Source, items: &Items) -> Result<Extra, JobspecError> {
+    let mut extra = Extra::new();
+    if let Some(b) = src.opt_bool(items, "render_templates")? {
+        extra.insert("RenderTemplates".into(), b.into());
+    }
+    Ok(extra)
+}
+
+/// An HCL network's `mbits` and `cni { args }` block, as JSON's `MBits` and `CNI` in the
+/// network's `extra`; `what` names the network block.
+pub(crate) fn read_network_hcl(
+    src: &Source,
+    what: &str,
+    items: &Items,
+) -> Result<Extra, JobspecError> {
+    let mut extra = Extra::new();
+    if let Some(mbits) = src.opt_u32(items, "mbits")? {
+        extra.insert("MBits".into(), mbits.into());
+    }
+    if let Some(cni) = src.single(items, "cni")? {
+        extra.insert("CNI".into(), cni_value(src, what, cni)?);
+    }
+    Ok(extra)
+}
+
+fn cni_value(src: &Source, what: &str, block: &Block) -> Result<Value, JobspecError> {
+    src.no_labels(what, block)?;
+    let mut body = src.body_value(&format!("cni block of {what}"), &block.body, &["args"])?;
+    let args = body.remove("args").unwrap_or(Value::Null);
+    Ok(Value::Object(
+        [("Args".to_string(), args)].into_iter().collect(),
+    ))
+}
+
+/// Takes this module's warned, not kept fields out of the raw job's `extra` (so that they are
+/// not "ignored fields"), and returns the names set: `RenderTemplates` of the group and task
+/// `RestartPolicy`, the networks' `MBits` and `CNI`. Go's zero values are no setting.
+pub(crate) fn take_raw(raw: &mut RawJob) -> Vec<&'static str> {
+    let mut set = Vec::new();
+    let mut take = |extra: &mut Extra, key: &str, name: &'static str| {
+        if extra
+            .remove(key)
+            .is_some_and(|v| !is_empty(&v) && !cni_unset(&v))
+        {
+            set.push(name);
+        }
+    };
+    for g in raw.task_groups.iter_mut().flatten() {
+        let restarts = g.restart_policy.iter_mut().chain(
+            g.tasks
+                .iter_mut()
+                .flatten()
+                .filter_map(|t| t.restart_policy.as_mut()),
+        );
+        for r in restarts {
+            take(&mut r.extra, "RenderTemplates", "restart.render_templates");
+        }
+        for n in g.networks.iter_mut().flatten() {
+            take(&mut n.extra, "MBits", "network.mbits");
+            take(&mut n.extra, "CNI", "network.cni");
+        }
+    }
+    set
+}
+
+/// `{"Args": null}` or `{"Args": {}}`, as Go writes a CNI config without arguments.
+fn cni_unset(v: &Value) -> bool {
+    v.as_object()
+        .is_some_and(|o| o.len() == 1 && o.get("Args").is_some_and(is_empty))
+}
+
+/// Adds the warning of each no-effect name of this module the job sets, once each, in
+/// [`NO_EFFECT`]'s order: `taken` from [`take_raw`], the others read from the job.
+pub fn warn(job: &Job, taken: &[&str], warnings: &mut Vec<String>) {
+    let groups = || job.task_groups.iter();
+    let sticky = groups().any(|g| g.volumes.values().any(|v| v.sticky));
+    let selinux = groups()
+        .flat_map(|g| &g.tasks)
+        .any(|t| t.volume_mounts.iter().any(|m| !m.selinux_label.is_empty()));
+    for (name, reason) in NO_EFFECT {
+        let set = match *name {
+            "volume.sticky" => sticky,
+            "volume_mount.selinux_label" => selinux,
+            _ => taken.contains(name),
+        };
+        let line = super::schema::warning(name, reason);
+        if set && !warnings.contains(&line) {
+            warnings.push(line);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::jobspec::{hcl, json, JobspecError, Parsed};
+    use serde_json::{json, Value};
+
+    /// A jobspec with a host volume "data", `group` in the group, `task` in its task "web".
+    fn spec(group: &str, task: &str) -> String {
+        format!(
+            "job \"j\" {{\n  group \"g\" {{\n    volume \"data\" {{\n      type   = \"host\"\n      \
+             source = \"data\"\n{group}\n    }}\n    task \"web\" {{\n      driver = \"raw_exec\"\n      \
+             config {{ command = \"true\" }}\n{task}\n    }}\n  }}\n}}\n"
+        )
+    }
+
+    fn hcl_ok(src: &str) -> Parsed {
+        hcl::parse_job(src).unwrap_or_else(|e| panic!("{e}\n{src}"))
+    }
+
+    /// The job's own JSON read back: the same job.
+    fn round_trip(parsed: &Parsed) -> Parsed {
+        let bytes = serde_json::to_vec(&parsed.job).unwrap();
+        let again = json::parse_job(&bytes).unwrap();
+        assert_eq!(again.job, parsed.job);
+        again
+    }
+
+    /// The minimal JSON job with `patch` applied to its group and task.
+    fn from_json(group: Value, task: Value) -> Result<Parsed, JobspecError> {
+        let mut job = json!({"ID": "j", "TaskGroups": [{"Name": "g",
+            "Volumes": {"data": {"Type": "host", "Source": "data"}},
+            "Tasks": [{"Name": "web", "Driver": "raw_exec", "Config": {"command": "true"}}]}]});
+        for (k, v) in group.as_object().unwrap() {
+            job["TaskGroups"][0][k] = v.clone();
+        }
+        for (k, v) in task.as_object().unwrap() {
+            job["TaskGroups"][0]["Tasks"][0][k] = v.clone();
+        }
+        json::parse_job(job.to_string().as_bytes())
+    }
+
+    fn warning(name: &str) -> String {
+        let reason = super::NO_EFFECT.iter().find(|(n, _)| *n == name).unwrap().1;
+        crate::jobspec::schema::warning(name, reason)
+    }
+
+    #[test]
+    fn render_templates_is_warned_from_hcl_and_json() {
+        let src = |group: &str, task: &str| {
+            format!(
+                "job \"j\" {{\n  group \"g\" {{\n    restart {{ {group} }}\n    task \"web\" {{\n      \
+                 driver = \"raw_exec\"\n      config {{ command = \"true\" }}\n      restart {{ {task} }}\n    \
+                 }}\n  }}\n}}\n"
+            )
+        };
+        // At both levels, warned once.
+        let parsed = hcl_ok(&src("render_templates = true", "render_templates = true"));
+        assert_eq!(parsed.warnings, [warning("restart.render_templates")]);
+        let task_only = hcl_ok(&src("", "render_templates = true"));
+        assert_eq!(task_only.warnings, parsed.warnings);
+        // Not kept: the job is the one without it.
+        assert_eq!(parsed.job, hcl_ok(&src("", "")).job);
+        assert!(round_trip(&parsed).warnings.is_empty());
+        let restart = json!({"Attempts": 2, "RenderTemplates": true});
+        let from = from_json(json!({}), json!({"RestartPolicy": restart})).unwrap();
+        assert_eq!(from.warnings, [warning("restart.render_templates")]);
+        let from = from_json(
+            json!({"RestartPolicy": {"RenderTemplates": false}}),
+            json!({}),
+        );
+        assert!(from.unwrap().warnings.is_empty());
+        let bad = hcl::parse_job(&src("", "render_templates = \"maybe\""));
+        assert_eq!(
+            bad.unwrap_err().to_string(),
+            "attribute \"render_templates\" in restart block of task \"web\" at line 7 must be true or false"
+        );
+    }
+
+    #[test]
+    fn a_sticky_volume_is_kept_and_warned() {
+        let parsed = hcl_ok(&spec("      sticky = true", ""));
+        assert!(parsed.job.task_groups[0].volumes["data"].sticky);
+        assert_eq!(parsed.warnings, [warning("volume.sticky")]);
+        let again = round_trip(&parsed);
+        assert_eq!(again.warnings, parsed.warnings);
+        let v = serde_json::to_value(&parsed.job).unwrap();
+        assert_eq!(v["TaskGroups"][0]["Volumes"]["data"]["Sticky"], true);
+        // Go's false is no setting, and a job without it keeps its JSON.
+        let group =
+            json!({"Volumes": {"data": {"Type": "host", "Source": "data", "Sticky": false}}});
+        let unset = from_json(group, json!({})).unwrap();
+        assert!(unset.warnings.is_empty());
+        let v = serde_json::to_value(&unset.job).unwrap();
+        assert_eq!(v["TaskGroups"][0]["Volumes"]["data"].get("Sticky"), None);
+    }
+
+    #[test]
+    fn propagation_private_is_implemented_and_the_others_refused() {
+        let mount = |mode: &str| {
+            spec(
+                "",
+                &format!(
+                    "      volume_mount {{\n        volume = \"data\"\n        destination = \"d\"\n        \
+                     propagation_mode = \"{mode}\"\n      }}"
+                ),
+            )
+        };
+        let parsed = hcl_ok(&mount("private"));
+        assert_eq!(
+            parsed.job.task_groups[0].tasks[0].volume_mounts[0].propagation_mode,
+            "private"
+        );
+        assert!(parsed.warnings.is_empty());
+        round_trip(&parsed);
+        for mode in ["host-to-task", "bidirectional"] {
+            assert_eq!(
+                hcl::parse_job(&mount(mode)).unwrap_err().to_string(),
+                format!(
+                    "attribute \"propagation_mode\" in volume_mount block of task \"web\" at line 14: \
+                     propagation_mode {mode:?} is refused: this node mounts volumes with \
+                     propagation mode \"private\" only for now"
+                )
+            );
+        }
+        assert_eq!(
+            hcl::parse_job(&mount("shared")).unwrap_err().to_string(),
+            "attribute \"propagation_mode\" in volume_mount block of task \"web\" at line 14: \
+             volume mount has an invalid propagation mode: \"shared\""
+        );
+        // Nomad's API writes "private" on every mount: no warning, no refusal.
+        let nomads = json!({"Volume": "data", "Destination": "d", "ReadOnly": false,
+            "PropagationMode": "private", "SELinuxLabel": ""});
+        let from = from_json(json!({}), json!({"VolumeMounts": [nomads]})).unwrap();
+        assert!(from.warnings.is_empty(), "{:?}", from.warnings);
+        assert_eq!(from.job, parsed.job);
+        let mounts =
+            json!([{"Volume": "data", "Destination": "d", "PropagationMode": "bidirectional"}]);
+        assert_eq!(
+            from_json(json!({}), json!({"VolumeMounts": mounts}))
+                .unwrap_err()
+                .to_string(),
+            "field \"TaskGroups[0].Tasks[0].VolumeMounts[0].PropagationMode\" of task \"web\": \
+             propagation_mode \"bidirectional\" is refused: this node mounts volumes with \
+             propagation mode \"private\" only for now"
+        );
+    }
+
+    #[test]
+    fn an_selinux_label_is_kept_and_warned() {
+        let mount = |label: &str| {
+            spec(
+                "",
+                &format!(
+                    "      volume_mount {{\n        volume = \"data\"\n        destination = \"d\"\n        \
+                     selinux_label = \"{label}\"\n      }}"
+                ),
+            )
+        };
+        let parsed = hcl_ok(&mount("Z"));
+        assert_eq!(
+            parsed.job.task_groups[0].tasks[0].volume_mounts[0].selinux_label,
+            "Z"
+        );
+        assert_eq!(parsed.warnings, [warning("volume_mount.selinux_label")]);
+        assert_eq!(round_trip(&parsed).warnings, parsed.warnings);
+        let v = serde_json::to_value(&parsed.job).unwrap();
+        assert_eq!(
+            v["TaskGroups"][0]["Tasks"][0]["VolumeMounts"][0]["SELinuxLabel"],
+            "Z"
+        );
+        assert_eq!(
+            hcl::parse_job(&mount("x")).unwrap_err().to_string(),
+            "attribute \"selinux_label\" in volume_mount block of task \"web\" at line 14: \
+             volume mount has an invalid SELinux label: \"x\""
+        );
+        let mounts = json!([{"Volume": "data", "Destination": "d", "SELinuxLabel": "zz"}]);
+        assert_eq!(
+            from_json(json!({}), json!({"VolumeMounts": mounts}))
+                .unwrap_err()
+                .to_string(),
+            "field \"TaskGroups[0].Tasks[0].VolumeMounts[0].SELinuxLabel\" of task \"web\": \
+             volume mount has an invalid SELinux label: \"zz\""
+        );
+    }
+
+    #[test]
+    fn mbits_and_cni_args_are_warned_from_hcl_and_json() {
+        let parsed = hcl_ok(&spec(
+            "    }\n    network {\n      mbits = 10\n      cni { args = { a = \"b\" } }\n      port \"http\" {}",
+            "",
+        ));
+        assert_eq!(
+            parsed.warnings,
+            [warning("network.mbits"), warning("network.cni")]
+        );
+        let plain = hcl_ok(&spec("    }\n    network {\n      port \"http\" {}", ""));
+        assert_eq!(parsed.job, plain.job);
+        let net = json!([{"Mode": "host", "MBits": 10, "CNI": {"Args": {"a": "b"}},
+            "DynamicPorts": [{"Label": "http"}]}]);
+        let from = from_json(json!({"Networks": net}), json!({})).unwrap();
+        assert_eq!(from.warnings, parsed.warnings);
+        assert_eq!(from.job, parsed.job);
+        // Nomad's API writes `"MBits": 0` and no CNI arguments: nothing to warn.
+        let net = json!([{"Mode": "host", "MBits": 0, "CNI": {"Args": null}}]);
+        assert!(from_json(json!({"Networks": net}), json!({}))
+            .unwrap()
+            .warnings
+            .is_empty());
+        let bad = hcl::parse_job(&spec("    }\n    network {\n      mbits = \"lots\"", ""));
+        assert_eq!(
+            bad.unwrap_err().to_string(),
+            "attribute \"mbits\" in network block of group \"g\" at line 8 must be a whole number from 0 to 4294967295"
+        );
+    }
+}

@@ -271,7 +271,8 @@ impl Walk<'_> {
             attempts: self.src.opt_u32(&items, "attempts")?.map(i64::from),
             interval: self.duration(&items, "interval")?,
             delay: self.duration(&items, "delay")?,
-            extra: super::settings::read_restart_hcl(self.src, &items)?,
+            render_templates: self.src.opt_bool(&items, "render_templates")?,
+            ..RawRestart::default()
         })
     }
 
@@ -688,6 +689,7 @@ job "example" {
 
     pub(crate) fn example_job() -> Job {
         let policy = RestartPolicy {
+            render_templates: false,
             attempts: 2,
             interval: Duration::from_secs(1800),
             delay: Duration::from_secs(15),
@@ -874,6 +876,7 @@ job "b" {
         let job = parse(src).unwrap();
         let group = &job.task_groups[0];
         let group_policy = RestartPolicy {
+            render_templates: false,
             attempts: 5,
             interval: Duration::from_secs(24 * 3600),
             delay: Duration::from_secs(15),

@@ -126,12 +126,14 @@ impl JobType {
     pub fn default_restart_policy(self) -> RestartPolicy {
         match self {
             JobType::Service | JobType::System => RestartPolicy {
+                render_templates: false,
                 attempts: 2,
                 interval: Duration::from_secs(30 * 60),
                 delay: Duration::from_secs(15),
                 mode: RestartMode::Fail,
             },
             JobType::Batch | JobType::SysBatch => RestartPolicy {
+                render_templates: false,
                 attempts: 3,
                 interval: Duration::from_secs(24 * 3600),
                 delay: Duration::from_secs(15),
@@ -317,6 +319,10 @@ pub struct RestartPolicy {
     #[serde(with = "nanos")]
     pub delay: Duration,
     pub mode: RestartMode,
+    /// `render_templates`: no effect on this node (templates are refused), kept as written and
+    /// not written when false, so a policy without it keeps its JSON.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub render_templates: bool,
 }
 
 /// A group's `volume "<name>" { type = "host" source = "..." read_only = ... }`, or a CSI volume

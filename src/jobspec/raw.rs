@@ -91,6 +91,8 @@ pub(crate) struct RawRestart {
     pub interval: Option<RawDuration>,
     pub delay: Option<RawDuration>,
     pub mode: Option<String>,
+    /// No effect, kept ([`super::settings`]).
+    pub render_templates: Option<bool>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -513,6 +515,7 @@ fn restart(
         interval: interval.unwrap_or(base.interval),
         delay: delay.unwrap_or(base.delay),
         mode: mode.unwrap_or(base.mode),
+        render_templates: raw.render_templates.unwrap_or(base.render_templates),
     })
 }
 

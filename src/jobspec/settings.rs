@@ -10,10 +10,10 @@
 //!   Kept as written. Nomad's API writes `"private"` on every mount: that is no setting.
 //! - `volume_mount { selinux_label }` (`"z"`, `"Z"`): no effect, volumes are not relabelled.
 //! - a group `volume { sticky }`: no effect, there is no other node for the volume to move to.
-//! - `restart { render_templates }` (group and task), `network { mbits }` and
-//!   `network { cni { args } }`: no effect. They are warned and not kept: the restart policy
-//!   and the network are types the task runner and the port allocator build literally, and
-//!   nothing would read the values (as `resources { disk }`, docs/jobspec.md).
+//! - `restart { render_templates }` (group and task): no effect (templates are refused), kept
+//!   in the restart policy as written.
+//! - `network { mbits }` and `network { cni { args } }`: no effect. They are warned and not
+//!   kept: nothing would read them, as `resources { disk }` (docs/jobspec.md).
 //!
 //! A value outside Nomad's own set is an error with Nomad's words (`volume mount has an invalid
 //! propagation mode`); HCL's name the attribute and its line, JSON's the field's path.
@@ -117,16 +117,6 @@ pub(crate) fn read_mount_hcl(
     Ok((mode, label))
 }
 
-/// An HCL `restart { render_templates }`, as JSON's `RenderTemplates` in the block's `extra`
-/// (where [`take_raw`] finds both).
-pub(crate) fn read_restart_hcl(src: &Source, items: &Items) -> Result<Extra, JobspecError> {
-    let mut extra = Extra::new();
-    if let Some(b) = src.opt_bool(items, "render_templates")? {
-        extra.insert("RenderTemplates".into(), b.into());
-    }
-    Ok(extra)
-}
-
 /// An HCL network's `mbits` and `cni { args }` block, as JSON's `MBits` and `CNI` in the
 /// network's `extra`; `what` names the network block.
 pub(crate) fn read_network_hcl(
@@ -154,8 +144,8 @@ fn cni_value(src: &Source, what: &str, block: &Block) -> Result<Value, JobspecEr
 }
 
 /// Takes this module's warned, not kept fields out of the raw job's `extra` (so that they are
-/// not "ignored fields"), and returns the names set: `RenderTemplates` of the group and task
-/// `RestartPolicy`, the networks' `MBits` and `CNI`. Go's zero values are no setting.
+/// not "ignored fields"), and returns the names set: the networks' `MBits` and `CNI`. Go's zero
+/// values are no setting.
 pub(crate) fn take_raw(raw: &mut RawJob) -> Vec<&'static str> {
     let mut set = Vec::new();
     let mut take = |extra: &mut Extra, key: &str, name: &'static str| {
@@ -167,15 +157,6 @@ pub(crate) fn take_raw(raw: &mut RawJob) -> Vec<&'static str> {
         }
     };
     for g in raw.task_groups.iter_mut().flatten() {
-        let restarts = g.restart_policy.iter_mut().chain(
-            g.tasks
-                .iter_mut()
-                .flatten()
-                .filter_map(|t| t.restart_policy.as_mut()),
-        );
-        for r in restarts {
-            take(&mut r.extra, "RenderTemplates", "restart.render_templates");
-        }
         for n in g.networks.iter_mut().flatten() {
             take(&mut n.extra, "MBits", "network.mbits");
             take(&mut n.extra, "CNI", "network.cni");
@@ -195,11 +176,16 @@ fn cni_unset(v: &Value) -> bool {
 pub fn warn(job: &Job, taken: &[&str], warnings: &mut Vec<String>) {
     let groups = || job.task_groups.iter();
     let sticky = groups().any(|g| g.volumes.values().any(|v| v.sticky));
+    let render = groups().any(|g| {
+        g.restart_policy.render_templates
+            || g.tasks.iter().any(|t| t.restart_policy.render_templates)
+    });
     let selinux = groups()
         .flat_map(|g| &g.tasks)
         .any(|t| t.volume_mounts.iter().any(|m| !m.selinux_label.is_empty()));
     for (name, reason) in NO_EFFECT {
         let set = match *name {
+            "restart.render_templates" => render,
             "volume.sticky" => sticky,
             "volume_mount.selinux_label" => selinux,
             _ => taken.contains(name),
@@ -270,12 +256,31 @@ mod tests {
         assert_eq!(parsed.warnings, [warning("restart.render_templates")]);
         let task_only = hcl_ok(&src("", "render_templates = true"));
         assert_eq!(task_only.warnings, parsed.warnings);
-        // Not kept: the job is the one without it.
-        assert_eq!(parsed.job, hcl_ok(&src("", "")).job);
-        assert!(round_trip(&parsed).warnings.is_empty());
+        // Kept as written, the task's own inherited from its group's, and read back the same,
+        // with the same warning; nothing else of the job changes.
+        let group_only = hcl_ok(&src("render_templates = true", ""));
+        let task = &group_only.job.task_groups[0].tasks[0];
+        assert!(task.restart_policy.render_templates);
+        assert_eq!(group_only.job, parsed.job);
+        assert_ne!(task_only.job, parsed.job);
+        assert!(!task_only.job.task_groups[0].restart_policy.render_templates);
+        let mut without = parsed.job.clone();
+        without.task_groups[0].restart_policy.render_templates = false;
+        without.task_groups[0].tasks[0]
+            .restart_policy
+            .render_templates = false;
+        assert_eq!(without, hcl_ok(&src("", "")).job);
+        assert_eq!(round_trip(&parsed).warnings, parsed.warnings);
         let restart = json!({"Attempts": 2, "RenderTemplates": true});
         let from = from_json(json!({}), json!({"RestartPolicy": restart})).unwrap();
         assert_eq!(from.warnings, [warning("restart.render_templates")]);
+        let task = &from.job.task_groups[0].tasks[0];
+        assert!(task.restart_policy.render_templates);
+        assert_eq!(
+            serde_json::to_value(&from.job).unwrap()["TaskGroups"][0]["Tasks"][0]["RestartPolicy"]
+                ["RenderTemplates"],
+            true
+        );
         let from = from_json(
             json!({"RestartPolicy": {"RenderTemplates": false}}),
             json!({}),

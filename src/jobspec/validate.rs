@@ -623,6 +623,7 @@ mod tests {
         let set = |attempts, interval: u64, delay: u64, mode| {
             let mut j = job();
             j.task_groups[0].restart_policy = RestartPolicy {
+                render_templates: false,
                 attempts,
                 interval: Duration::from_secs(interval),
                 delay: Duration::from_secs(delay),

@@ -151,6 +151,7 @@ mod tests {
 
     fn policy(attempts: u32, interval: u64, delay: u64, mode: RestartMode) -> RestartPolicy {
         RestartPolicy {
+            render_templates: false,
             attempts,
             interval: Duration::from_secs(interval),
             delay: Duration::from_secs(delay),

@@ -69,6 +69,8 @@ fn task_context(
             command: PLUGIN.into(),
             args: vec![],
             oom_score_adj: None,
+            pid_mode: None,
+            ipc_mode: None,
             docker: Default::default(),
             opaque: Default::default(),
         },

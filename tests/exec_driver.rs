@@ -114,7 +114,17 @@ fn an_exec_task_is_isolated_from_the_host() {
          echo done > /local/done; exec sleep 3600",
         secret = secret_dir.display()
     );
-    let alloc = agent.alloc_id(&agent.run_hcl(&exec_job("iso", &script)));
+    // Nomad's `pid_mode` and `ipc_mode` written as their default, "private": what this test
+    // finds.
+    let hcl = exec_job("iso", &script).replace(
+        "command = \"/bin/sh\"",
+        "command  = \"/bin/sh\"\n        pid_mode = \"private\"\n        ipc_mode = \"private\"",
+    );
+    let alloc = agent.alloc_id(&agent.run_hcl(&hcl));
+    assert_eq!(
+        agent.get("/v1/job/iso")["TaskGroups"][0]["Tasks"][0]["Config"]["pid_mode"],
+        "private"
+    );
     let s = wait_running(&agent, &alloc);
     let host_pid = s["PID"].as_i64().unwrap();
     let local = alloc_dir(&agent, &alloc).join("t/local");

@@ -479,7 +479,9 @@ impl Walk<'_> {
             });
         }
         let keys: &[&str] = if kind == ConfigKind::Exec {
-            &["command", "args", "cap_add", "cap_drop"]
+            &[
+                "command", "args", "cap_add", "cap_drop", "pid_mode", "ipc_mode",
+            ]
         } else {
             &[
                 "command",
@@ -502,6 +504,16 @@ impl Walk<'_> {
                 return Err(super::raw_exec::refused_override(&format!(
                     "attribute {key:?} in {at}"
                 )));
+            }
+        }
+        for key in super::exec::KEYS {
+            if let (Some(attr), Some(mode)) = (items.attr(key), self.src.opt_string(&items, key)?) {
+                let at = format!(
+                    "attribute {key:?} in {what} at line {}",
+                    self.src.line(attr.span())
+                );
+                super::exec::namespace_mode(&at, key, &mode)?;
+                extra.insert(key.to_string(), mode.into());
             }
         }
         if let Some(attr) = items.attr("oom_score_adj") {
@@ -744,6 +756,8 @@ job "example" {
                             .map(String::from)
                             .to_vec(),
                         oom_score_adj: None,
+                        pid_mode: None,
+                        ipc_mode: None,
                         docker: Default::default(),
                         opaque: Default::default(),
                     },

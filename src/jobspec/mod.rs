@@ -14,6 +14,7 @@ pub mod cron;
 pub mod devices;
 pub mod docker;
 pub mod ephemeral_disk;
+pub mod exec;
 pub mod fields;
 pub mod hcl;
 pub mod interpolate;
@@ -437,6 +438,12 @@ pub struct DriverConfig {
     /// written when unset, so a job without it keeps its JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_score_adj: Option<u32>,
+    /// `exec`'s `pid_mode` and `ipc_mode` ([`exec`]): `"private"` when written (the only value
+    /// accepted); not written when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipc_mode: Option<String>,
     /// The docker driver's keys ([`docker`]); empty, and not written, for other drivers.
     #[serde(flatten)]
     pub docker: docker::DockerConfig,

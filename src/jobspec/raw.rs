@@ -285,8 +285,9 @@ impl RawJob {
                 if let Some(c) = t.config.as_ref().filter(|_| !t.is_docker() && known) {
                     let mut extra = c.extra.clone();
                     if t.driver.as_deref() == Some("exec") {
-                        extra.remove("cap_add");
-                        extra.remove("cap_drop");
+                        for key in ["cap_add", "cap_drop"].into_iter().chain(super::exec::KEYS) {
+                            extra.remove(key);
+                        }
                     } else {
                         for key in super::raw_exec::KEYS {
                             extra.remove(key);
@@ -572,6 +573,11 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
     } else {
         None
     };
+    let (pid_mode, ipc_mode) = if raw.driver.as_deref() == Some(super::exec::NAME) {
+        super::exec::convert(path, &config.extra)?
+    } else {
+        (None, None)
+    };
     let docker = if is_docker {
         let fields = config.extra.into_iter().collect();
         let (docker, docker_env) = super::docker::parse(&format!("task {name:?}"), fields)?;
@@ -646,6 +652,8 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
             command: config.command.unwrap_or_default(),
             args: config.args.unwrap_or_default(),
             oom_score_adj,
+            pid_mode,
+            ipc_mode,
             docker,
             opaque,
         },

@@ -393,6 +393,8 @@ mod tests {
                 command: "busybox".to_string(),
                 args: vec!["true".to_string()],
                 oom_score_adj: None,
+                pid_mode: None,
+                ipc_mode: None,
                 docker: Default::default(),
                 opaque: Default::default(),
             },

@@ -746,6 +746,7 @@ job "docs" {{
     let group = &job["TaskGroups"][0];
     assert_eq!(group["Volumes"]["certs"]["Sticky"], true, "{group}");
     assert_eq!(group["RestartPolicy"]["RenderTemplates"], true, "{group}");
+    assert_eq!(group["Networks"][0]["MBits"], 10, "{group}");
     let mount = &group["Tasks"][0]["VolumeMounts"][0];
     assert_eq!(mount["PropagationMode"], "private", "{mount}");
     assert_eq!(mount["SELinuxLabel"], "z", "{mount}");

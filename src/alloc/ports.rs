@@ -233,6 +233,8 @@ mod tests {
 
     fn net(reserved: Vec<Port>, dynamic: Vec<Port>) -> Vec<NetworkResource> {
         vec![NetworkResource {
+            mbits: 0,
+            cni: None,
             mode: "host".to_string(),
             ip: String::new(),
             reserved_ports: reserved,

@@ -101,11 +101,10 @@ fn walk_job(
             ))),
         }
     }?;
-    let (mut raw, mut warnings) = raw;
-    let taken = super::settings::take_raw(&mut raw);
+    let (raw, mut warnings) = raw;
     let job = Job::try_from(raw)?;
     super::devices::warn(&job, &mut warnings);
-    super::settings::warn(&job, &taken, &mut warnings);
+    super::settings::warn(&job, &mut warnings);
     Ok(Parsed { job, warnings })
 }
 

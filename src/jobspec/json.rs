@@ -44,12 +44,11 @@ pub fn parse_job(bytes: &[u8]) -> Result<Parsed, JobspecError> {
         JobspecError::Invalid(format!("invalid field \"{}\": {}", e.path(), e.inner()))
     })?;
     super::kept::keep_json(&mut raw, &mut warnings);
-    let taken = super::settings::take_raw(&mut raw);
     warnings.extend(raw.ignored_fields());
     let job = Job::try_from(raw)?;
     super::settings::check(&job)?;
     super::devices::warn(&job, &mut warnings);
-    super::settings::warn(&job, &taken, &mut warnings);
+    super::settings::warn(&job, &mut warnings);
     Ok(Parsed { job, warnings })
 }
 

@@ -53,6 +53,16 @@ pub struct NetworkResource {
     pub reserved_ports: Vec<Port>,
     #[serde(default)]
     pub dynamic_ports: Vec<Port>,
+    /// `mbits` (deprecated in Nomad) and `cni { args }`: no effect on this node
+    /// ([`super::settings`]), kept as written; not written when unset.
+    #[serde(rename = "MBits", default, skip_serializing_if = "is_zero")]
+    pub mbits: u32,
+    #[serde(rename = "CNI", default, skip_serializing_if = "Option::is_none")]
+    pub cni: Option<serde_json::Value>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One `port "<label>"` (Nomad's `Port`). `value` is the static port, or 0 for a dynamic one
@@ -158,6 +168,11 @@ pub(crate) struct RawNetwork {
     pub mode: Option<String>,
     pub reserved_ports: Option<Vec<RawPort>>,
     pub dynamic_ports: Option<Vec<RawPort>>,
+    #[serde(rename = "MBits")]
+    pub mbits: Option<u32>,
+    /// `{"Args": null}` is Go's "no CNI arguments", read as unset ([`super::settings`]).
+    #[serde(rename = "CNI")]
+    pub cni: Option<serde_json::Value>,
     /// `hostname`, `dns`: set only where they are refused (HCL).
     #[serde(skip)]
     pub refused: Option<String>,
@@ -284,6 +299,8 @@ pub(crate) fn networks(
             ip: String::new(),
             reserved_ports: reserved,
             dynamic_ports: dynamic,
+            mbits: n.mbits.unwrap_or(0),
+            cni: n.cni.filter(|c| !super::settings::cni_unset(c)),
         });
     }
     Ok(out)
@@ -427,7 +444,7 @@ fn network_block(src: &Source, group: &str, block: &Block) -> Result<RawNetwork,
         check_mode(&at, m)?;
     }
     // `mbits` (deprecated in Nomad, no effect since 1.0) and `cni { args }`: warned as JSON's.
-    let extra = super::settings::read_network_hcl(src, &what, &items)?;
+    let (mbits, cni) = super::settings::read_network_hcl(src, &what, &items)?;
     let refused = if let Some(attr) = items.attr("hostname") {
         Some(format!("\"hostname\" (line {})", src.line(attr.span())))
     } else {
@@ -450,9 +467,11 @@ fn network_block(src: &Source, group: &str, block: &Block) -> Result<RawNetwork,
         mode,
         reserved_ports: Some(reserved),
         dynamic_ports: Some(dynamic),
+        mbits,
+        cni,
         refused,
         at: Some(at),
-        extra,
+        extra: Default::default(),
     })
 }
 
@@ -723,6 +742,8 @@ mod tests {
     #[test]
     fn allocated_networks_carry_the_values_given() {
         let asked = NetworkResource {
+            mbits: 0,
+            cni: None,
             mode: "host".into(),
             ip: String::new(),
             reserved_ports: vec![Port {

@@ -12,8 +12,8 @@
 //! - a group `volume { sticky }`: no effect, there is no other node for the volume to move to.
 //! - `restart { render_templates }` (group and task): no effect (templates are refused), kept
 //!   in the restart policy as written.
-//! - `network { mbits }` and `network { cni { args } }`: no effect. They are warned and not
-//!   kept: nothing would read them, as `resources { disk }` (docs/jobspec.md).
+//! - `network { mbits }` (deprecated in Nomad) and `network { cni { args } }`: no effect, kept
+//!   in the network as written.
 //!
 //! A value outside Nomad's own set is an error with Nomad's words (`volume mount has an invalid
 //! propagation mode`); HCL's name the attribute and its line, JSON's the field's path.
@@ -22,7 +22,7 @@ use hcl::edit::structure::Block;
 use hcl::edit::Span;
 use serde_json::Value;
 
-use super::raw::{is_empty, Extra, RawJob};
+use super::raw::is_empty;
 use super::{Job, JobspecError};
 use crate::hcl::{Items, Source};
 
@@ -117,21 +117,19 @@ pub(crate) fn read_mount_hcl(
     Ok((mode, label))
 }
 
-/// An HCL network's `mbits` and `cni { args }` block, as JSON's `MBits` and `CNI` in the
-/// network's `extra`; `what` names the network block.
+/// An HCL network's `mbits` and `cni { args }` block, as JSON's `MBits` and `CNI`; `what`
+/// names the network block.
 pub(crate) fn read_network_hcl(
     src: &Source,
     what: &str,
     items: &Items,
-) -> Result<Extra, JobspecError> {
-    let mut extra = Extra::new();
-    if let Some(mbits) = src.opt_u32(items, "mbits")? {
-        extra.insert("MBits".into(), mbits.into());
-    }
-    if let Some(cni) = src.single(items, "cni")? {
-        extra.insert("CNI".into(), cni_value(src, what, cni)?);
-    }
-    Ok(extra)
+) -> Result<(Option<u32>, Option<Value>), JobspecError> {
+    let mbits = src.opt_u32(items, "mbits")?;
+    let cni = src
+        .single(items, "cni")?
+        .map(|b| cni_value(src, what, b))
+        .transpose()?;
+    Ok((mbits, cni))
 }
 
 fn cni_value(src: &Source, what: &str, block: &Block) -> Result<Value, JobspecError> {
@@ -143,43 +141,24 @@ fn cni_value(src: &Source, what: &str, block: &Block) -> Result<Value, JobspecEr
     ))
 }
 
-/// Takes this module's warned, not kept fields out of the raw job's `extra` (so that they are
-/// not "ignored fields"), and returns the names set: the networks' `MBits` and `CNI`. Go's zero
-/// values are no setting.
-pub(crate) fn take_raw(raw: &mut RawJob) -> Vec<&'static str> {
-    let mut set = Vec::new();
-    let mut take = |extra: &mut Extra, key: &str, name: &'static str| {
-        if extra
-            .remove(key)
-            .is_some_and(|v| !is_empty(&v) && !cni_unset(&v))
-        {
-            set.push(name);
-        }
-    };
-    for g in raw.task_groups.iter_mut().flatten() {
-        for n in g.networks.iter_mut().flatten() {
-            take(&mut n.extra, "MBits", "network.mbits");
-            take(&mut n.extra, "CNI", "network.cni");
-        }
-    }
-    set
-}
-
 /// `{"Args": null}` or `{"Args": {}}`, as Go writes a CNI config without arguments.
-fn cni_unset(v: &Value) -> bool {
+pub(crate) fn cni_unset(v: &Value) -> bool {
     v.as_object()
         .is_some_and(|o| o.len() == 1 && o.get("Args").is_some_and(is_empty))
 }
 
 /// Adds the warning of each no-effect name of this module the job sets, once each, in
-/// [`NO_EFFECT`]'s order: `taken` from [`take_raw`], the others read from the job.
-pub fn warn(job: &Job, taken: &[&str], warnings: &mut Vec<String>) {
+/// [`NO_EFFECT`]'s order, read from the job.
+pub fn warn(job: &Job, warnings: &mut Vec<String>) {
     let groups = || job.task_groups.iter();
     let sticky = groups().any(|g| g.volumes.values().any(|v| v.sticky));
     let render = groups().any(|g| {
         g.restart_policy.render_templates
             || g.tasks.iter().any(|t| t.restart_policy.render_templates)
     });
+    let networks = || groups().flat_map(|g| &g.networks);
+    let mbits = networks().any(|n| n.mbits != 0);
+    let cni = networks().any(|n| n.cni.is_some());
     let selinux = groups()
         .flat_map(|g| &g.tasks)
         .any(|t| t.volume_mounts.iter().any(|m| !m.selinux_label.is_empty()));
@@ -188,7 +167,9 @@ pub fn warn(job: &Job, taken: &[&str], warnings: &mut Vec<String>) {
             "restart.render_templates" => render,
             "volume.sticky" => sticky,
             "volume_mount.selinux_label" => selinux,
-            _ => taken.contains(name),
+            "network.mbits" => mbits,
+            "network.cni" => cni,
+            _ => false,
         };
         let line = super::schema::warning(name, reason);
         if set && !warnings.contains(&line) {
@@ -410,8 +391,23 @@ mod tests {
             parsed.warnings,
             [warning("network.mbits"), warning("network.cni")]
         );
+        // Kept as written, in Nomad's shape, and read back the same, with the same warnings;
+        // nothing else of the job changes.
         let plain = hcl_ok(&spec("    }\n    network {\n      port \"http\" {}", ""));
-        assert_eq!(parsed.job, plain.job);
+        let mut without = parsed.job.clone();
+        let network = &mut without.task_groups[0].networks[0];
+        assert_eq!(network.mbits, 10);
+        assert_eq!(network.cni, Some(json!({"Args": {"a": "b"}})));
+        (network.mbits, network.cni) = (0, None);
+        assert_eq!(without, plain.job);
+        let v = serde_json::to_value(&parsed.job).unwrap();
+        assert_eq!(v["TaskGroups"][0]["Networks"][0]["MBits"], 10);
+        assert_eq!(round_trip(&parsed).warnings, parsed.warnings);
+        let v = serde_json::to_value(&plain.job).unwrap();
+        assert!(
+            v["TaskGroups"][0]["Networks"][0].get("MBits").is_none(),
+            "{v}"
+        );
         let net = json!([{"Mode": "host", "MBits": 10, "CNI": {"Args": {"a": "b"}},
             "DynamicPorts": [{"Label": "http"}]}]);
         let from = from_json(json!({"Networks": net}), json!({})).unwrap();

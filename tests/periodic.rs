@@ -238,6 +238,22 @@ job "render" {
   }
 }"#;
 
+/// Waits for the dispatched job `child`'s task to complete and for its whole output, `want` (the
+/// keeper drains the task's pipes after it reported the exit).
+fn wait_dispatched_output(agent: &TestAgent, child: &str, want: &str) {
+    let alloc = wait_for(WAIT, "the dispatched task complete", || {
+        let allocs = agent.allocs(&enc(child));
+        let a = allocs.first()?;
+        (a["ClientStatus"] == "complete").then(|| a["ID"].as_str().unwrap().to_string())
+    });
+    wait_eq(
+        WAIT,
+        "the dispatched task's output",
+        || stdout(&agent.cli(&["alloc", "logs", &alloc, "t"])),
+        want.to_string(),
+    );
+}
+
 #[test]
 fn a_dispatch_gives_the_task_its_payload_and_meta() {
     let dir = TempDir::new("dispatch-run");
@@ -270,17 +286,10 @@ fn a_dispatch_gives_the_task_its_payload_and_meta() {
         "{child}"
     );
 
-    let alloc = wait_for(WAIT, "the dispatched task complete", || {
-        let allocs = agent.allocs(&enc(&child));
-        let a = allocs.first()?;
-        (a["ClientStatus"] == "complete").then(|| a["ID"].as_str().unwrap().to_string())
-    });
-    // The keeper drains the task's pipes after it reported the exit: wait for the whole output.
-    wait_eq(
-        WAIT,
-        "the dispatched task's output",
-        || stdout(&agent.cli(&["alloc", "logs", &alloc, "t"])),
-        "hello from the payload\nname=World title=Dr\n".to_string(),
+    wait_dispatched_output(
+        &agent,
+        &child,
+        "hello from the payload\nname=World title=Dr\n",
     );
     let status = stdout(&agent.cli(&["job", "status", "render"]));
     assert!(status.contains("Dispatched Jobs"), "{status}");
@@ -377,17 +386,7 @@ fn a_dispatch_reads_its_payload_from_stdin_and_refuses_one_too_large() {
     );
     let child = stdout(&out).trim().to_string();
     assert!(child.starts_with("render/dispatch-"), "{child}");
-    let alloc = wait_for(WAIT, "the dispatched task complete", || {
-        let allocs = agent.allocs(&enc(&child));
-        let a = allocs.first()?;
-        (a["ClientStatus"] == "complete").then(|| a["ID"].as_str().unwrap().to_string())
-    });
-    wait_eq(
-        WAIT,
-        "the dispatched task's output",
-        || stdout(&agent.cli(&["alloc", "logs", &alloc, "t"])),
-        "piped in\nname=Pipe title=\n".to_string(),
-    );
+    wait_dispatched_output(&agent, &child, "piped in\nname=Pipe title=\n");
 
     let jobs_before = agent.get("/v1/jobs");
     let big = "x".repeat(20 * 1024);

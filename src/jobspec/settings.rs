@@ -192,6 +192,17 @@ mod tests {
         )
     }
 
+    /// [`spec`] with a `volume_mount` of "data" at `d` in the task, `attr` written in it.
+    fn mount_spec(attr: &str) -> String {
+        spec(
+            "",
+            &format!(
+                "      volume_mount {{\n        volume = \"data\"\n        destination = \"d\"\n        \
+                 {attr}\n      }}"
+            ),
+        )
+    }
+
     fn hcl_ok(src: &str) -> Parsed {
         hcl::parse_job(src).unwrap_or_else(|e| panic!("{e}\n{src}"))
     }
@@ -294,15 +305,7 @@ mod tests {
 
     #[test]
     fn propagation_private_is_implemented_and_the_others_refused() {
-        let mount = |mode: &str| {
-            spec(
-                "",
-                &format!(
-                    "      volume_mount {{\n        volume = \"data\"\n        destination = \"d\"\n        \
-                     propagation_mode = \"{mode}\"\n      }}"
-                ),
-            )
-        };
+        let mount = |mode: &str| mount_spec(&format!("propagation_mode = \"{mode}\""));
         let parsed = hcl_ok(&mount("private"));
         assert_eq!(
             parsed.job.task_groups[0].tasks[0].volume_mounts[0].propagation_mode,
@@ -345,15 +348,7 @@ mod tests {
 
     #[test]
     fn an_selinux_label_is_kept_and_warned() {
-        let mount = |label: &str| {
-            spec(
-                "",
-                &format!(
-                    "      volume_mount {{\n        volume = \"data\"\n        destination = \"d\"\n        \
-                     selinux_label = \"{label}\"\n      }}"
-                ),
-            )
-        };
+        let mount = |label: &str| mount_spec(&format!("selinux_label = \"{label}\""));
         let parsed = hcl_ok(&mount("Z"));
         assert_eq!(
             parsed.job.task_groups[0].tasks[0].volume_mounts[0].selinux_label,

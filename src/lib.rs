@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod driver;
 pub mod hcl;
 pub mod jobspec;
+pub mod plan;
 pub mod records;
 pub mod resources;
 pub mod sandbox;

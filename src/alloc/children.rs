@@ -51,7 +51,7 @@ fn live_parent<'r>(reg: &'r Registry, id: &str) -> Result<&'r JobRecord, AllocEr
 /// Whether the job record waits for allocations the node could not place yet (a blocked
 /// evaluation): work that has not run, so neither finished nor free to be forgotten.
 fn queued(record: &JobRecord) -> bool {
-    !record.stop && super::evals::blocked(record).is_some()
+    !record.stop && crate::plan::evals::blocked(record).is_some()
 }
 
 /// Whether a child of `parent` still runs: an allocation that should run and is not terminal,

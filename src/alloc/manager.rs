@@ -19,13 +19,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::evals::{self, new_allocations};
+use super::evals;
 use super::model::Allocation;
 use super::placement::{NodeSource, PlacementFailure};
-use super::ports::NetworkSettings;
 use super::stop::{self, join_gates, stop_alloc, stopped_record};
 use super::AllocError;
 use crate::jobspec::{validate::signal_number, Job};
+use crate::plan::evals as eval_records;
+use crate::plan::NetworkSettings;
 use crate::records::{DesiredStatus, JobRecord};
 use crate::state::{Snapshot, StateFile, StateStore};
 use crate::task::events::now_nanos;
@@ -51,7 +52,7 @@ pub struct Engine {
     pub max_allocs: usize,
     /// Finished children a periodic or parameterized job keeps (`client { job_gc_children }`).
     pub job_gc_children: usize,
-    /// The host network's address and the ports allocations may get (`super::ports`).
+    /// The host network's address and the ports allocations may get (`crate::plan::ports`).
     pub network: NetworkSettings,
     /// The node as placement sees it now (`placement`).
     pub node: Arc<dyn NodeSource>,
@@ -320,7 +321,7 @@ impl AllocManager {
         }
         let reg = self.registry.lock();
         let record = reg.jobs.get(id);
-        let blocked_eval = record.and_then(evals::blocked).map(|e| e.id.clone());
+        let blocked_eval = record.and_then(eval_records::blocked).map(|e| e.id.clone());
         if changed {
             return Ok(Registered {
                 eval_id,
@@ -332,10 +333,12 @@ impl AllocManager {
         // The same job again: what still waits, under the evaluation that said so.
         Ok(Registered {
             eval_id: record
-                .and_then(evals::latest)
+                .and_then(eval_records::latest)
                 .map_or(eval_id, |e| e.id.clone()),
             changed,
-            failures: record.map(evals::current_failures).unwrap_or_default(),
+            failures: record
+                .map(eval_records::current_failures)
+                .unwrap_or_default(),
             blocked_eval,
         })
     }
@@ -364,21 +367,18 @@ impl AllocManager {
             reg.check_alloc_limit(&job, self.engine.max_allocs)?;
         }
         let now = now_nanos();
-        let node = self.engine.node.node();
-        let mut placement = if template {
-            super::placement::Placement::default()
-        } else {
-            super::capacity::place(reg, &job, &node, &BTreeMap::new(), &stop)
-        };
-        // Ports and cores are given here, under the registry lock, with the allocations being
+        // The plan gives ports and cores under the registry lock, with the allocations being
         // replaced already free; a group that cannot get them is a placement failure.
-        let grants = self.grant(reg, &node, &job, &mut placement, &stop);
-        let job_arc = Arc::new(job.clone());
-        let (version, none) = (existing.map_or(0, |j| j.version + 1), BTreeMap::new());
-        let add = new_allocations(&job_arc, version, &placement.place, &none, grants, now);
+        let mut here = if template {
+            Default::default()
+        } else {
+            self.plan_here(reg, &job, &[], &stop)
+        };
+        let version = existing.map_or(0, |j| j.version + 1);
+        let add = here.allocations(&Arc::new(job.clone()), version, now);
         let previous = existing.map_or(&[][..], |j| j.evaluations.as_slice());
-        let evaluations = evals::after_register(previous, eval_id, &placement.failures, now);
-        *failures = placement.failures;
+        *failures = std::mem::take(&mut here.plan.failures);
+        let evaluations = eval_records::after_register(previous, eval_id, failures, now);
         Ok(Some(Change {
             put_job: Some(JobRecord {
                 version,
@@ -432,7 +432,7 @@ impl AllocManager {
                 Ok(Some(Change {
                     put_job: (!purge).then(|| JobRecord {
                         stop: true,
-                        evaluations: evals::after_stop(&record.evaluations, now),
+                        evaluations: eval_records::after_stop(&record.evaluations, now),
                         ..record.clone()
                     }),
                     forget_jobs: purge.then(|| id.to_string()).into_iter().collect(),
@@ -474,7 +474,7 @@ impl AllocManager {
         let queued = if record.stop {
             BTreeMap::new()
         } else {
-            evals::queued(&record)
+            eval_records::queued(&record)
         };
         JobSummary {
             status: job_status(&record, &allocs, !queued.is_empty()),

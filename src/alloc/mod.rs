@@ -13,13 +13,13 @@
 //!   sidecars, the leader), planned from their states and carried out by its gate thread;
 //! - `stop`: stopping an allocation: its tasks killed, then its poststop tasks run;
 //! - `limit`: the per-node allocation limit a registration is checked against;
-//! - `ports`: the host ports allocations hold, and those a new allocation gets;
-//! - `cores`: the CPU cores allocations' tasks hold (`resources { cores }`), and those a new
-//!   allocation's tasks get;
-//! - `placement`: what of a job this node can run (constraints, datacenters, node pool, drivers,
-//!   distinct hosts and properties) and Nomad's words for the rest ([`placement::PlacementFailure`]);
-//! - `evals`: the evaluations kept with each job, and placing what a blocked one holds once the
-//!   node fits it ([`AllocManager::reevaluate`]).
+//! - `placement`: where the manager reads its node ([`placement::NodeSource`]), and the
+//!   planner's placement types under their old names;
+//! - `apply`: the planner (`crate::plan`) asked for a registration's or a re-evaluation's plan
+//!   over this node, the registry as its node view (what live allocations hold: capacity,
+//!   ports, cores), and the allocations the plan puts here made;
+//! - `evals`: placing what a blocked evaluation holds once the node fits it
+//!   ([`AllocManager::reevaluate`]), and Nomad's in-place update;
 //! - `plan`: a registration's plan, computed and not committed (`job plan`), and the job modify
 //!   index `job run -check-index` checks;
 //! - `children`: child jobs of periodic and parameterized jobs (launches, dispatches);
@@ -45,9 +45,8 @@
 //!
 //! [`Worker`]: crate::thread::Worker
 
-mod capacity;
+mod apply;
 mod children;
-mod cores;
 mod csi;
 mod evals;
 mod gate;
@@ -59,22 +58,22 @@ mod model;
 pub mod periodic;
 pub mod placement;
 mod plan;
-mod ports;
-mod regexps;
 mod restore;
 mod stop;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub use capacity::task_cpu_mhz;
+pub use crate::plan::evals::{MAX_EVALS, TRIGGER_QUEUED, TRIGGER_REGISTER};
+pub use crate::plan::ports::{NetworkSettings, PortIndex, PortsUnavailable};
+pub use crate::plan::task_cpu_mhz;
 pub use children::{DispatchRequest, Launched};
-pub use evals::{MAX_EVALS, TRIGGER_QUEUED, TRIGGER_REGISTER};
 pub use gc::{gc_reason, Collector, DiskUsage, Over, Reason};
 pub use manager::{AllocManager, Engine, JobSummary, Registered};
 pub use model::{client_status, AllocStatus, Allocation, LockedTasks};
 pub use plan::{modify_index, GroupUpdates, Plan};
-pub use ports::{NetworkSettings, PortIndex, PortsUnavailable};
 
+// `super::capacity::task_cpu_mhz` in `gate`: the capacity rules live in the planner now.
+use crate::plan::capacity;
 use crate::state::StateError;
 
 /// Why an allocation manager request failed. The API maps each to an HTTP status.

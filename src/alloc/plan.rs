@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::manager::{Change, Registered, Registry};
 use super::placement::PlacementFailure;
-use super::{evals, AllocError, AllocManager, Allocation};
+use super::{AllocError, AllocManager, Allocation};
 use crate::jobspec::Job;
 use crate::records::{DesiredStatus, JobRecord};
 
@@ -109,7 +109,7 @@ impl AllocManager {
         let live = running_by_group(&reg, &id, Allocation::is_running_or_pending);
         if change.is_none() {
             if let Some(e) = &existing {
-                failures = evals::current_failures(e);
+                failures = crate::plan::evals::current_failures(e);
             }
         }
         let modify_index = index_of(&reg, &id);

@@ -74,28 +74,13 @@ impl From<SandboxError> for ApiError {
 }
 
 /// Refuses a job that the node cannot run as written: a read-write mount of a read-only static
-/// volume (dynamic volumes are read-write; missing ones are waited for). CSI volumes are waited
-/// for and claimed when the allocation starts (`alloc::csi`).
+/// volume (dynamic volumes are read-write; missing ones are waited for), by the planner's host
+/// volume rule (`plan::volumes`). CSI volumes are waited for and claimed when the allocation
+/// starts (`alloc::csi`).
 pub(super) fn check_volumes(agent: &Agent, job: &Job) -> Result<(), ApiError> {
-    for group in &job.task_groups {
-        for task in &group.tasks {
-            for mount in &task.volume_mounts {
-                let Some(request) = group.volumes.get(&mount.volume).filter(|r| !r.is_csi()) else {
-                    continue;
-                };
-                let wants_write = !mount.read_only && !request.read_only;
-                if let Some(v) = agent.volumes.lookup(&request.source) {
-                    if v.read_only && wants_write {
-                        return Err(ApiError::BadRequest(format!(
-                            "task {:?} mounts volume {:?} read-write, but host volume {:?} is read-only",
-                            task.name, mount.volume, request.source
-                        )));
-                    }
-                }
-            }
-        }
-    }
-    Ok(())
+    let read_only = |source: &str| agent.volumes.lookup(source).map(|v| v.read_only);
+    crate::plan::volumes::check_writable(job, read_only)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
 /// A registration request's Nomad `EnforceIndex` and `JobModifyIndex`: the job modify index the

@@ -1,20 +1,17 @@
-//! CPU cores for tasks' `resources { cores }` (docs/resources.md): which of the node's
+//! CPU cores for tasks' `resources { cores }` (docs/resources.md): which of a node's
 //! unreserved cores are held, and the cores a new allocation's tasks get, as Nomad's scheduler
 //! gives them (`ReservedCores`: the lowest free ones).
 //!
 //! A core is held while an allocation that holds it is live, as a port is (`super::ports`):
-//! desired `run` and not every task dead. The index is built, and the cores given, under the
-//! registry lock in the plan of the registration that places the allocations, after the
-//! capacity check ([`super::capacity`], which refused what asks more cores than are left). The
-//! cores are then kept with the allocation (in the state file too), so an agent restart keeps
-//! them and never gives them to another task while the allocation lives.
+//! desired `run` and not every task dead (the allocation manager builds the node view's held
+//! cores so). The cores are given in the plan of the registration that places the allocations,
+//! after the capacity check ([`super::capacity`], which refused what asks more cores than are
+//! left). They are then kept with the allocation (in the state file too), so an agent restart
+//! keeps them and never gives them to another task while the allocation lives.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::manager::Registry;
-use super::model::Allocation;
-use super::placement::{Placement, Reason};
+use super::feasible::{Placement, Reason};
 use crate::jobspec::{Job, TaskGroup};
 
 /// Task name → the cores it was given, for the tasks of one allocation that ask for cores.
@@ -36,8 +33,13 @@ impl CoreIndex {
 
     /// Marks an allocation's cores held.
     pub fn hold(&mut self, cores: &TaskCores) {
-        for c in cores.values().flatten() {
-            self.free.remove(c);
+        self.hold_cores(cores.values().flatten().copied());
+    }
+
+    /// Marks cores held (those the live allocations of a node view hold).
+    pub fn hold_cores(&mut self, cores: impl IntoIterator<Item = u32>) {
+        for c in cores {
+            self.free.remove(&c);
         }
     }
 
@@ -66,30 +68,10 @@ impl CoreIndex {
     }
 }
 
-/// Whether an allocation's cores are held (see the module doc).
-fn holds_cores(alloc: &Allocation) -> bool {
-    !alloc.cores.is_empty() && alloc.holds_its_resources()
-}
-
-impl Registry {
-    /// The unreserved `cores` that live allocations do not hold, but for those in `stopping`
-    /// (the plan stops them).
-    pub(super) fn core_index(&self, cores: &[u32], stopping: &[Arc<Allocation>]) -> CoreIndex {
-        let stopping: HashSet<&str> = stopping.iter().map(|a| a.id.as_str()).collect();
-        let mut index = CoreIndex::new(cores);
-        for alloc in self.allocs.values() {
-            if !stopping.contains(alloc.id.as_str()) && holds_cores(alloc) {
-                index.hold(&alloc.cores);
-            }
-        }
-        index
-    }
-}
-
 /// The cores of each allocation `placement` adds, group by group in the job's order (as
-/// [`super::evals::assign_ports`] gives ports): an allocation that cannot get its cores is
+/// [`super::ports::assign_ports`] gives ports): an allocation that cannot get its cores is
 /// refused with Nomad's `Dimension "cores" exhausted`, and so is the rest of its group.
-pub(super) fn assign_cores(
+pub fn assign_cores(
     index: &mut CoreIndex,
     job: &Job,
     placement: &mut Placement,

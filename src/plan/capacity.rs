@@ -3,19 +3,13 @@
 //! unreserved [`Capacity`]; one that does not is refused with Nomad's dimension
 //! (`Dimension "memory" exhausted on 1 nodes`), as `AllocsFit` names it.
 //!
-//! Pure: [`fit`] takes the capacity, what is already used and the [`Placement`] that
-//! `placement::place` made, and refuses what does not fit. The registry side
-//! ([`Registry::live_asks`]) runs under the registry lock with the rest of the plan, so two
-//! registrations cannot both take the last room.
+//! Pure: [`fit`] takes the capacity, what is already used (what the node view's live
+//! allocations ask, `super::NodeView`) and the [`Placement`] that `super::feasible` made, and
+//! refuses what does not fit. The allocation manager builds the view under its registry lock
+//! with the rest of the plan, so two registrations cannot both take the last room.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
-
-use super::manager::Registry;
-use super::model::Allocation;
-use super::placement::{Node, Placement, Reason};
+use super::feasible::{Placement, Reason};
 use crate::jobspec::{Job, Resources, TaskGroup};
-use crate::records::{DesiredStatus, TaskStatus};
 use crate::resources::Capacity;
 
 /// The `cpu` a task asks for, in MHz: its `cpu`, or for a task with `cores`, the cores' MHz
@@ -55,7 +49,8 @@ impl Asks {
         })
     }
 
-    fn plus(self, o: Asks) -> Asks {
+    /// Both asks together.
+    pub fn plus(self, o: Asks) -> Asks {
         Asks {
             cpu_mhz: self.cpu_mhz + o.cpu_mhz,
             memory_mb: self.memory_mb + o.memory_mb,
@@ -103,54 +98,11 @@ pub fn fit(job: &Job, cap: &Capacity, mut used: Asks, placement: &mut Placement)
     used
 }
 
-/// Whether an allocation still holds its resources: wanted running and not every task dead.
-fn is_live(alloc: &Allocation) -> bool {
-    alloc.desired() == DesiredStatus::Run
-        && alloc
-            .tasks
-            .values()
-            .any(|t| t.lock().state != TaskStatus::Dead)
-}
-
-impl Registry {
-    /// What the live allocations ask, but for those in `stopping` (the plan stops them).
-    pub(super) fn live_asks(&self, stopping: &[Arc<Allocation>], mhz_per_core: u64) -> Asks {
-        let stopping: HashSet<&str> = stopping.iter().map(|a| a.id.as_str()).collect();
-        self.allocs
-            .values()
-            .filter(|a| !stopping.contains(a.id.as_str()) && is_live(a))
-            .filter_map(|a| a.job.task_groups.iter().find(|g| g.name == a.group))
-            .fold(Asks::default(), |used, g| {
-                used.plus(Asks::of_group(g, mhz_per_core))
-            })
-    }
-}
-
-/// `placement::place`, then what does not fit refused, when the node has a capacity to check.
-/// `existing` as `place` takes it; `stopping`: the allocations the plan stops, whose room is free.
-pub(super) fn place(
-    reg: &Registry,
-    job: &Job,
-    node: &Node,
-    existing: &BTreeMap<String, u32>,
-    stopping: &[Arc<Allocation>],
-) -> Placement {
-    let mut placement = super::placement::place(job, node, existing);
-    if let Some(cap) = &node.capacity {
-        fit(
-            job,
-            cap,
-            reg.live_asks(stopping, cap.mhz_per_core),
-            &mut placement,
-        );
-    }
-    placement
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::feasible::PlacementFailure;
     use super::*;
-    use crate::alloc::placement::PlacementFailure;
+    use std::collections::BTreeMap;
 
     fn job(groups: &[(&str, u32, u32, u32)]) -> Job {
         let mut job: Job = crate::jobspec::hcl::parse_job(

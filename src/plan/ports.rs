@@ -4,21 +4,19 @@
 //! does on a server.
 //!
 //! A port is taken while an allocation that holds it is live: its desired status is `run` and
-//! not all of its tasks are dead (Nomad frees a terminal allocation's ports the same way). The
-//! agent's own HTTP port is always taken. The index is built, and the ports assigned, under the
-//! registry lock, in the plan of the registration that places the allocations
-//! ([`super::manager`]), so two registrations cannot be given the same port and a registration
-//! that cannot get its ports changes nothing. The ports are then kept with the allocation (in
-//! the state file too) and never picked again while it lives; an agent restart does not change
-//! them.
+//! not all of its tasks are dead (Nomad frees a terminal allocation's ports the same way; the
+//! allocation manager builds the node view's held ports so). The agent's own HTTP port is always
+//! taken. The ports are assigned in the plan of the registration that places the allocations
+//! (`super::schedule`), which the allocation manager computes under its registry lock, so two
+//! registrations cannot be given the same port and a registration that cannot get its ports
+//! changes nothing. The ports are then kept with the allocation (in the state file too) and
+//! never picked again while it lives; an agent restart does not change them.
 //!
 //! A group that cannot get its ports fails with Nomad's placement text ([`PortsUnavailable`]).
 
-use std::collections::{BTreeSet, HashSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use super::manager::Registry;
-use super::model::Allocation;
+use super::feasible::{Placement, Reason};
 use crate::jobspec::network::{
     AllocatedPort, NetworkResource, DEFAULT_HOST_NETWORK, DEFAULT_MAX_DYNAMIC_PORT,
     DEFAULT_MIN_DYNAMIC_PORT,
@@ -193,27 +191,34 @@ impl PortIndex {
     }
 }
 
-/// Whether an allocation's ports are taken (see the module doc).
-fn holds_ports(alloc: &Allocation) -> bool {
-    !alloc.ports.is_empty() && alloc.holds_its_resources()
-}
-
-impl Registry {
-    /// The ports taken by live allocations, but for those in `stopping` (the plan stops them).
-    pub(super) fn port_index(
-        &self,
-        settings: &NetworkSettings,
-        stopping: &[Arc<Allocation>],
-    ) -> PortIndex {
-        let stopping: HashSet<&str> = stopping.iter().map(|a| a.id.as_str()).collect();
-        let mut index = PortIndex::new(settings);
-        for alloc in self.allocs.values() {
-            if !stopping.contains(alloc.id.as_str()) && holds_ports(alloc) {
-                index.add(&alloc.ports);
+/// The host ports of each allocation `placement` adds, group by group, in the job's group
+/// order: an allocation that cannot get its ports (a static port another allocation holds, the
+/// dynamic range used up) is refused with Nomad's dimension, and so is the rest of its group,
+/// while those before it keep theirs. Ports are marked taken in `index` as they are given;
+/// `pick` as [`PortIndex::assign`] takes it.
+pub fn assign_ports(
+    index: &mut PortIndex,
+    job: &crate::jobspec::Job,
+    placement: &mut Placement,
+    pick: &mut dyn FnMut(usize) -> usize,
+) -> BTreeMap<String, Vec<Vec<AllocatedPort>>> {
+    let mut given = BTreeMap::new();
+    for group in &job.task_groups {
+        let wanted = placement.place.get(&group.name).copied().unwrap_or(0);
+        let mut ports = Vec::new();
+        for _ in 0..wanted {
+            match index.assign(&group.networks, pick) {
+                Ok(p) => ports.push(p),
+                Err(e) => {
+                    let refused = wanted - ports.len() as u32;
+                    placement.refuse_some(&group.name, refused, Reason::Dimension(e.dimension));
+                    break;
+                }
             }
         }
-        index
+        given.insert(group.name.clone(), ports);
     }
+    given
 }
 
 #[cfg(test)]

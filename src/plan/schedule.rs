@@ -413,3 +413,285 @@ fn number(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::Capacity;
+
+    /// Node `i` of a fleet: `node-0007`, in `dc1`, with `raw_exec`, 1000 MHz, 200 MB, two
+    /// cores, and `meta.rack` `even` or `odd`.
+    fn node(i: usize) -> NodeView {
+        let rack = if i % 2 == 0 { "even" } else { "odd" };
+        NodeView {
+            node: Node {
+                id: format!("node-{i:04}"),
+                name: format!("n{i}"),
+                datacenter: "dc1".into(),
+                node_pool: "default".into(),
+                attributes: [("driver.raw_exec".to_string(), "1".to_string())].into(),
+                meta: [("rack".to_string(), rack.to_string())].into(),
+                capacity: Some(Capacity {
+                    cpu_mhz: 1000,
+                    memory_mb: 200,
+                    disk_mb: 10_000,
+                    cores: vec![0, 1],
+                    mhz_per_core: 500,
+                }),
+                ..Node::default()
+            },
+            network: NetworkSettings {
+                min_dynamic_port: 20000,
+                max_dynamic_port: 20009,
+                ..NetworkSettings::default()
+            },
+            ..NodeView::default()
+        }
+    }
+
+    fn fleet(n: usize) -> Vec<NodeView> {
+        (0..n).map(node).collect()
+    }
+
+    /// A job of one group `g` of `count`, each allocation asking `memory` MB; `extra` goes in
+    /// the group, `task` in its task.
+    fn job(count: u32, memory: u32, extra: &str, task: &str) -> Job {
+        let hcl = format!(
+            "job \"j\" {{\n group \"g\" {{\n  count = {count}\n{extra}\n  task \"t\" {{\n   \
+             driver = \"raw_exec\"\n   config {{ command = \"true\" }}\n   resources {{\n    \
+             cpu = 10\n    memory = {memory}\n   }}\n{task}\n  }}\n }}\n}}\n"
+        );
+        let mut job = crate::jobspec::hcl::parse_job(&hcl).unwrap().job;
+        job.task_groups[0].ephemeral_disk.size_mb = 10;
+        job
+    }
+
+    fn first(_: usize) -> usize {
+        0
+    }
+
+    /// Node ID → how many allocations the plan gives it.
+    fn per_node(plan: &Plan) -> BTreeMap<String, usize> {
+        plan.nodes
+            .iter()
+            .map(|(id, a)| (id.clone(), a.len()))
+            .collect()
+    }
+
+    fn indexes(plan: &Plan) -> BTreeSet<u32> {
+        plan.nodes.values().flatten().map(|p| p.index).collect()
+    }
+
+    /// New allocations fill the lowest free indexes of their group, around the live ones.
+    #[test]
+    fn new_allocations_take_the_lowest_free_indexes() {
+        let job = job(4, 10, "", "");
+        let on = |index| AllocView {
+            node_id: "node-0000".into(),
+            group: "g".into(),
+            index,
+        };
+        let plan = plan(&job, &[on(0), on(2)], &fleet(1), &mut first);
+        let indexes: Vec<u32> = plan.nodes["node-0000"].iter().map(|a| a.index).collect();
+        assert_eq!(indexes, [1, 3]);
+    }
+
+    /// 300 allocations over 100 nodes: three on each, every index once.
+    #[test]
+    fn allocations_spread_over_the_nodes() {
+        let plan = plan(&job(300, 10, "", ""), &[], &fleet(100), &mut first);
+        assert!(plan.failures.is_empty(), "{:?}", plan.failures);
+        assert_eq!(per_node(&plan).len(), 100);
+        assert!(per_node(&plan).values().all(|n| *n == 3));
+        assert_eq!(indexes(&plan), (0..300).collect());
+        // The same question, the same answer.
+        assert_eq!(
+            plan,
+            super::plan(&job(300, 10, "", ""), &[], &fleet(100), &mut first)
+        );
+    }
+
+    /// Where the job already runs counts first, then free memory: the emptier nodes are filled
+    /// first, and ties go to the lowest ID.
+    #[test]
+    fn the_ranking_prefers_fewer_allocations_then_free_capacity_then_the_id() {
+        let mut nodes = fleet(3);
+        nodes[0].held.asks.memory_mb = 100;
+        let staying = AllocView {
+            node_id: "node-0001".into(),
+            group: "g".into(),
+            index: 0,
+        };
+        let plan = plan(&job(3, 10, "", ""), &[staying], &nodes, &mut first);
+        // node-0001 already has one: node-0002 first (none, all its memory free), then
+        // node-0000 (none, half its memory held).
+        assert_eq!(
+            per_node(&plan),
+            BTreeMap::from([("node-0000".into(), 1), ("node-0002".into(), 1)])
+        );
+        let one = super::plan(&job(1, 10, "", ""), &[], &nodes, &mut first);
+        assert_eq!(per_node(&one), BTreeMap::from([("node-0001".into(), 1)]));
+    }
+
+    /// 50 nodes of 200 MB fit two allocations of 80 MB each: of 120, 20 fail on memory.
+    #[test]
+    fn capacity_runs_out_across_the_fleet() {
+        let plan = plan(&job(120, 80, "", ""), &[], &fleet(50), &mut first);
+        assert_eq!(plan.placed(), 100);
+        assert!(per_node(&plan).values().all(|n| *n == 2));
+        assert_eq!(
+            plan.failures,
+            [PlacementFailure {
+                group: "g".into(),
+                failed: 20,
+                reason: Reason::Dimension("memory".into()),
+            }]
+        );
+    }
+
+    /// A constraint only the even racks meet: 1000 nodes, 500 take the job, two each.
+    #[test]
+    fn constraints_exclude_nodes() {
+        let only_even = "  constraint {\n   attribute = \"${meta.rack}\"\n   value = \"even\"\n  }";
+        let plan = plan(&job(1000, 10, only_even, ""), &[], &fleet(1000), &mut first);
+        assert!(plan.failures.is_empty(), "{:?}", plan.failures);
+        assert_eq!(per_node(&plan).len(), 500);
+        assert!(plan.nodes.keys().all(|id| {
+            let i: usize = id["node-".len()..].parse().unwrap();
+            i % 2 == 0
+        }));
+        let nowhere = "  constraint {\n   attribute = \"${meta.rack}\"\n   value = \"none\"\n  }";
+        let plan = super::plan(&job(3, 10, nowhere, ""), &[], &fleet(1000), &mut first);
+        assert_eq!(plan.placed(), 0);
+        assert_eq!(
+            plan.failures,
+            [PlacementFailure {
+                group: "g".into(),
+                failed: 3,
+                reason: Reason::Constraint("${meta.rack} = none".into()),
+            }]
+        );
+    }
+
+    /// A static port is held per node: the nodes that hold it take none, the others one each.
+    #[test]
+    fn static_ports_are_held_per_node() {
+        let mut nodes = fleet(200);
+        let held = AllocatedPort {
+            label: "http".into(),
+            value: 8080,
+            to: 8080,
+            host_ip: "127.0.0.1".into(),
+        };
+        for n in nodes.iter_mut().take(50) {
+            n.held.ports.push(held.clone());
+        }
+        let port = "  network {\n   port \"http\" {\n    static = 8080\n   }\n  }";
+        let plan = plan(&job(160, 10, port, ""), &[], &nodes, &mut first);
+        assert_eq!(plan.placed(), 150);
+        assert!(plan.nodes.keys().all(|id| id.as_str() >= "node-0050"));
+        assert!(plan
+            .nodes
+            .values()
+            .flatten()
+            .all(|p| p.ports[0].value == 8080));
+        assert_eq!(
+            plan.failures,
+            [PlacementFailure {
+                group: "g".into(),
+                failed: 10,
+                reason: Reason::Dimension("network: reserved port collision http=8080".into()),
+            }]
+        );
+    }
+
+    /// Cores are given per node: two nodes of two cores take two allocations of a core each.
+    #[test]
+    fn cores_are_given_per_node() {
+        let mut j = job(5, 10, "", "");
+        j.task_groups[0].tasks[0].resources.cores = 1;
+        let plan = plan(&j, &[], &fleet(2), &mut first);
+        assert_eq!(plan.placed(), 4);
+        for allocs in plan.nodes.values() {
+            let given: BTreeSet<u32> = allocs.iter().map(|p| p.cores["t"][0]).collect();
+            assert_eq!(given, BTreeSet::from([0, 1]));
+        }
+        assert_eq!(plan.failures[0].reason, Reason::Dimension("cores".into()));
+        assert_eq!(plan.failures[0].failed, 1);
+    }
+
+    /// `distinct_hosts`: one allocation per node, whatever the count.
+    #[test]
+    fn distinct_hosts_places_one_per_node() {
+        let hosts = "  constraint {\n   distinct_hosts = true\n  }";
+        let plan = plan(&job(15, 10, hosts, ""), &[], &fleet(10), &mut first);
+        assert_eq!(per_node(&plan).len(), 10);
+        assert!(per_node(&plan).values().all(|n| *n == 1));
+        assert_eq!(
+            plan.failures,
+            [PlacementFailure {
+                group: "g".into(),
+                failed: 5,
+                reason: Reason::Constraint("distinct_hosts".into()),
+            }]
+        );
+    }
+
+    /// A host volume present on some nodes: the group goes only there; present nowhere, it
+    /// goes anywhere and waits for it (as on one node).
+    #[test]
+    fn a_volume_present_on_some_nodes_draws_the_group_there() {
+        let volume = "  volume \"data\" {\n   type = \"host\"\n   source = \"shared\"\n  }";
+        let mount = "   volume_mount {\n    volume = \"data\"\n    destination = \"data\"\n   }";
+        let j = job(20, 10, volume, mount);
+        let mut nodes = fleet(100);
+        for n in nodes.iter_mut().skip(90) {
+            n.volumes
+                .insert("shared".into(), HostVolumeView { read_only: false });
+        }
+        // A read-only copy does not do for a read-write mount.
+        nodes[0]
+            .volumes
+            .insert("shared".into(), HostVolumeView { read_only: true });
+        let plan = plan(&j, &[], &nodes, &mut first);
+        assert!(plan.failures.is_empty(), "{:?}", plan.failures);
+        assert_eq!(per_node(&plan).len(), 10);
+        assert!(plan.nodes.keys().all(|id| id.as_str() >= "node-0090"));
+        let anywhere = super::plan(&j, &[], &fleet(100), &mut first);
+        assert_eq!(per_node(&anywhere).len(), 20);
+    }
+
+    /// 5000 nodes, 5000 allocations: one each, in one round.
+    #[test]
+    fn five_thousand_nodes() {
+        let plan = plan(&job(5000, 10, "", ""), &[], &fleet(5000), &mut first);
+        assert_eq!(per_node(&plan).len(), 5000);
+        assert_eq!(indexes(&plan).len(), 5000);
+        assert!(plan.failures.is_empty());
+    }
+
+    /// A node refuses what it cannot take and the next round gives it to another: the first
+    /// nodes' ports run out (ten dynamic ports each), the rest take the remainder.
+    #[test]
+    fn what_one_node_refuses_goes_to_another() {
+        let mut nodes = fleet(3);
+        for n in nodes.iter_mut().take(2) {
+            n.network.max_dynamic_port = n.network.min_dynamic_port + 1;
+        }
+        let dynamic = "  network {\n   port \"http\" {}\n  }";
+        let plan = plan(&job(9, 10, dynamic, ""), &[], &nodes, &mut first);
+        assert!(plan.failures.is_empty(), "{:?}", plan.failures);
+        assert_eq!(
+            per_node(&plan),
+            BTreeMap::from([
+                ("node-0000".into(), 2),
+                ("node-0001".into(), 2),
+                ("node-0002".into(), 5)
+            ])
+        );
+        assert!(
+            super::plan(&job(1, 10, "", ""), &[], &[], &mut first).failures[0].reason
+                == Reason::NodePool
+        );
+    }
+}

@@ -21,7 +21,7 @@ use std::fmt;
 use hcl::edit::structure::Block;
 use hcl::edit::Span;
 
-use super::raw::Extra;
+use super::shared::Extra;
 use super::JobspecError;
 use crate::hcl::Source;
 use crate::util::version::{Constraints, Flavor};
@@ -435,7 +435,7 @@ fn block(src: &Source, parent: &str, b: &Block) -> Result<RawConstraint, Jobspec
 /// One warning per field of a constraint nodeward does not know (JSON), by its path.
 pub(crate) fn warn_unknown(out: &mut Vec<String>, path: &str, list: &Option<Vec<RawConstraint>>) {
     for (i, c) in list.iter().flatten().enumerate() {
-        super::raw::warn_extra(out, &format!("{path}Constraints[{i}]."), &c.extra);
+        super::shared::warn_extra(out, &format!("{path}Constraints[{i}]."), &c.extra);
     }
 }
 

@@ -72,7 +72,7 @@ pub(crate) fn check_numa(task: &str, numa: Option<&Value>) -> Result<(), Jobspec
 pub fn warn(job: &super::Job, warnings: &mut Vec<String>) {
     for task in job.task_groups.iter().flat_map(|g| &g.tasks) {
         for (name, reason) in no_effect(&task.resources) {
-            let line = super::schema::warning(name, reason);
+            let line = super::shared::warning(name, reason);
             if !warnings.contains(&line) {
                 warnings.push(line);
             }

@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::raw::Extra;
+use super::shared::Extra;
 use super::JobspecError;
 use crate::hcl::{Items, Source};
 

@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use super::raw::Extra;
+use super::shared::Extra;
 use super::JobspecError;
 
 /// The driver's name in jobspecs.

@@ -8,9 +8,11 @@
 use hcl::edit::expr::Expression;
 use serde::{Deserialize, Deserializer};
 
-use super::validate::PRIORITY_RANGE;
 use super::{JobFields, JobspecError};
 use crate::hcl::{Items, Source};
+
+/// The priorities Nomad accepts.
+pub const PRIORITY_RANGE: std::ops::RangeInclusive<u32> = 1..=100;
 
 /// The attributes of a `job` block: its `type` and these fields.
 pub const ATTRS: &[&str] = &["type", "region", "namespace", "priority", "all_at_once"];

@@ -491,7 +491,7 @@ impl Walk<'_> {
             ]
         };
         let items = self.src.items(&what, &block.body, keys, &[])?;
-        let mut extra = super::raw::Extra::new();
+        let mut extra = super::shared::Extra::new();
         for key in ["cap_add", "cap_drop"] {
             if let Some(attr) = items.attr(key) {
                 extra.insert(key.to_string(), self.src.strings(&what, attr)?.into());
@@ -663,6 +663,21 @@ impl Walk<'_> {
 
     fn duration(&self, items: &Items, key: &str) -> Result<Option<RawDuration>, JobspecError> {
         Ok(self.src.opt_duration(items, key)?.map(RawDuration::Parsed))
+    }
+}
+
+impl super::kept::KeptHcl {
+    /// Puts each level's kept settings on the raw job the walker made.
+    fn attach(mut self, job: &mut RawJob) {
+        job.kept = std::mem::take(&mut self.job);
+        for group in job.task_groups.iter_mut().flatten() {
+            let name = group.name.clone().unwrap_or_default();
+            group.kept = self.groups.remove(&name).unwrap_or_default();
+            for task in group.tasks.iter_mut().flatten() {
+                let key = (name.clone(), task.name.clone().unwrap_or_default());
+                task.kept = self.tasks.remove(&key).unwrap_or_default();
+            }
+        }
     }
 }
 

@@ -28,7 +28,7 @@ use hcl::edit::Span;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Number, Value};
 
-use super::schema::Level;
+use super::shared::Level;
 use super::JobspecError;
 use crate::hcl::Source;
 
@@ -372,7 +372,7 @@ fn object(map: Kept) -> Value {
 /// `warned`, in the order met, for one warning per name.
 pub(crate) fn take_json(
     level: Level,
-    extra: &mut super::raw::Extra,
+    extra: &mut super::shared::Extra,
     warned: &mut Vec<&'static str>,
 ) -> Kept {
     let mut kept = Kept::new();
@@ -381,7 +381,9 @@ pub(crate) fn take_json(
             ("ConsulToken", "consul_token"),
             ("VaultToken", "vault_token"),
         ] {
-            let set = extra.remove(api).is_some_and(|v| !super::raw::is_empty(&v));
+            let set = extra
+                .remove(api)
+                .is_some_and(|v| !super::shared::is_empty(&v));
             if set && !warned.contains(&name) {
                 warned.push(name);
             }
@@ -394,7 +396,7 @@ pub(crate) fn take_json(
         .collect();
     for api in names {
         let value = extra.remove(&api).unwrap_or(Value::Null);
-        if super::raw::is_empty(&value) {
+        if super::shared::is_empty(&value) {
             continue;
         }
         if let Some(name) = hcl_name(level, &api) {
@@ -405,30 +407,6 @@ pub(crate) fn take_json(
         kept.insert(api, value);
     }
     kept
-}
-
-/// The JSON half for a whole raw job ([`take_json`] at each level): the no-effect fields leave
-/// each level's unread fields, so that they are kept instead of warned as ignored, and each name
-/// is warned once with its reason, as the HCL front-end warns it.
-pub(crate) fn keep_json(raw: &mut super::raw::RawJob, warnings: &mut Vec<String>) {
-    let mut names = Vec::new();
-    raw.kept = take_json(Level::Job, &mut raw.extra, &mut names);
-    for group in raw.task_groups.iter_mut().flatten() {
-        group.kept = take_json(Level::Group, &mut group.extra, &mut names);
-        for name in group
-            .ephemeral_disk
-            .iter()
-            .flat_map(super::ephemeral_disk::no_effect_set)
-        {
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
-        for task in group.tasks.iter_mut().flatten() {
-            task.kept = take_json(Level::Task, &mut task.extra, &mut names);
-        }
-    }
-    warnings.extend(names.into_iter().map(super::schema::no_effect_warning));
 }
 
 fn deserialize_level<'de, D: Deserializer<'de>>(d: D, level: Level) -> Result<Kept, D::Error> {
@@ -480,21 +458,6 @@ pub struct KeptHcl {
     pub job: Kept,
     pub groups: BTreeMap<String, Kept>,
     pub tasks: BTreeMap<(String, String), Kept>,
-}
-
-impl KeptHcl {
-    /// Puts each level's kept settings on the raw job the walker made.
-    pub(crate) fn attach(mut self, job: &mut super::raw::RawJob) {
-        job.kept = std::mem::take(&mut self.job);
-        for group in job.task_groups.iter_mut().flatten() {
-            let name = group.name.clone().unwrap_or_default();
-            group.kept = self.groups.remove(&name).unwrap_or_default();
-            for task in group.tasks.iter_mut().flatten() {
-                let key = (name.clone(), task.name.clone().unwrap_or_default());
-                task.kept = self.tasks.remove(&key).unwrap_or_default();
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::raw::Extra;
+use super::shared::Extra;
 use super::JobspecError;
 
 /// `hook = "prestart" | "poststart" | "poststop"`.

@@ -29,6 +29,7 @@ mod raw;
 pub mod raw_exec;
 pub mod schema;
 pub mod settings;
+mod shared;
 pub mod signal;
 pub mod validate;
 #[cfg(test)]
@@ -216,7 +217,7 @@ pub struct JobFields {
         skip_serializing_if = "JobFields::is_default_namespace"
     )]
     pub namespace: String,
-    /// 1..=100 ([`validate::PRIORITY_RANGE`]).
+    /// 1..=100 ([`fields::PRIORITY_RANGE`]).
     #[serde(
         default = "JobFields::default_priority",
         skip_serializing_if = "JobFields::is_default_priority"

@@ -25,7 +25,7 @@ use hcl::edit::structure::{Attribute, Block};
 use hcl::edit::Span;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::raw::{warn_extra, Extra};
+use super::shared::{warn_extra, Extra};
 use super::{JobspecError, TaskGroup};
 use crate::hcl::{Items, Source};
 

@@ -11,7 +11,7 @@ use hcl::edit::structure::Block;
 use serde::{Deserialize, Serialize};
 
 use super::cron::Cron;
-use super::raw::Extra;
+use super::shared::Extra;
 use super::zone::Zone;
 use super::JobspecError;
 use crate::hcl::Source;

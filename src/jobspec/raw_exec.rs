@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::raw::Extra;
+use super::shared::Extra;
 use super::JobspecError;
 
 /// The driver's name in jobspecs.
@@ -52,7 +52,7 @@ pub fn oom_score_adj(at: &str, n: i64) -> Result<u32, JobspecError> {
 /// An override written as Go's zero value (`""`, `{}`) is what Go writes for "not set".
 pub(super) fn convert(path: &str, extra: &Extra) -> Result<Option<u32>, JobspecError> {
     for key in REFUSED {
-        if extra.get(key).is_some_and(|v| !super::raw::is_empty(v)) {
+        if extra.get(key).is_some_and(|v| !super::shared::is_empty(v)) {
             return Err(refused_override(&format!("field \"{path}.Config.{key}\"")));
         }
     }

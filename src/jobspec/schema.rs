@@ -22,16 +22,9 @@ use hcl::edit::{Decorated, Ident, Span};
 use serde_json::Value;
 
 use super::kept::{Collect, Kept, KeptHcl};
+pub use super::shared::{warning, Level};
 use super::JobspecError;
 use crate::hcl::Source;
-
-/// Where in a job a name is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    Job,
-    Group,
-    Task,
-}
 
 /// Blocks and attributes accepted with no effect on one node: the levels they may appear at,
 /// their name, and the one-line reason given in the job's warnings.
@@ -94,11 +87,6 @@ pub const EPHEMERAL_DISK_NO_EFFECT: &[(&str, &str, &str)] = &[
         "there is no other node to migrate the allocation directory to",
     ),
 ];
-
-/// The one line of a no-effect name's warning.
-pub fn warning(name: &str, reason: &str) -> String {
-    format!("{name:?} has no effect on one node: {reason}")
-}
 
 /// The warning of a no-effect name, whatever level it was met at (its reason is the same at
 /// each).

@@ -22,7 +22,7 @@ use hcl::edit::structure::Block;
 use hcl::edit::Span;
 use serde_json::Value;
 
-use super::raw::is_empty;
+use super::shared::is_empty;
 use super::{Job, JobspecError};
 use crate::hcl::{Items, Source};
 
@@ -171,7 +171,7 @@ pub fn warn(job: &Job, warnings: &mut Vec<String>) {
             "network.cni" => cni,
             _ => false,
         };
-        let line = super::schema::warning(name, reason);
+        let line = super::shared::warning(name, reason);
         if set && !warnings.contains(&line) {
             warnings.push(line);
         }

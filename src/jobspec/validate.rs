@@ -30,13 +30,10 @@ fn invalid(msg: impl Into<String>) -> JobspecError {
 
 /// Checks every rule of tasks.md, csi.md and host-volumes.md on a job; the first broken one is
 /// the error.
-/// The priorities Nomad accepts.
-pub const PRIORITY_RANGE: std::ops::RangeInclusive<u32> = 1..=100;
-
 pub fn validate_job(job: &Job) -> Result<(), JobspecError> {
     validate_name("job", &job.name)?;
     validate_name("job ID", &job.id)?;
-    if !PRIORITY_RANGE.contains(&job.fields.priority) {
+    if !super::fields::PRIORITY_RANGE.contains(&job.fields.priority) {
         return Err(super::fields::priority_error(job.fields.priority));
     }
     let system = matches!(job.job_type, JobType::System | JobType::SysBatch);

@@ -11,6 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::shared::Extra;
+use super::table::At;
 use super::JobspecError;
 use crate::hcl::{Items, Source};
 
@@ -76,7 +77,7 @@ pub(crate) fn read_hcl(
     };
     src.no_labels(&items.what, block)?;
     let what = format!("ephemeral_disk block of {}", items.what);
-    let inner = src.items(&what, &block.body, &["size", "sticky", "migrate"], &[])?;
+    let inner = super::table::items(src, &what, block, At::EphemeralDisk)?;
     Ok(Some(RawEphemeralDisk {
         size_mb: src.opt_u32(&inner, "size")?.map(i64::from),
         sticky: src.opt_bool(&inner, "sticky")?,

@@ -14,9 +14,6 @@ use crate::hcl::{Items, Source};
 /// The priorities Nomad accepts.
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<u32> = 1..=100;
 
-/// The attributes of a `job` block: its `type` and these fields.
-pub const ATTRS: &[&str] = &["type", "region", "namespace", "priority", "all_at_once"];
-
 /// The fields as the input gave them. Go writes unset as `""` and `0`, which read as absent.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase")]

@@ -31,6 +31,7 @@ pub mod schema;
 pub mod settings;
 mod shared;
 pub mod signal;
+pub mod table;
 pub mod validate;
 #[cfg(test)]
 mod vars_tests;

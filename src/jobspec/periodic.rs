@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cron::Cron;
 use super::shared::Extra;
+use super::table::At;
 use super::zone::Zone;
 use super::JobspecError;
 use crate::hcl::Source;
@@ -295,12 +296,7 @@ pub(crate) fn read_periodic(
 ) -> Result<RawPeriodic, JobspecError> {
     src.no_labels(job, block)?;
     let what = format!("periodic block of {job}");
-    let items = src.items(
-        &what,
-        &block.body,
-        &["cron", "crons", "prohibit_overlap", "time_zone", "enabled"],
-        &[],
-    )?;
+    let items = super::table::items(src, &what, block, At::Periodic)?;
     Ok(RawPeriodic {
         enabled: src.opt_bool(&items, "enabled")?,
         spec: src.opt_string(&items, "cron")?,
@@ -322,12 +318,7 @@ pub(crate) fn read_parameterized(
 ) -> Result<RawParameterized, JobspecError> {
     src.no_labels(job, block)?;
     let what = format!("parameterized block of {job}");
-    let items = src.items(
-        &what,
-        &block.body,
-        &["payload", "meta_required", "meta_optional"],
-        &[],
-    )?;
+    let items = super::table::items(src, &what, block, At::Parameterized)?;
     Ok(RawParameterized {
         payload: src.opt_string(&items, "payload")?,
         meta_required: items
@@ -350,7 +341,7 @@ pub(crate) fn read_dispatch_payload(
 ) -> Result<RawDispatchPayload, JobspecError> {
     src.no_labels(task, block)?;
     let what = format!("dispatch_payload block of {task}");
-    let items = src.items(&what, &block.body, &["file"], &[])?;
+    let items = super::table::items(src, &what, block, At::DispatchPayload)?;
     Ok(RawDispatchPayload {
         file: src.opt_string(&items, "file")?,
         ..RawDispatchPayload::default()

@@ -21,6 +21,7 @@ use std::fmt;
 use hcl::edit::structure::Block;
 use hcl::edit::Span;
 
+use super::invalid;
 use super::shared::Extra;
 use super::JobspecError;
 use crate::hcl::Source;
@@ -185,10 +186,6 @@ pub(crate) enum Level {
     Job,
     Group,
     Task,
-}
-
-fn invalid(msg: impl Into<String>) -> JobspecError {
-    JobspecError::Invalid(msg.into())
 }
 
 /// Converts and checks a level's constraints; `what` names where they are (`TaskGroups[0]` in

@@ -10,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::invalid;
 use super::shared::Extra;
 use super::table::At;
 use super::JobspecError;
@@ -113,7 +114,7 @@ pub(crate) fn convert(
     };
     match u64::try_from(size) {
         Ok(size_mb) if size >= MIN_SIZE_MB => Ok(EphemeralDisk { size_mb, ..kept }),
-        _ => Err(JobspecError::Invalid(format!(
+        _ => Err(invalid(format!(
             "{group} ephemeral disk: minimum DiskMB value is {MIN_SIZE_MB}; got {size}"
         ))),
     }

@@ -8,6 +8,7 @@
 use hcl::edit::expr::Expression;
 use serde::{Deserialize, Deserializer};
 
+use super::invalid;
 use super::{JobFields, JobspecError};
 use crate::hcl::{Items, Source};
 
@@ -74,7 +75,7 @@ pub(crate) fn convert(raw: RawJobFields) -> Result<JobFields, JobspecError> {
 }
 
 pub(crate) fn priority_error(p: impl std::fmt::Display) -> JobspecError {
-    JobspecError::Invalid(format!(
+    invalid(format!(
         "Job priority must be between [{}, {}], got {p}",
         PRIORITY_RANGE.start(),
         PRIORITY_RANGE.end()

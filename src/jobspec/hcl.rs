@@ -17,6 +17,7 @@ use hcl::edit::structure::Block;
 use hcl::edit::Span;
 
 use super::constraint::{Level, RawConstraint};
+use super::invalid;
 use super::lifecycle::RawLifecycle;
 use super::logs::RawLogConfig;
 use super::raw::{
@@ -50,9 +51,7 @@ pub fn parse_job_with(src: &str, inputs: &Inputs) -> Result<Parsed, JobspecError
                 parsed.warnings = parsed.warnings.into_iter().map(redact).collect();
                 Ok(parsed)
             }
-            Err(JobspecError::Syntax(m)) => Err(JobspecError::Syntax(redact(m))),
-            Err(JobspecError::Unknown(m)) => Err(JobspecError::Unknown(redact(m))),
-            Err(JobspecError::Invalid(m)) => Err(JobspecError::Invalid(redact(m))),
+            Err(e) => Err(e.map_message(redact)),
         })
     })
 }
@@ -95,10 +94,6 @@ enum ConfigKind {
     Docker,
     /// A driver nodeward does not have: anything, kept as given.
     Opaque,
-}
-
-fn invalid(msg: impl Into<String>) -> JobspecError {
-    JobspecError::Invalid(msg.into())
 }
 
 /// A list item of `args` as its text (`8001` is `"8001"`, as for `raw_exec`).

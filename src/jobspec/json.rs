@@ -10,6 +10,7 @@
 
 use serde_json::Value;
 
+use super::invalid;
 use super::raw::RawJob;
 use super::shared::warn_extra;
 use super::{Job, JobspecError, Parsed};
@@ -36,14 +37,11 @@ pub fn parse_job(bytes: &[u8]) -> Result<Parsed, JobspecError> {
         bare => bare,
     };
     if !job.is_object() {
-        return Err(JobspecError::Invalid(
-            "the job must be a JSON object".to_string(),
-        ));
+        return Err(invalid("the job must be a JSON object".to_string()));
     }
     super::schema::check_json(&job)?;
-    let mut raw: RawJob = serde_path_to_error::deserialize(job).map_err(|e| {
-        JobspecError::Invalid(format!("invalid field \"{}\": {}", e.path(), e.inner()))
-    })?;
+    let mut raw: RawJob = serde_path_to_error::deserialize(job)
+        .map_err(|e| invalid(format!("invalid field \"{}\": {}", e.path(), e.inner())))?;
     keep_json(&mut raw, &mut warnings);
     warnings.extend(raw.ignored_fields());
     let job = Job::try_from(raw)?;

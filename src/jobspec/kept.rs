@@ -28,6 +28,7 @@ use hcl::edit::Span;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Number, Value};
 
+use super::invalid;
 use super::shared::Level;
 use super::table::{Entry, Shape as TableShape};
 use super::JobspecError;
@@ -319,7 +320,7 @@ impl<'s> Collect<'s> {
             return Ok(value);
         }
         let d = crate::util::duration::parse(text).map_err(|e| {
-            JobspecError::Invalid(format!(
+            invalid(format!(
                 "invalid duration for {name:?} in {what} at line {}: {e}",
                 self.src.line(span)
             ))

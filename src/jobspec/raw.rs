@@ -19,6 +19,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use super::constraint::{self, Level, RawConstraint};
+use super::invalid;
 use super::shared::{is_empty, warn_extra, Extra};
 use super::validate::{
     csi_plugin_id, csi_plugin_type, job_type, kill_signal, restart_mode, validate_job,
@@ -317,10 +318,6 @@ impl RawJob {
     }
 }
 
-fn invalid(msg: impl Into<String>) -> JobspecError {
-    JobspecError::Invalid(msg.into())
-}
-
 /// A string where empty means "use the default".
 fn non_empty(value: Option<String>) -> Option<String> {
     value.filter(|s| !s.is_empty())
@@ -503,13 +500,13 @@ fn exec_caps(task: &str, extra: &Extra) -> Result<super::docker::DockerConfig, J
             return Ok(Vec::new());
         };
         let items: Vec<String> = serde_json::from_value(v.clone()).map_err(|_| {
-            JobspecError::Invalid(format!(
+            invalid(format!(
                 "task {task:?}: exec config {key} must be a list of strings"
             ))
         })?;
         for c in &items {
             if !c.eq_ignore_ascii_case("all") && crate::util::caps::cap_number(c).is_none() {
-                return Err(JobspecError::Invalid(format!(
+                return Err(invalid(format!(
                     "task {task:?}: exec config {key}: unknown capability {c:?}"
                 )));
             }
@@ -587,7 +584,7 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
     let memory_max_mb = resources.memory_max_mb.unwrap_or(0);
     // Nomad's check (structs.Resources.Validate): a hard limit below the soft one means nothing.
     if memory_max_mb != 0 && memory_max_mb < memory_mb {
-        return Err(JobspecError::Invalid(format!(
+        return Err(invalid(format!(
             "task {name:?}: memory_max ({memory_max_mb}) should be larger than memory ({memory_mb})"
         )));
     }
@@ -598,7 +595,7 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
     // then its structs.Resources.Validate refuses both at once.
     let cpu = match resources.cpu {
         Some(cpu) if cpu > 0 && cores > 0 => {
-            return Err(JobspecError::Invalid(format!(
+            return Err(invalid(format!(
                 "task {name:?}: Task can only ask for 'cpu' or 'cores' resource, not both."
             )))
         }

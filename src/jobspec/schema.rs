@@ -21,6 +21,7 @@ use hcl::edit::structure::{Block, Body, Structure};
 use hcl::edit::{Decorated, Ident, Span};
 use serde_json::Value;
 
+use super::invalid;
 use super::kept::{Collect, Kept, KeptHcl};
 pub use super::shared::{warning, Level};
 use super::JobspecError;
@@ -207,7 +208,7 @@ fn strip(
 }
 
 fn refused(name: &str, what: &str, line: usize, things: &str) -> JobspecError {
-    JobspecError::Invalid(format!(
+    invalid(format!(
         "block {name:?} in {what} at line {line} is refused: this node does not support {things} yet"
     ))
 }
@@ -223,7 +224,7 @@ fn what(ident: &str, block: &Block) -> String {
 /// `Artifacts` (task) is refused with its path.
 pub fn check_json(job: &Value) -> Result<(), JobspecError> {
     let refuse = |path: String, things: &str| {
-        Err(JobspecError::Invalid(format!(
+        Err(invalid(format!(
             "field {path:?} is refused: this node does not support {things} yet"
         )))
     };

@@ -357,17 +357,13 @@ pub(crate) fn take_json(
     warned: &mut Vec<&'static str>,
 ) -> Kept {
     let mut kept = Kept::new();
-    if level == Level::Job {
-        for (api, name) in [
-            ("ConsulToken", "consul_token"),
-            ("VaultToken", "vault_token"),
-        ] {
-            let set = extra
-                .remove(api)
-                .is_some_and(|v| !super::shared::is_empty(&v));
-            if set && !warned.contains(&name) {
-                warned.push(name);
-            }
+    let secrets = super::table::no_effect(level).filter(|(e, _)| SECRETS.contains(&e.hcl));
+    for (row, _) in secrets {
+        let set = extra
+            .remove(row.api)
+            .is_some_and(|v| !super::shared::is_empty(&v));
+        if set && !warned.contains(&row.hcl) {
+            warned.push(row.hcl);
         }
     }
     let names: Vec<String> = extra

@@ -309,4 +309,41 @@ mod tests {
             assert_eq!(any_reason(name), Some(reason), "{name}");
         }
     }
+
+    /// The API column is the raw types' own: an implemented name is a field of its raw type,
+    /// a no-effect or refused one is not (it is kept or refused from the unread fields).
+    #[test]
+    fn the_api_names_are_the_raw_types_fields() {
+        use crate::jobspec::raw::*;
+        use crate::jobspec::shared::Extra;
+        use crate::jobspec::{ephemeral_disk, lifecycle, logs, periodic};
+        use serde::de::DeserializeOwned;
+        fn unread<T: DeserializeOwned>(api: &str, extra: impl Fn(&T) -> &Extra) -> bool {
+            let raw: T = serde_json::from_value(serde_json::json!({ api: null })).unwrap();
+            extra(&raw).contains_key(api)
+        }
+        for e in SCHEMA {
+            let api = e.api;
+            let unread = match e.at {
+                At::Job => unread(api, |r: &RawJob| &r.extra),
+                At::Group => unread(api, |r: &RawGroup| &r.extra),
+                At::Task => unread(api, |r: &RawTask| &r.extra),
+                At::Restart => unread(api, |r: &RawRestart| &r.extra),
+                At::Volume => unread(api, |r: &RawVolume| &r.extra),
+                At::Logs => unread(api, |r: &logs::RawLogConfig| &r.extra),
+                At::VolumeMount => unread(api, |r: &RawVolumeMount| &r.extra),
+                At::CsiPlugin => unread(api, |r: &RawCsiPlugin| &r.extra),
+                At::Resources => unread(api, |r: &RawResources| &r.extra),
+                At::Lifecycle => unread(api, |r: &lifecycle::RawLifecycle| &r.extra),
+                At::EphemeralDisk => unread(api, |r: &ephemeral_disk::RawEphemeralDisk| &r.extra),
+                At::Periodic => unread(api, |r: &periodic::RawPeriodic| &r.extra),
+                At::Parameterized => unread(api, |r: &periodic::RawParameterized| &r.extra),
+                At::DispatchPayload => unread(api, |r: &periodic::RawDispatchPayload| &r.extra),
+                // `CSIMountOptions` has no unread fields to look in.
+                At::MountOptions => continue,
+            };
+            let read = matches!(e.class, Class::Implemented | Class::KeptInBlock);
+            assert_eq!(!unread, read, "{:?} {} ({api})", e.at, e.hcl);
+        }
+    }
 }

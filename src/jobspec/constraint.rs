@@ -21,7 +21,8 @@ use std::fmt;
 use hcl::edit::structure::Block;
 use hcl::edit::Span;
 
-use super::raw::Extra;
+use super::invalid;
+use super::shared::Extra;
 use super::JobspecError;
 use crate::hcl::Source;
 use crate::util::version::{Constraints, Flavor};
@@ -185,10 +186,6 @@ pub(crate) enum Level {
     Job,
     Group,
     Task,
-}
-
-fn invalid(msg: impl Into<String>) -> JobspecError {
-    JobspecError::Invalid(msg.into())
 }
 
 /// Converts and checks a level's constraints; `what` names where they are (`TaskGroups[0]` in
@@ -435,7 +432,7 @@ fn block(src: &Source, parent: &str, b: &Block) -> Result<RawConstraint, Jobspec
 /// One warning per field of a constraint nodeward does not know (JSON), by its path.
 pub(crate) fn warn_unknown(out: &mut Vec<String>, path: &str, list: &Option<Vec<RawConstraint>>) {
     for (i, c) in list.iter().flatten().enumerate() {
-        super::raw::warn_extra(out, &format!("{path}Constraints[{i}]."), &c.extra);
+        super::shared::warn_extra(out, &format!("{path}Constraints[{i}]."), &c.extra);
     }
 }
 

@@ -15,6 +15,7 @@
 use hcl::edit::Span;
 use serde_json::Value;
 
+use super::invalid;
 use super::JobspecError;
 use crate::hcl::{Items, Source};
 
@@ -33,7 +34,7 @@ pub(crate) fn read_hcl(
         .into_iter()
         .map(|b| {
             if b.labels.len() != 1 {
-                return Err(JobspecError::Invalid(format!(
+                return Err(invalid(format!(
                     "block \"device\" in {what} at line {} needs one label: the device's name (\"nvidia/gpu\")",
                     src.line(b.span())
                 )));
@@ -57,11 +58,11 @@ pub(crate) fn check_numa(task: &str, numa: Option<&Value>) -> Result<(), Jobspec
         .unwrap_or("none");
     match affinity {
         "none" | "prefer" => Ok(()),
-        "require" => Err(JobspecError::Invalid(format!(
+        "require" => Err(invalid(format!(
             "numa affinity \"require\" of task {task:?} is refused: this node does not place \
              cores by NUMA node yet"
         ))),
-        other => Err(JobspecError::Invalid(format!(
+        other => Err(invalid(format!(
             "task {task:?}: numa affinity must be one of none, prefer or require, got {other:?}"
         ))),
     }
@@ -72,7 +73,7 @@ pub(crate) fn check_numa(task: &str, numa: Option<&Value>) -> Result<(), Jobspec
 pub fn warn(job: &super::Job, warnings: &mut Vec<String>) {
     for task in job.task_groups.iter().flat_map(|g| &g.tasks) {
         for (name, reason) in no_effect(&task.resources) {
-            let line = super::schema::warning(name, reason);
+            let line = super::shared::warning(name, reason);
             if !warnings.contains(&line) {
                 warnings.push(line);
             }

@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::invalid;
 use super::JobspecError;
 use crate::util::duration;
 
@@ -365,13 +366,10 @@ pub(crate) fn parse(
     fields: Map<String, Value>,
 ) -> Result<(DockerConfig, BTreeMap<String, String>), JobspecError> {
     if let Some(key) = fields.keys().find(|k| !KEYS.contains(&k.as_str())) {
-        return Err(JobspecError::Invalid(format!(
-            "{ctx}: unknown docker config key {key:?}"
-        )));
+        return Err(invalid(format!("{ctx}: unknown docker config key {key:?}")));
     }
-    let raw: RawDocker = serde_path_to_error::deserialize(Value::Object(fields)).map_err(|e| {
-        JobspecError::Invalid(format!("{ctx}: docker config {}: {}", e.path(), e.inner()))
-    })?;
+    let raw: RawDocker = serde_path_to_error::deserialize(Value::Object(fields))
+        .map_err(|e| invalid(format!("{ctx}: docker config {}: {}", e.path(), e.inner())))?;
     let image_pull_timeout = raw.image_pull_timeout;
     let config = DockerConfig {
         image: raw.image.unwrap_or_default(),
@@ -401,7 +399,7 @@ pub(crate) fn parse(
 
 /// The checks a docker config must pass whatever the agent allows.
 pub(crate) fn validate(ctx: &str, c: &DockerConfig) -> Result<(), JobspecError> {
-    let invalid = |m: String| Err(JobspecError::Invalid(format!("{ctx}: {m}")));
+    let invalid = |m: String| Err(invalid(format!("{ctx}: {m}")));
     if c.image.trim().is_empty() {
         return invalid("docker config must set a non-empty image".into());
     }

@@ -10,7 +10,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::raw::Extra;
+use super::invalid;
+use super::shared::Extra;
+use super::table::At;
 use super::JobspecError;
 use crate::hcl::{Items, Source};
 
@@ -76,7 +78,7 @@ pub(crate) fn read_hcl(
     };
     src.no_labels(&items.what, block)?;
     let what = format!("ephemeral_disk block of {}", items.what);
-    let inner = src.items(&what, &block.body, &["size", "sticky", "migrate"], &[])?;
+    let inner = super::table::items(src, &what, block, At::EphemeralDisk)?;
     Ok(Some(RawEphemeralDisk {
         size_mb: src.opt_u32(&inner, "size")?.map(i64::from),
         sticky: src.opt_bool(&inner, "sticky")?,
@@ -112,7 +114,7 @@ pub(crate) fn convert(
     };
     match u64::try_from(size) {
         Ok(size_mb) if size >= MIN_SIZE_MB => Ok(EphemeralDisk { size_mb, ..kept }),
-        _ => Err(JobspecError::Invalid(format!(
+        _ => Err(invalid(format!(
             "{group} ephemeral disk: minimum DiskMB value is {MIN_SIZE_MB}; got {size}"
         ))),
     }

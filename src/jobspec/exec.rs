@@ -9,7 +9,8 @@
 
 use serde_json::Value;
 
-use super::raw::Extra;
+use super::invalid;
+use super::shared::Extra;
 use super::JobspecError;
 
 /// The driver's name in jobspecs.
@@ -25,11 +26,11 @@ pub const PRIVATE: &str = "private";
 pub fn namespace_mode(at: &str, key: &str, value: &str) -> Result<(), JobspecError> {
     match value {
         PRIVATE => Ok(()),
-        "host" => Err(JobspecError::Invalid(format!(
+        "host" => Err(invalid(format!(
             "{at}: {key} \"host\" is refused: this node runs each exec task in PID and IPC \
              namespaces of its own and does not share the host's yet"
         ))),
-        other => Err(JobspecError::Invalid(format!(
+        other => Err(invalid(format!(
             "{at}: {key} must be \"private\" or \"host\", got {other:?}"
         ))),
     }
@@ -47,7 +48,7 @@ pub(super) fn convert(
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) if s.is_empty() => Ok(None),
             Some(Value::String(s)) => namespace_mode(&at, key, s).map(|()| Some(s.clone())),
-            Some(other) => Err(JobspecError::Invalid(format!(
+            Some(other) => Err(invalid(format!(
                 "{at} must be \"private\" or \"host\", got {other}"
             ))),
         }

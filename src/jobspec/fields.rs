@@ -8,12 +8,12 @@
 use hcl::edit::expr::Expression;
 use serde::{Deserialize, Deserializer};
 
-use super::validate::PRIORITY_RANGE;
+use super::invalid;
 use super::{JobFields, JobspecError};
 use crate::hcl::{Items, Source};
 
-/// The attributes of a `job` block: its `type` and these fields.
-pub const ATTRS: &[&str] = &["type", "region", "namespace", "priority", "all_at_once"];
+/// The priorities Nomad accepts.
+pub const PRIORITY_RANGE: std::ops::RangeInclusive<u32> = 1..=100;
 
 /// The fields as the input gave them. Go writes unset as `""` and `0`, which read as absent.
 #[derive(Debug, Default, Deserialize)]
@@ -75,7 +75,7 @@ pub(crate) fn convert(raw: RawJobFields) -> Result<JobFields, JobspecError> {
 }
 
 pub(crate) fn priority_error(p: impl std::fmt::Display) -> JobspecError {
-    JobspecError::Invalid(format!(
+    invalid(format!(
         "Job priority must be between [{}, {}], got {p}",
         PRIORITY_RANGE.start(),
         PRIORITY_RANGE.end()

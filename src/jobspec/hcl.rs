@@ -8,30 +8,8 @@
 //! ([`super::interpolate`]). Defaults and validation are the raw job's conversion, the same as
 //! for JSON.
 //!
-//! Supported, as in tasks.md, csi.md and host-volumes.md:
-//!
-//! ```text
-//! job "<id>" { type datacenters node_pool  constraint {..}  group "<name>" {..}
-//!              periodic { cron crons prohibit_overlap time_zone enabled }
-//!              parameterized { payload meta_required meta_optional } (super::periodic) }
-//! group "<name>" { count  restart {..}  constraint {..}  ephemeral_disk { size } (super::ephemeral_disk)
-//!                  volume "<label>" { type source read_only access_mode attachment_mode per_alloc
-//!                                     sticky  mount_options { fs_type mount_flags } }
-//!                  network { mode mbits cni { args }  port "<label>" { static to host_network } }
-//!                  (super::network; sticky, mbits, cni: super::settings)
-//!                  task "<name>" {..} }
-//! task "<name>" { driver user kill_signal kill_timeout  config { command args }  env {..}
-//!                 (a docker task's config: the keys of docker.md, `jobspec::docker::KEYS`)
-//!                 (raw_exec's config: also oom_score_adj; super::raw_exec)
-//!                 logs { max_files max_file_size disabled enabled }
-//!                 volume_mount { volume destination read_only propagation_mode selinux_label }
-//!                 csi_plugin { id type mount_dir stage_publish_base_dir health_timeout }
-//!                 resources { cpu memory }  restart { attempts interval delay mode render_templates }
-//!                 constraint {..}
-//!                 leader  lifecycle { hook sidecar } (super::lifecycle)
-//!                 dispatch_payload { file } (super::periodic) }
-//! constraint { attribute operator value  (shorthands: super::constraint) }
-//! ```
+//! The names each block accepts are the implemented rows of the schema table
+//! ([`super::table`]); the blocks read by a module of their own say so where they are read.
 
 use std::collections::BTreeMap;
 
@@ -39,12 +17,14 @@ use hcl::edit::structure::Block;
 use hcl::edit::Span;
 
 use super::constraint::{Level, RawConstraint};
+use super::invalid;
 use super::lifecycle::RawLifecycle;
 use super::logs::RawLogConfig;
 use super::raw::{
     RawConfig, RawCsiPlugin, RawDuration, RawGroup, RawJob, RawResources, RawRestart, RawTask,
     RawVolume, RawVolumeMount,
 };
+use super::table::{self, At};
 use super::validate::{self, csi_plugin_id, csi_plugin_type, job_type, restart_mode};
 use super::volume::CsiMountOptions;
 use super::{Job, JobspecError, Parsed};
@@ -71,9 +51,7 @@ pub fn parse_job_with(src: &str, inputs: &Inputs) -> Result<Parsed, JobspecError
                 parsed.warnings = parsed.warnings.into_iter().map(redact).collect();
                 Ok(parsed)
             }
-            Err(JobspecError::Syntax(m)) => Err(JobspecError::Syntax(redact(m))),
-            Err(JobspecError::Unknown(m)) => Err(JobspecError::Unknown(redact(m))),
-            Err(JobspecError::Invalid(m)) => Err(JobspecError::Invalid(redact(m))),
+            Err(e) => Err(e.map_message(redact)),
         })
     })
 }
@@ -118,10 +96,6 @@ enum ConfigKind {
     Opaque,
 }
 
-fn invalid(msg: impl Into<String>) -> JobspecError {
-    JobspecError::Invalid(msg.into())
-}
-
 /// A list item of `args` as its text (`8001` is `"8001"`, as for `raw_exec`).
 fn scalar_text(v: serde_json::Value) -> Option<String> {
     match v {
@@ -146,14 +120,7 @@ impl Walk<'_> {
     fn job(&self, block: &Block) -> Result<RawJob, JobspecError> {
         let label = self.src.label("the jobspec", block)?;
         let what = format!("job {label:?}");
-        let mut attrs = super::fields::ATTRS.to_vec();
-        attrs.extend(["datacenters", "node_pool", "meta", "id", "name"]);
-        let items = self.src.items(
-            &what,
-            &block.body,
-            &attrs,
-            &["group", "constraint", "meta", "periodic", "parameterized"],
-        )?;
+        let items = self.items(&what, block, At::Job)?;
         let spelled_type = self.src.opt_string(&items, "type")?;
         if let (Some(spelled), Some(attr)) = (&spelled_type, items.attr("type")) {
             job_type(spelled)
@@ -201,20 +168,7 @@ impl Walk<'_> {
     fn group(&self, job: &str, block: &Block) -> Result<RawGroup, JobspecError> {
         let name = self.src.label(job, block)?;
         let what = format!("group {name:?}");
-        let items = self.src.items(
-            &what,
-            &block.body,
-            &["count", "shutdown_delay", "meta"],
-            &[
-                "restart",
-                "volume",
-                "network",
-                "task",
-                "constraint",
-                "meta",
-                "ephemeral_disk",
-            ],
-        )?;
+        let items = self.items(&what, block, At::Group)?;
         let count = self.src.opt_u32(&items, "count")?;
         let restart_policy = self
             .src
@@ -255,12 +209,7 @@ impl Walk<'_> {
 
     fn restart(&self, parent: &str, block: &Block) -> Result<RawRestart, JobspecError> {
         let what = format!("restart block of {parent}");
-        let items = self.src.items(
-            &what,
-            &block.body,
-            &["attempts", "interval", "delay", "mode", "render_templates"],
-            &[],
-        )?;
+        let items = self.items(&what, block, At::Restart)?;
         let mode = self.src.opt_string(&items, "mode")?;
         if let Some(mode) = &mode {
             restart_mode(mode)?;
@@ -277,20 +226,7 @@ impl Walk<'_> {
 
     fn volume(&self, group: &str, label: &str, block: &Block) -> Result<RawVolume, JobspecError> {
         let what = format!("volume {label:?} of {group}");
-        let items = self.src.items(
-            &what,
-            &block.body,
-            &[
-                "type",
-                "source",
-                "read_only",
-                "access_mode",
-                "attachment_mode",
-                "per_alloc",
-                "sticky",
-            ],
-            &["mount_options"],
-        )?;
+        let items = self.items(&what, block, At::Volume)?;
         let mount_options = self
             .src
             .single(&items, "mount_options")?
@@ -314,9 +250,7 @@ impl Walk<'_> {
     fn mount_options(&self, volume: &str, block: &Block) -> Result<CsiMountOptions, JobspecError> {
         self.src.no_labels(volume, block)?;
         let what = format!("mount_options block of {volume}");
-        let items = self
-            .src
-            .items(&what, &block.body, &["fs_type", "mount_flags"], &[])?;
+        let items = self.items(&what, block, At::MountOptions)?;
         Ok(CsiMountOptions {
             fs_type: self.src.opt_string(&items, "fs_type")?.unwrap_or_default(),
             mount_flags: items
@@ -330,33 +264,7 @@ impl Walk<'_> {
     fn task(&self, group: &str, block: &Block) -> Result<RawTask, JobspecError> {
         let name = self.src.label(group, block)?;
         let what = format!("task {name:?}");
-        let items = self.src.items(
-            &what,
-            &block.body,
-            &[
-                "driver",
-                "user",
-                "kill_signal",
-                "kill_timeout",
-                "leader",
-                "shutdown_delay",
-                "env",
-                "meta",
-            ],
-            &[
-                "lifecycle",
-                "dispatch_payload",
-                "config",
-                "env",
-                "logs",
-                "volume_mount",
-                "csi_plugin",
-                "resources",
-                "restart",
-                "constraint",
-                "meta",
-            ],
-        )?;
+        let items = self.items(&what, block, At::Task)?;
         let kill_signal = self.src.opt_string(&items, "kill_signal")?;
         if let Some(signal) = &kill_signal {
             validate::kill_signal(&name, signal)?;
@@ -491,7 +399,7 @@ impl Walk<'_> {
             ]
         };
         let items = self.src.items(&what, &block.body, keys, &[])?;
-        let mut extra = super::raw::Extra::new();
+        let mut extra = super::shared::Extra::new();
         for key in ["cap_add", "cap_drop"] {
             if let Some(attr) = items.attr(key) {
                 extra.insert(key.to_string(), self.src.strings(&what, attr)?.into());
@@ -547,12 +455,7 @@ impl Walk<'_> {
 
     fn logs(&self, task: &str, block: &Block) -> Result<RawLogConfig, JobspecError> {
         let what = format!("logs block of {task}");
-        let items = self.src.items(
-            &what,
-            &block.body,
-            &["max_files", "max_file_size", "disabled", "enabled"],
-            &[],
-        )?;
+        let items = self.items(&what, block, At::Logs)?;
         Ok(RawLogConfig {
             max_files: self.src.opt_u32(&items, "max_files")?,
             max_file_size_mb: self.src.opt_u32(&items, "max_file_size")?,
@@ -565,18 +468,7 @@ impl Walk<'_> {
     fn volume_mount(&self, task: &str, block: &Block) -> Result<RawVolumeMount, JobspecError> {
         self.src.no_labels(task, block)?;
         let what = format!("volume_mount block of {task}");
-        let items = self.src.items(
-            &what,
-            &block.body,
-            &[
-                "volume",
-                "destination",
-                "read_only",
-                "propagation_mode",
-                "selinux_label",
-            ],
-            &[],
-        )?;
+        let items = self.items(&what, block, At::VolumeMount)?;
         let (propagation_mode, selinux_label) =
             super::settings::read_mount_hcl(self.src, &what, &items)?;
         Ok(RawVolumeMount {
@@ -591,18 +483,7 @@ impl Walk<'_> {
 
     fn csi_plugin(&self, task: &str, block: &Block) -> Result<RawCsiPlugin, JobspecError> {
         let what = format!("csi_plugin block of {task}");
-        let items = self.src.items(
-            &what,
-            &block.body,
-            &[
-                "id",
-                "type",
-                "mount_dir",
-                "stage_publish_base_dir",
-                "health_timeout",
-            ],
-            &[],
-        )?;
+        let items = self.items(&what, block, At::CsiPlugin)?;
         let id = self.src.opt_string(&items, "id")?;
         csi_plugin_id(id.as_deref().unwrap_or_default())?;
         let plugin_type = self.src.opt_string(&items, "type")?;
@@ -620,9 +501,7 @@ impl Walk<'_> {
     fn lifecycle(&self, task: &str, block: &Block) -> Result<RawLifecycle, JobspecError> {
         self.src.no_labels(task, block)?;
         let what = format!("lifecycle block of {task}");
-        let items = self
-            .src
-            .items(&what, &block.body, &["hook", "sidecar"], &[])?;
+        let items = self.items(&what, block, At::Lifecycle)?;
         Ok(RawLifecycle {
             hook: self.src.opt_string(&items, "hook")?,
             sidecar: self.src.opt_bool(&items, "sidecar")?,
@@ -632,12 +511,7 @@ impl Walk<'_> {
 
     fn resources(&self, task: &str, block: &Block) -> Result<RawResources, JobspecError> {
         let what = format!("resources block of {task}");
-        let items = self.src.items(
-            &what,
-            &block.body,
-            &["cpu", "memory", "memory_max", "cores", "secrets"],
-            &["device", "numa"],
-        )?;
+        let items = self.items(&what, block, At::Resources)?;
         let (devices, numa) = super::devices::read_hcl(self.src, &what, &items)?;
         Ok(RawResources {
             cpu: self.src.opt_u32(&items, "cpu")?,
@@ -661,8 +535,28 @@ impl Walk<'_> {
         super::constraint::from_hcl(self.src, what, level, items.blocks("constraint"))
     }
 
+    /// The body of `block`, refusing a name the schema table does not read at `at`.
+    fn items<'b>(&self, what: &str, block: &'b Block, at: At) -> Result<Items<'b>, JobspecError> {
+        Ok(table::items(self.src, what, block, at)?)
+    }
+
     fn duration(&self, items: &Items, key: &str) -> Result<Option<RawDuration>, JobspecError> {
         Ok(self.src.opt_duration(items, key)?.map(RawDuration::Parsed))
+    }
+}
+
+impl super::kept::KeptHcl {
+    /// Puts each level's kept settings on the raw job the walker made.
+    fn attach(mut self, job: &mut RawJob) {
+        job.kept = std::mem::take(&mut self.job);
+        for group in job.task_groups.iter_mut().flatten() {
+            let name = group.name.clone().unwrap_or_default();
+            group.kept = self.groups.remove(&name).unwrap_or_default();
+            for task in group.tasks.iter_mut().flatten() {
+                let key = (name.clone(), task.name.clone().unwrap_or_default());
+                task.kept = self.tasks.remove(&key).unwrap_or_default();
+            }
+        }
     }
 }
 

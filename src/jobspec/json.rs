@@ -10,7 +10,9 @@
 
 use serde_json::Value;
 
-use super::raw::{warn_extra, RawJob};
+use super::invalid;
+use super::raw::RawJob;
+use super::shared::warn_extra;
 use super::{Job, JobspecError, Parsed};
 
 /// The fields of a request beside its `Job` that the API reads itself: not warned as ignored.
@@ -35,21 +37,44 @@ pub fn parse_job(bytes: &[u8]) -> Result<Parsed, JobspecError> {
         bare => bare,
     };
     if !job.is_object() {
-        return Err(JobspecError::Invalid(
-            "the job must be a JSON object".to_string(),
-        ));
+        return Err(invalid("the job must be a JSON object".to_string()));
     }
     super::schema::check_json(&job)?;
-    let mut raw: RawJob = serde_path_to_error::deserialize(job).map_err(|e| {
-        JobspecError::Invalid(format!("invalid field \"{}\": {}", e.path(), e.inner()))
-    })?;
-    super::kept::keep_json(&mut raw, &mut warnings);
+    let mut raw: RawJob = serde_path_to_error::deserialize(job)
+        .map_err(|e| invalid(format!("invalid field \"{}\": {}", e.path(), e.inner())))?;
+    keep_json(&mut raw, &mut warnings);
     warnings.extend(raw.ignored_fields());
     let job = Job::try_from(raw)?;
     super::settings::check(&job)?;
     super::devices::warn(&job, &mut warnings);
     super::settings::warn(&job, &mut warnings);
     Ok(Parsed { job, warnings })
+}
+
+/// The JSON half for a whole raw job ([`take_json`] at each level): the no-effect fields leave
+/// each level's unread fields, so that they are kept instead of warned as ignored, and each name
+/// is warned once with its reason, as the HCL front-end warns it.
+fn keep_json(raw: &mut RawJob, warnings: &mut Vec<String>) {
+    let mut names = Vec::new();
+    raw.kept = super::kept::take_json(super::shared::Level::Job, &mut raw.extra, &mut names);
+    for group in raw.task_groups.iter_mut().flatten() {
+        group.kept =
+            super::kept::take_json(super::shared::Level::Group, &mut group.extra, &mut names);
+        for name in group
+            .ephemeral_disk
+            .iter()
+            .flat_map(super::ephemeral_disk::no_effect_set)
+        {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        for task in group.tasks.iter_mut().flatten() {
+            task.kept =
+                super::kept::take_json(super::shared::Level::Task, &mut task.extra, &mut names);
+        }
+    }
+    warnings.extend(names.into_iter().map(super::schema::no_effect_warning));
 }
 
 #[cfg(test)]

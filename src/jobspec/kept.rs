@@ -1,13 +1,13 @@
 //! The no-effect settings of a job, kept as registered (spec jobspec.md, "The rule": accepted,
 //! kept in the job as registered, and warned once).
 //!
-//! `update`, `reschedule`, `affinity`, `service` and the rest of [`super::schema::NO_EFFECT`]
+//! `update`, `reschedule`, `affinity`, `service` and the other no-effect rows of [`super::table`]
 //! change nothing on one node, but they are part of the job its author wrote: `GET /v1/job/:id`
 //! and `job inspect` show them, the state file keeps them, and the job read back through
 //! `POST /v1/jobs` is the same job. They are kept in Nomad's API shape, beside the fields
 //! nodeward reads, at the level they were written: [`Kept`] on the job, each group and each task.
 //!
-//! - From JSON, a field by its Nomad API name ([`API_NAMES`]: `Update`, `ReschedulePolicy`,
+//! - From JSON, a field by its Nomad API name (the table's: `Update`, `ReschedulePolicy`,
 //!   `Affinities`...) is kept as given ([`take_json`]); one with Go's "not set" value (`null`,
 //!   `[]`, `{}`...) is dropped, as nothing is to keep.
 //! - From HCL, the block or attribute is turned into what Nomad's API writes for it
@@ -28,7 +28,9 @@ use hcl::edit::Span;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Number, Value};
 
-use super::schema::Level;
+use super::invalid;
+use super::shared::Level;
+use super::table::{Entry, Shape as TableShape};
 use super::JobspecError;
 use crate::hcl::Source;
 
@@ -44,56 +46,35 @@ enum Shape {
     Many,
 }
 
-/// Every no-effect name of [`super::schema::NO_EFFECT`] with its Nomad API name at each level.
-/// A task's `identity` is `Identity` unlabeled and `Identities` labeled ([`api_name`]). The job's
-/// `consul_token` and `vault_token` are secrets Nomad uses at submission and never stores: they
-/// are warned and not kept ([`SECRETS`]).
-#[rustfmt::skip]
-const API_NAMES: &[(Level, &str, &str, Shape)] = {
-    use Level::{Group as G, Job as J, Task as T};
-    use Shape::{Many, One};
-    &[
-        (J, "update", "Update", One), (J, "migrate", "Migrate", One),
-        (J, "reschedule", "Reschedule", One), (J, "affinity", "Affinities", Many),
-        (J, "spread", "Spreads", Many), (J, "multiregion", "Multiregion", One),
-        (J, "consul", "Consul", One), (J, "ui", "UI", One),
-        (G, "update", "Update", One), (G, "migrate", "Migrate", One),
-        (G, "reschedule", "ReschedulePolicy", One), (G, "affinity", "Affinities", Many),
-        (G, "spread", "Spreads", Many), (G, "scaling", "Scaling", One),
-        (G, "consul", "Consul", One), (G, "disconnect", "Disconnect", One),
-        (G, "max_client_disconnect", "MaxClientDisconnect", One),
-        (G, "stop_after_client_disconnect", "StopAfterClientDisconnect", One),
-        (G, "prevent_reschedule_on_lost", "PreventRescheduleOnLost", One),
-        (G, "service", "Services", Many),
-        (T, "affinity", "Affinities", Many), (T, "scaling", "ScalingPolicies", Many),
-        (T, "consul", "Consul", One), (T, "identity", "Identity", One),
-        (T, "identity", "Identities", Many), (T, "service", "Services", Many),
-        (T, "kind", "Kind", One), (T, "action", "Actions", Many),
-    ]
-};
-
 /// No-effect names that are secrets: warned, never kept (Nomad clears them at registration).
 pub const SECRETS: &[&str] = &["consul_token", "vault_token"];
 
+/// The no-effect rows of the schema table ([`super::table`]) kept at `level`: all but the
+/// [`SECRETS`]. A task's `identity` is `Identity` unlabeled and `Identities` labeled.
+fn kept_rows(level: Level) -> impl Iterator<Item = &'static Entry> {
+    super::table::no_effect(level)
+        .map(|(e, _)| e)
+        .filter(|e| !SECRETS.contains(&e.hcl))
+}
+
 /// The API name and shape of `name` written at `level`; `labeled`: the block has a label.
 fn api_name(level: Level, name: &str, labeled: bool) -> Option<(&'static str, Shape)> {
-    let mut found = API_NAMES
-        .iter()
-        .filter(|(l, n, _, _)| *l == level && *n == name);
+    let mut found = kept_rows(level).filter(|e| e.hcl == name);
     let first = found.next()?;
     let pick = match found.next() {
         Some(second) if labeled => second,
         _ => first,
     };
-    Some((pick.2, pick.3))
+    let shape = match pick.shape {
+        TableShape::Repeated | TableShape::Labelled => Shape::Many,
+        _ => Shape::One,
+    };
+    Some((pick.api, shape))
 }
 
 /// The HCL name a kept API name is warned by, at `level`.
 fn hcl_name(level: Level, api: &str) -> Option<&'static str> {
-    API_NAMES
-        .iter()
-        .find(|(l, _, a, _)| *l == level && *a == api)
-        .map(|(_, n, _, _)| *n)
+    kept_rows(level).find(|e| e.api == api).map(|e| e.hcl)
 }
 
 /// Attributes whose value is a duration: a string in Go's syntax from HCL, nanoseconds in the API.
@@ -339,7 +320,7 @@ impl<'s> Collect<'s> {
             return Ok(value);
         }
         let d = crate::util::duration::parse(text).map_err(|e| {
-            JobspecError::Invalid(format!(
+            invalid(format!(
                 "invalid duration for {name:?} in {what} at line {}: {e}",
                 self.src.line(span)
             ))
@@ -372,19 +353,17 @@ fn object(map: Kept) -> Value {
 /// `warned`, in the order met, for one warning per name.
 pub(crate) fn take_json(
     level: Level,
-    extra: &mut super::raw::Extra,
+    extra: &mut super::shared::Extra,
     warned: &mut Vec<&'static str>,
 ) -> Kept {
     let mut kept = Kept::new();
-    if level == Level::Job {
-        for (api, name) in [
-            ("ConsulToken", "consul_token"),
-            ("VaultToken", "vault_token"),
-        ] {
-            let set = extra.remove(api).is_some_and(|v| !super::raw::is_empty(&v));
-            if set && !warned.contains(&name) {
-                warned.push(name);
-            }
+    let secrets = super::table::no_effect(level).filter(|(e, _)| SECRETS.contains(&e.hcl));
+    for (row, _) in secrets {
+        let set = extra
+            .remove(row.api)
+            .is_some_and(|v| !super::shared::is_empty(&v));
+        if set && !warned.contains(&row.hcl) {
+            warned.push(row.hcl);
         }
     }
     let names: Vec<String> = extra
@@ -394,7 +373,7 @@ pub(crate) fn take_json(
         .collect();
     for api in names {
         let value = extra.remove(&api).unwrap_or(Value::Null);
-        if super::raw::is_empty(&value) {
+        if super::shared::is_empty(&value) {
             continue;
         }
         if let Some(name) = hcl_name(level, &api) {
@@ -405,30 +384,6 @@ pub(crate) fn take_json(
         kept.insert(api, value);
     }
     kept
-}
-
-/// The JSON half for a whole raw job ([`take_json`] at each level): the no-effect fields leave
-/// each level's unread fields, so that they are kept instead of warned as ignored, and each name
-/// is warned once with its reason, as the HCL front-end warns it.
-pub(crate) fn keep_json(raw: &mut super::raw::RawJob, warnings: &mut Vec<String>) {
-    let mut names = Vec::new();
-    raw.kept = take_json(Level::Job, &mut raw.extra, &mut names);
-    for group in raw.task_groups.iter_mut().flatten() {
-        group.kept = take_json(Level::Group, &mut group.extra, &mut names);
-        for name in group
-            .ephemeral_disk
-            .iter()
-            .flat_map(super::ephemeral_disk::no_effect_set)
-        {
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
-        for task in group.tasks.iter_mut().flatten() {
-            task.kept = take_json(Level::Task, &mut task.extra, &mut names);
-        }
-    }
-    warnings.extend(names.into_iter().map(super::schema::no_effect_warning));
 }
 
 fn deserialize_level<'de, D: Deserializer<'de>>(d: D, level: Level) -> Result<Kept, D::Error> {
@@ -480,21 +435,6 @@ pub struct KeptHcl {
     pub job: Kept,
     pub groups: BTreeMap<String, Kept>,
     pub tasks: BTreeMap<(String, String), Kept>,
-}
-
-impl KeptHcl {
-    /// Puts each level's kept settings on the raw job the walker made.
-    pub(crate) fn attach(mut self, job: &mut super::raw::RawJob) {
-        job.kept = std::mem::take(&mut self.job);
-        for group in job.task_groups.iter_mut().flatten() {
-            let name = group.name.clone().unwrap_or_default();
-            group.kept = self.groups.remove(&name).unwrap_or_default();
-            for task in group.tasks.iter_mut().flatten() {
-                let key = (name.clone(), task.name.clone().unwrap_or_default());
-                task.kept = self.tasks.remove(&key).unwrap_or_default();
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -551,17 +491,18 @@ mod tests {
 
     #[test]
     fn every_no_effect_name_has_an_api_name_at_each_of_its_levels() {
-        for (levels, name, _) in super::super::schema::NO_EFFECT {
-            if SECRETS.contains(name) {
+        for level in [Level::Job, Level::Group, Level::Task] {
+            for (row, _) in super::super::table::no_effect(level) {
+                let name = &row.hcl;
+                if SECRETS.contains(name) {
+                    assert!(
+                        api_name(Level::Job, name, false).is_none(),
+                        "{name} is kept"
+                    );
+                    continue;
+                }
                 assert!(
-                    api_name(Level::Job, name, false).is_none(),
-                    "{name} is kept"
-                );
-                continue;
-            }
-            for level in *levels {
-                assert!(
-                    api_name(*level, name, false).is_some(),
+                    api_name(level, name, false).is_some(),
                     "{name:?} at {level:?} has no API name"
                 );
             }

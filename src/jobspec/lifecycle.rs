@@ -8,7 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::raw::Extra;
+use super::invalid;
+use super::shared::Extra;
 use super::JobspecError;
 
 /// `hook = "prestart" | "poststart" | "poststop"`.
@@ -54,7 +55,7 @@ pub(crate) struct RawLifecycle {
 
 /// Nomad's `TaskLifecycleConfig.Validate`: a hook must be named and be one of the three.
 pub(crate) fn lifecycle(task: &str, raw: RawLifecycle) -> Result<TaskLifecycle, JobspecError> {
-    let invalid = |why: String| JobspecError::Invalid(format!("task {task:?}: lifecycle: {why}"));
+    let invalid = |why: String| invalid(format!("task {task:?}: lifecycle: {why}"));
     let hook = match raw.hook.as_deref().unwrap_or_default() {
         "prestart" => Hook::Prestart,
         "poststart" => Hook::Poststart,
@@ -75,7 +76,7 @@ pub(crate) fn check_leaders<'a>(
 ) -> Result<(), JobspecError> {
     let leaders: Vec<&str> = leaders.collect();
     if leaders.len() > 1 {
-        return Err(JobspecError::Invalid(format!(
+        return Err(invalid(format!(
             "group {group:?}: Only one task may be marked as leader (tasks {})",
             leaders
                 .iter()

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::raw::Extra;
+use super::shared::Extra;
 use super::LogConfig;
 
 #[derive(Debug, Default, Deserialize)]

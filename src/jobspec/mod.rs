@@ -29,7 +29,9 @@ mod raw;
 pub mod raw_exec;
 pub mod schema;
 pub mod settings;
+mod shared;
 pub mod signal;
+pub mod table;
 pub mod validate;
 #[cfg(test)]
 mod vars_tests;
@@ -74,6 +76,28 @@ pub enum JobspecError {
     /// A field has a value of the wrong type or an unusable value.
     #[error("{0}")]
     Invalid(String),
+}
+
+/// The one constructor of a refused value, for every file of the jobspec: `msg` says what is
+/// wrong, on what (the HCL line, the JSON path, or the job, group or task) and why.
+pub(crate) fn invalid(msg: impl Into<String>) -> JobspecError {
+    JobspecError::Invalid(msg.into())
+}
+
+/// A refused value of job `job`, worded as Nomad's validation words it: `job "x": why`.
+pub(crate) fn of_job(job: &str, why: impl std::fmt::Display) -> JobspecError {
+    invalid(format!("job {job:?}: {why}"))
+}
+
+impl JobspecError {
+    /// The same error with its message passed through `f` (the HCL front-end redacts secrets).
+    pub(crate) fn map_message(self, f: impl FnOnce(String) -> String) -> JobspecError {
+        match self {
+            JobspecError::Syntax(m) => JobspecError::Syntax(f(m)),
+            JobspecError::Unknown(m) => JobspecError::Unknown(f(m)),
+            JobspecError::Invalid(m) => JobspecError::Invalid(f(m)),
+        }
+    }
 }
 
 impl From<crate::hcl::Error> for JobspecError {
@@ -216,7 +240,7 @@ pub struct JobFields {
         skip_serializing_if = "JobFields::is_default_namespace"
     )]
     pub namespace: String,
-    /// 1..=100 ([`validate::PRIORITY_RANGE`]).
+    /// 1..=100 ([`fields::PRIORITY_RANGE`]).
     #[serde(
         default = "JobFields::default_priority",
         skip_serializing_if = "JobFields::is_default_priority"

@@ -25,7 +25,8 @@ use hcl::edit::structure::{Attribute, Block};
 use hcl::edit::Span;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::raw::{warn_extra, Extra};
+use super::invalid;
+use super::shared::{warn_extra, Extra};
 use super::{JobspecError, TaskGroup};
 use crate::hcl::{Items, Source};
 
@@ -220,10 +221,6 @@ pub(crate) fn ignored_fields(out: &mut Vec<String>, path: &str, raw: &Option<Vec
             }
         }
     }
-}
-
-fn invalid(msg: impl Into<String>) -> JobspecError {
-    JobspecError::Invalid(msg.into())
 }
 
 /// Validates a group's raw networks; `path` is the group's JSON path, `group` its name.

@@ -11,7 +11,10 @@ use hcl::edit::structure::Block;
 use serde::{Deserialize, Serialize};
 
 use super::cron::Cron;
-use super::raw::Extra;
+use super::invalid;
+use super::of_job;
+use super::shared::Extra;
+use super::table::At;
 use super::zone::Zone;
 use super::JobspecError;
 use crate::hcl::Source;
@@ -123,29 +126,22 @@ pub(crate) struct RawDispatchPayload {
     pub extra: Extra,
 }
 
-fn invalid(job: &str, why: String) -> JobspecError {
-    JobspecError::Invalid(format!("job {job:?}: {why}"))
-}
-
 /// Nomad's `PeriodicConfig.Validate`, with its messages.
 pub(crate) fn periodic(job: &str, raw: RawPeriodic) -> Result<PeriodicConfig, JobspecError> {
     let spec = raw.spec.unwrap_or_default();
     let specs = raw.specs.unwrap_or_default();
     if spec.is_empty() && specs.is_empty() {
-        return Err(invalid(job, "periodic: Must specify a spec".into()));
+        return Err(of_job(job, "periodic: Must specify a spec"));
     }
     if !spec.is_empty() && !specs.is_empty() {
-        return Err(invalid(
-            job,
-            "periodic: Only cron or crons may be used".into(),
-        ));
+        return Err(of_job(job, "periodic: Only cron or crons may be used"));
     }
     let spec_type = raw
         .spec_type
         .filter(|t| !t.is_empty())
         .unwrap_or("cron".into());
     if spec_type != "cron" {
-        return Err(invalid(
+        return Err(of_job(
             job,
             format!("periodic: Unknown periodic specification type {spec_type:?}"),
         ));
@@ -155,14 +151,14 @@ pub(crate) fn periodic(job: &str, raw: RawPeriodic) -> Result<PeriodicConfig, Jo
         .chain(&specs)
     {
         Cron::parse(s)
-            .map_err(|e| invalid(job, format!("periodic: Invalid cron spec {s:?}: {e}")))?;
+            .map_err(|e| of_job(job, format!("periodic: Invalid cron spec {s:?}: {e}")))?;
     }
     let time_zone = raw
         .time_zone
         .filter(|z| !z.is_empty())
         .unwrap_or("UTC".into());
     if let Err(e) = Zone::load(&time_zone) {
-        return Err(invalid(
+        return Err(of_job(
             job,
             format!("periodic: Invalid time zone {time_zone:?}: {e}"),
         ));
@@ -187,7 +183,7 @@ pub(crate) fn parameterized(
         "required" => PayloadRule::Required,
         "forbidden" => PayloadRule::Forbidden,
         other => {
-            return Err(invalid(
+            return Err(of_job(
                 job,
                 format!("parameterized: Unknown payload requirement: {other:?}"),
             ))
@@ -201,7 +197,7 @@ pub(crate) fn parameterized(
         .map(String::as_str)
         .collect();
     if !both.is_empty() {
-        return Err(invalid(
+        return Err(of_job(
             job,
             format!(
                 "parameterized: Required and optional meta keys should be disjoint. Following keys exist in both: [{}]",
@@ -230,7 +226,7 @@ pub(crate) fn dispatch_payload(
         )
     });
     if file.is_empty() || escapes {
-        return Err(JobspecError::Invalid(format!(
+        return Err(invalid(format!(
             "task {task:?}: dispatch_payload: file {file:?} must be a relative path inside the task's local directory"
         )));
     }
@@ -295,12 +291,7 @@ pub(crate) fn read_periodic(
 ) -> Result<RawPeriodic, JobspecError> {
     src.no_labels(job, block)?;
     let what = format!("periodic block of {job}");
-    let items = src.items(
-        &what,
-        &block.body,
-        &["cron", "crons", "prohibit_overlap", "time_zone", "enabled"],
-        &[],
-    )?;
+    let items = super::table::items(src, &what, block, At::Periodic)?;
     Ok(RawPeriodic {
         enabled: src.opt_bool(&items, "enabled")?,
         spec: src.opt_string(&items, "cron")?,
@@ -322,12 +313,7 @@ pub(crate) fn read_parameterized(
 ) -> Result<RawParameterized, JobspecError> {
     src.no_labels(job, block)?;
     let what = format!("parameterized block of {job}");
-    let items = src.items(
-        &what,
-        &block.body,
-        &["payload", "meta_required", "meta_optional"],
-        &[],
-    )?;
+    let items = super::table::items(src, &what, block, At::Parameterized)?;
     Ok(RawParameterized {
         payload: src.opt_string(&items, "payload")?,
         meta_required: items
@@ -350,7 +336,7 @@ pub(crate) fn read_dispatch_payload(
 ) -> Result<RawDispatchPayload, JobspecError> {
     src.no_labels(task, block)?;
     let what = format!("dispatch_payload block of {task}");
-    let items = src.items(&what, &block.body, &["file"], &[])?;
+    let items = super::table::items(src, &what, block, At::DispatchPayload)?;
     Ok(RawDispatchPayload {
         file: src.opt_string(&items, "file")?,
         ..RawDispatchPayload::default()

@@ -19,6 +19,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use super::constraint::{self, Level, RawConstraint};
+use super::invalid;
+use super::shared::{is_empty, warn_extra, Extra};
 use super::validate::{
     csi_plugin_id, csi_plugin_type, job_type, kill_signal, restart_mode, validate_job,
 };
@@ -28,9 +30,6 @@ use super::{
     DEFAULT_CSI_MOUNT_DIR, DEFAULT_CSI_STAGE_PUBLISH_BASE_DIR, DEFAULT_KILL_SIGNAL,
     DEFAULT_KILL_TIMEOUT,
 };
-
-/// Fields nodeward does not know, by name (JSON only: HCL refuses them).
-pub(crate) type Extra = BTreeMap<String, Value>;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", expecting = "a Job object")]
@@ -52,7 +51,7 @@ pub(crate) struct RawJob {
     #[serde(rename = "ParameterizedJob")]
     pub parameterized_job: Option<super::periodic::RawParameterized>,
     /// The no-effect settings, in Nomad's API shape ([`super::kept`]): set by the HCL walk,
-    /// or taken out of `extra` by [`super::kept::keep_json`].
+    /// or taken out of `extra` by `json::keep_json`.
     #[serde(skip)]
     pub kept: super::kept::Kept,
     #[serde(flatten)]
@@ -75,7 +74,7 @@ pub(crate) struct RawGroup {
     pub shutdown_delay: Option<RawDuration>,
     pub ephemeral_disk: Option<super::ephemeral_disk::RawEphemeralDisk>,
     /// The no-effect settings, in Nomad's API shape ([`super::kept`]): set by the HCL walk,
-    /// or taken out of `extra` by [`super::kept::keep_json`].
+    /// or taken out of `extra` by `json::keep_json`.
     #[serde(skip)]
     pub kept: super::kept::Kept,
     #[serde(flatten)]
@@ -145,7 +144,7 @@ pub(crate) struct RawTask {
     pub shutdown_delay: Option<RawDuration>,
     pub dispatch_payload: Option<super::periodic::RawDispatchPayload>,
     /// The no-effect settings, in Nomad's API shape ([`super::kept`]): set by the HCL walk,
-    /// or taken out of `extra` by [`super::kept::keep_json`].
+    /// or taken out of `extra` by `json::keep_json`.
     #[serde(skip)]
     pub kept: super::kept::Kept,
     #[serde(flatten)]
@@ -317,33 +316,6 @@ impl RawJob {
         }
         out
     }
-}
-
-/// Adds a warning for each field of `extra` with a value, named `<prefix><key>`.
-pub(crate) fn warn_extra(warnings: &mut Vec<String>, prefix: &str, extra: &Extra) {
-    for (key, value) in extra {
-        if !is_empty(value) {
-            warnings.push(format!(
-                "field \"{prefix}{key}\" is not supported by nodeward and was ignored"
-            ));
-        }
-    }
-}
-
-/// Whether a value is Go's "not set".
-pub(crate) fn is_empty(value: &Value) -> bool {
-    match value {
-        Value::Null => true,
-        Value::Bool(b) => !b,
-        Value::Number(n) => n.as_f64() == Some(0.0),
-        Value::String(s) => s.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
-    }
-}
-
-fn invalid(msg: impl Into<String>) -> JobspecError {
-    JobspecError::Invalid(msg.into())
 }
 
 /// A string where empty means "use the default".
@@ -528,13 +500,13 @@ fn exec_caps(task: &str, extra: &Extra) -> Result<super::docker::DockerConfig, J
             return Ok(Vec::new());
         };
         let items: Vec<String> = serde_json::from_value(v.clone()).map_err(|_| {
-            JobspecError::Invalid(format!(
+            invalid(format!(
                 "task {task:?}: exec config {key} must be a list of strings"
             ))
         })?;
         for c in &items {
             if !c.eq_ignore_ascii_case("all") && crate::util::caps::cap_number(c).is_none() {
-                return Err(JobspecError::Invalid(format!(
+                return Err(invalid(format!(
                     "task {task:?}: exec config {key}: unknown capability {c:?}"
                 )));
             }
@@ -612,7 +584,7 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
     let memory_max_mb = resources.memory_max_mb.unwrap_or(0);
     // Nomad's check (structs.Resources.Validate): a hard limit below the soft one means nothing.
     if memory_max_mb != 0 && memory_max_mb < memory_mb {
-        return Err(JobspecError::Invalid(format!(
+        return Err(invalid(format!(
             "task {name:?}: memory_max ({memory_max_mb}) should be larger than memory ({memory_mb})"
         )));
     }
@@ -623,7 +595,7 @@ fn task(path: &str, group_policy: RestartPolicy, raw: RawTask) -> Result<Task, J
     // then its structs.Resources.Validate refuses both at once.
     let cpu = match resources.cpu {
         Some(cpu) if cpu > 0 && cores > 0 => {
-            return Err(JobspecError::Invalid(format!(
+            return Err(invalid(format!(
                 "task {name:?}: Task can only ask for 'cpu' or 'cores' resource, not both."
             )))
         }

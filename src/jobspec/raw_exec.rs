@@ -7,7 +7,8 @@
 
 use serde_json::Value;
 
-use super::raw::Extra;
+use super::invalid;
+use super::shared::Extra;
 use super::JobspecError;
 
 /// The driver's name in jobspecs.
@@ -25,7 +26,7 @@ pub const REFUSED: [&str; 2] = [CGROUP_V1_OVERRIDE, CGROUP_V2_OVERRIDE];
 /// The refusal of a cgroup override; `what` names it (`attribute "cgroup_v2_override" in config
 /// block of task "t" at line 5`, or a JSON field's path).
 pub fn refused_override(what: &str) -> JobspecError {
-    JobspecError::Invalid(format!(
+    invalid(format!(
         "{what} is refused: this node places each task in a cgroup of its own and does not run \
          tasks in an operator's cgroup yet"
     ))
@@ -35,12 +36,10 @@ pub fn refused_override(what: &str) -> JobspecError {
 /// Nomad's words, one above the kernel's maximum because the kernel would refuse it at start.
 pub fn oom_score_adj(at: &str, n: i64) -> Result<u32, JobspecError> {
     if n < 0 {
-        return Err(JobspecError::Invalid(format!(
-            "{at}: oom_score_adj must not be negative"
-        )));
+        return Err(invalid(format!("{at}: oom_score_adj must not be negative")));
     }
     if n > MAX_OOM_SCORE_ADJ {
-        return Err(JobspecError::Invalid(format!(
+        return Err(invalid(format!(
             "{at}: oom_score_adj must be at most {MAX_OOM_SCORE_ADJ} (the kernel's maximum), got {n}"
         )));
     }
@@ -52,7 +51,7 @@ pub fn oom_score_adj(at: &str, n: i64) -> Result<u32, JobspecError> {
 /// An override written as Go's zero value (`""`, `{}`) is what Go writes for "not set".
 pub(super) fn convert(path: &str, extra: &Extra) -> Result<Option<u32>, JobspecError> {
     for key in REFUSED {
-        if extra.get(key).is_some_and(|v| !super::raw::is_empty(v)) {
+        if extra.get(key).is_some_and(|v| !super::shared::is_empty(v)) {
             return Err(refused_override(&format!("field \"{path}.Config.{key}\"")));
         }
     }
@@ -62,11 +61,11 @@ pub(super) fn convert(path: &str, extra: &Extra) -> Result<Option<u32>, JobspecE
         Some(Value::Number(n)) => match n.as_i64() {
             Some(n) => oom_score_adj(&at, n).map(Some),
             None if n.as_f64().is_some_and(|f| f < 0.0) => oom_score_adj(&at, -1).map(Some),
-            None => Err(JobspecError::Invalid(format!(
+            None => Err(invalid(format!(
                 "{at} must be a whole number from 0 to {MAX_OOM_SCORE_ADJ}, got {n}"
             ))),
         },
-        Some(other) => Err(JobspecError::Invalid(format!(
+        Some(other) => Err(invalid(format!(
             "{at} must be a whole number from 0 to {MAX_OOM_SCORE_ADJ}, got {other}"
         ))),
     }

@@ -1,8 +1,8 @@
 //! The jobspec rule (spec `jobspec.md`, "The rule"): every block and attribute of Nomad's jobspec
 //! is implemented, has no effect on one node (accepted and warned once), or is refused.
 //!
-//! This module holds the two tables that are not "implemented" — [`NO_EFFECT`] and [`REFUSED`] —
-//! and applies them before the front-ends read a job:
+//! This module applies the rows of the schema table ([`super::table`]) that are not
+//! "implemented" before the front-ends read a job:
 //!
 //! - HCL: [`prepare_hcl`] runs on the evaluated syntax tree, before the walker
 //!   ([`super::hcl`]). It takes the no-effect blocks and attributes out of the tree (the walker
@@ -12,8 +12,8 @@
 //!   field nodeward does not read is warned by the raw job, as before.
 //!
 //! Each no-effect name is warned once per job, whatever the number of blocks that carry it. The
-//! implemented names are the walker's own lists, so nothing here needs to change when one of
-//! these moves to "implemented": it leaves [`NO_EFFECT`] and the walker reads it.
+//! walker's lists are the table's implemented rows, so nothing here needs to change when one of
+//! these moves to "implemented": its row changes class and the walker reads it.
 
 use std::collections::BTreeSet;
 
@@ -21,59 +21,11 @@ use hcl::edit::structure::{Block, Body, Structure};
 use hcl::edit::{Decorated, Ident, Span};
 use serde_json::Value;
 
+use super::invalid;
 use super::kept::{Collect, Kept, KeptHcl};
+pub use super::shared::{warning, Level};
 use super::JobspecError;
 use crate::hcl::Source;
-
-/// Where in a job a name is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
-    Job,
-    Group,
-    Task,
-}
-
-/// Blocks and attributes accepted with no effect on one node: the levels they may appear at,
-/// their name, and the one-line reason given in the job's warnings.
-#[rustfmt::skip]
-pub const NO_EFFECT: &[(&[Level], &str, &str)] = {
-    use Level::{Group as G, Job as J, Task as T};
-    &[
-        (&[J, G], "update", "deployments and canaries need a scheduler; a new version replaces the old in place"),
-        (&[J, G], "migrate", "there is no other node to migrate allocations to"),
-        (&[J, G], "reschedule", "there is no other node to reschedule allocations on"),
-        (&[J, G, T], "affinity", "there is only one node to choose from"),
-        (&[J, G], "spread", "there is only one node to spread over"),
-        (&[G, T], "scaling", "no autoscaler drives this node"),
-        (&[J], "multiregion", "this node is one region"),
-        (&[J, G, T], "consul", "this node has no Consul integration"),
-        (&[J], "consul_token", "this node has no Consul integration"),
-        (&[J], "vault_token", "this node has no Vault integration"),
-        (&[J], "ui", "this node has no web UI"),
-        (&[T], "identity", "workload identities are not issued on this node"),
-        (&[G], "disconnect", "a node without servers is never disconnected from them"),
-        (&[G], "max_client_disconnect", "a node without servers is never disconnected from them"),
-        (&[G], "stop_after_client_disconnect", "a node without servers is never disconnected from them"),
-        (&[G], "prevent_reschedule_on_lost", "there is no other node to reschedule allocations on"),
-        (&[G, T], "service", "services are not registered on this node"),
-        (&[T], "kind", "Consul Connect is not available on this node"),
-        (&[T], "action", "actions are not run on this node"),
-    ]
-};
-
-/// Blocks refused for now: running the task without them would not run the task its author
-/// wrote (a task without its rendered files, fetched artifacts or secrets).
-pub const REFUSED: &[(&[Level], &str, &str)] = {
-    use Level::{Group as G, Job as J, Task as T};
-    &[
-        (&[T], "template", "templates"),
-        (&[T], "artifact", "artifacts"),
-        (&[J, G, T], "vault", "Vault secrets"),
-        // Nomad Enterprise's time-based task execution: run without it, the task would run
-        // outside the hours its author gave it.
-        (&[T], "schedule", "time-based task schedules"),
-    ]
-};
 
 /// Attributes of a task's `resources` accepted with no effect, as the JSON front-end ignores
 /// `DiskMB` (Nomad's own jobspecs write it). `memory_max` is implemented (resources.md).
@@ -95,18 +47,10 @@ pub const EPHEMERAL_DISK_NO_EFFECT: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// The one line of a no-effect name's warning.
-pub fn warning(name: &str, reason: &str) -> String {
-    format!("{name:?} has no effect on one node: {reason}")
-}
-
 /// The warning of a no-effect name, whatever level it was met at (its reason is the same at
 /// each).
 pub fn no_effect_warning(name: &str) -> String {
-    let reason = NO_EFFECT
-        .iter()
-        .find(|(_, n, _)| *n == name)
-        .map(|(_, _, reason)| *reason)
+    let reason = super::table::any_reason(name)
         .or_else(|| {
             EPHEMERAL_DISK_NO_EFFECT
                 .iter()
@@ -115,17 +59,6 @@ pub fn no_effect_warning(name: &str) -> String {
         })
         .unwrap_or("");
     warning(name, reason)
-}
-
-fn lookup(
-    table: &'static [(&[Level], &str, &str)],
-    level: Level,
-    name: &str,
-) -> Option<&'static str> {
-    table
-        .iter()
-        .find(|(levels, n, _)| *n == name && levels.contains(&level))
-        .map(|(_, _, reason)| *reason)
 }
 
 /// The HCL half of the rule, applied to the evaluated top-level body of a jobspec. Returns the
@@ -251,14 +184,11 @@ fn strip(
             Some(Structure::Attribute(a)) => (a.key.as_str(), "attribute", src.line(a.span())),
             None => break,
         };
-        if let Some(things) = lookup(REFUSED, level, name).filter(|_| kind == "block") {
+        if let Some(things) = super::table::refused(level, name).filter(|_| kind == "block") {
             return Err(refused(name, what, line, things));
         }
-        if let Some((_, n, reason)) = NO_EFFECT
-            .iter()
-            .find(|(levels, n, _)| *n == name && levels.contains(&level))
-        {
-            out.add(n, reason);
+        if let Some((row, reason)) = super::table::no_effect(level).find(|(e, _)| e.hcl == name) {
+            out.add(row.hcl, reason);
             if let Some(structure) = body.get(i) {
                 kept.add(what, structure)?;
             }
@@ -278,7 +208,7 @@ fn strip(
 }
 
 fn refused(name: &str, what: &str, line: usize, things: &str) -> JobspecError {
-    JobspecError::Invalid(format!(
+    invalid(format!(
         "block {name:?} in {what} at line {line} is refused: this node does not support {things} yet"
     ))
 }
@@ -294,28 +224,26 @@ fn what(ident: &str, block: &Block) -> String {
 /// `Artifacts` (task) is refused with its path.
 pub fn check_json(job: &Value) -> Result<(), JobspecError> {
     let refuse = |path: String, things: &str| {
-        Err(JobspecError::Invalid(format!(
+        Err(invalid(format!(
             "field {path:?} is refused: this node does not support {things} yet"
         )))
     };
-    let set = |v: &Value, key: &str| v.get(key).is_some_and(|v| !is_unset(v));
-    if set(job, "Vault") {
-        return refuse("Vault".into(), "Vault secrets");
+    // The first refused field set, at `level`, by its API name: the table's order.
+    let first = |v: &Value, level: Level| {
+        super::table::refused_rows(level)
+            .find(|(e, _)| v.get(e.api).is_some_and(|v| !is_unset(v)))
+            .map(|(e, things)| (e.api, things))
+    };
+    if let Some((key, things)) = first(job, Level::Job) {
+        return refuse(key.into(), things);
     }
     for (i, group) in array(job, "TaskGroups").iter().enumerate() {
-        if set(group, "Vault") {
-            return refuse(format!("TaskGroups[{i}].Vault"), "Vault secrets");
+        if let Some((key, things)) = first(group, Level::Group) {
+            return refuse(format!("TaskGroups[{i}].{key}"), things);
         }
         for (j, task) in array(group, "Tasks").iter().enumerate() {
-            for (key, things) in [
-                ("Templates", "templates"),
-                ("Artifacts", "artifacts"),
-                ("Vault", "Vault secrets"),
-                ("Schedule", "time-based task schedules"),
-            ] {
-                if set(task, key) {
-                    return refuse(format!("TaskGroups[{i}].Tasks[{j}].{key}"), things);
-                }
+            if let Some((key, things)) = first(task, Level::Task) {
+                return refuse(format!("TaskGroups[{i}].Tasks[{j}].{key}"), things);
             }
         }
     }
@@ -367,18 +295,24 @@ job "docs" {
         assert_eq!(
             parsed.warnings,
             [
-                warning("update", lookup(NO_EFFECT, Level::Job, "update").unwrap()),
-                warning("migrate", lookup(NO_EFFECT, Level::Job, "migrate").unwrap()),
+                warning(
+                    "update",
+                    super::super::table::no_effect_reason(Level::Job, "update").unwrap()
+                ),
+                warning(
+                    "migrate",
+                    super::super::table::no_effect_reason(Level::Job, "migrate").unwrap()
+                ),
                 warning(
                     "reschedule",
-                    lookup(NO_EFFECT, Level::Group, "reschedule").unwrap()
+                    super::super::table::no_effect_reason(Level::Group, "reschedule").unwrap()
                 ),
                 warning("ephemeral_disk.sticky", EPHEMERAL_DISK_NO_EFFECT[0].2),
                 "\"service\" has no effect on one node: services are not registered on this node"
                     .to_string(),
                 warning(
                     "identity",
-                    lookup(NO_EFFECT, Level::Task, "identity").unwrap()
+                    super::super::table::no_effect_reason(Level::Task, "identity").unwrap()
                 ),
             ]
         );

@@ -22,7 +22,8 @@ use hcl::edit::structure::Block;
 use hcl::edit::Span;
 use serde_json::Value;
 
-use super::raw::is_empty;
+use super::invalid;
+use super::shared::is_empty;
 use super::{Job, JobspecError};
 use crate::hcl::{Items, Source};
 
@@ -57,11 +58,11 @@ pub const PRIVATE: &str = "private";
 pub(crate) fn check_propagation(at: &str, mode: &str) -> Result<(), JobspecError> {
     match mode {
         "" | PRIVATE => Ok(()),
-        "host-to-task" | "bidirectional" => Err(JobspecError::Invalid(format!(
+        "host-to-task" | "bidirectional" => Err(invalid(format!(
             "{at}: propagation_mode {mode:?} is refused: this node mounts volumes \
              with propagation mode \"private\" only for now"
         ))),
-        _ => Err(JobspecError::Invalid(format!(
+        _ => Err(invalid(format!(
             "{at}: volume mount has an invalid propagation mode: {mode:?}"
         ))),
     }
@@ -71,7 +72,7 @@ pub(crate) fn check_propagation(at: &str, mode: &str) -> Result<(), JobspecError
 pub(crate) fn check_selinux(at: &str, label: &str) -> Result<(), JobspecError> {
     match label {
         "" | "z" | "Z" => Ok(()),
-        _ => Err(JobspecError::Invalid(format!(
+        _ => Err(invalid(format!(
             "{at}: volume mount has an invalid SELinux label: {label:?}"
         ))),
     }
@@ -171,7 +172,7 @@ pub fn warn(job: &Job, warnings: &mut Vec<String>) {
             "network.cni" => cni,
             _ => false,
         };
-        let line = super::schema::warning(name, reason);
+        let line = super::shared::warning(name, reason);
         if set && !warnings.contains(&line) {
             warnings.push(line);
         }

@@ -12,6 +12,7 @@
 use std::path::{Component, Path};
 use std::time::Duration;
 
+use super::invalid;
 use super::{
     CsiPluginConfig, CsiPluginType, Job, JobType, JobspecError, RestartMode, RestartPolicy, Signal,
     Task, TaskGroup, MAX_GROUP_COUNT,
@@ -24,19 +25,12 @@ pub const MIN_RESTART_INTERVAL: Duration = Duration::from_secs(5);
 /// The longest name accepted for a job, group, task or volume.
 pub const MAX_NAME_LEN: usize = 128;
 
-fn invalid(msg: impl Into<String>) -> JobspecError {
-    JobspecError::Invalid(msg.into())
-}
-
 /// Checks every rule of tasks.md, csi.md and host-volumes.md on a job; the first broken one is
 /// the error.
-/// The priorities Nomad accepts.
-pub const PRIORITY_RANGE: std::ops::RangeInclusive<u32> = 1..=100;
-
 pub fn validate_job(job: &Job) -> Result<(), JobspecError> {
     validate_name("job", &job.name)?;
     validate_name("job ID", &job.id)?;
-    if !PRIORITY_RANGE.contains(&job.fields.priority) {
+    if !super::fields::PRIORITY_RANGE.contains(&job.fields.priority) {
         return Err(super::fields::priority_error(job.fields.priority));
     }
     let system = matches!(job.job_type, JobType::System | JobType::SysBatch);

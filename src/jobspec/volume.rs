@@ -3,6 +3,7 @@
 //! each request as Nomad's `VolumeRequest.Validate` does, so that a job Nomad refuses is refused
 //! here with the same words, prefixed with the volume and group.
 
+use super::invalid;
 use super::{JobType, JobspecError, VolumeRequest, VOLUME_TYPE_CSI, VOLUME_TYPE_HOST};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -110,10 +111,6 @@ pub struct CsiMountOptions {
     #[serde(rename = "FSType")]
     pub fs_type: String,
     pub mount_flags: Vec<String>,
-}
-
-fn invalid(msg: impl Into<String>) -> JobspecError {
-    JobspecError::Invalid(msg.into())
 }
 
 /// `attachment_mode = "file-system" | "block-device"`.

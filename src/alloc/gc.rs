@@ -350,7 +350,7 @@ impl Collector {
             None => reg
                 .allocs
                 .values()
-                .filter(|a| !purged || super::stop::is_purged(a))
+                .filter(|a| !purged || super::runner::stop::is_purged(a))
                 .filter_map(|a| {
                     let since = terminal_since(a, &held).ok()?;
                     Some((since, a.create_time, a.id.clone()))

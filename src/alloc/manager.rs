@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use super::evals;
 use super::model::Allocation;
 use super::placement::{NodeSource, PlacementFailure};
-use super::stop::{self, join_gates, stop_alloc, stopped_record};
+use super::runner::stop::{self, join_gates, stop_alloc, stopped_record};
 use super::AllocError;
 use crate::jobspec::{validate::signal_number, Job};
 use crate::plan::evals as eval_records;

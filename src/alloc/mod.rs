@@ -47,9 +47,7 @@
 
 mod apply;
 mod children;
-mod csi;
 mod evals;
-mod gate;
 mod gc;
 mod lifecycle;
 mod limit;
@@ -59,7 +57,7 @@ pub mod periodic;
 pub mod placement;
 mod plan;
 mod restore;
-mod stop;
+mod runner;
 #[cfg(test)]
 pub(crate) mod testing;
 

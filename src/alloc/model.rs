@@ -32,7 +32,7 @@ pub(super) struct AllocInner {
     /// them, until joined). Stopping the allocation takes it out and joins it.
     pub(super) gate: Option<Worker<()>>,
     /// Stopped, and its poststop tasks are to run: its gate runs on to start them, the only tasks
-    /// a stopped allocation starts (`super::stop`).
+    /// a stopped allocation starts (`super::runner::stop`).
     pub(super) run_poststop: bool,
     /// Stopped once its tasks began, in an ordered group: its gate carries out the stop, killing
     /// the tasks in their order (`super::lifecycle::plan_stop`); the stop itself killed nothing.
@@ -41,10 +41,10 @@ pub(super) struct AllocInner {
     /// `try_send`), so that it plans again at once; set once the gate orders the tasks.
     pub(super) wake: Option<crossbeam_channel::Sender<()>>,
     /// Stopped again while its poststop tasks were to run: they are killed and never start
-    /// (`super::stop::cut_poststop`); recorded, so that a restart does not run them either.
+    /// (`super::runner::stop::cut_poststop`); recorded, so that a restart does not run them either.
     pub(super) poststop_cut: bool,
     /// Its job was purged while its gate carried out its stop: it runs on until its tasks are
-    /// all dead, then the collector forgets it (`super::stop`); recorded.
+    /// all dead, then the collector forgets it (`super::runner::stop`); recorded.
     pub(super) purged: bool,
     /// The job the allocation belongs to now and its version (Nomad's `Job` and `JobVersion`):
     /// [`Allocation::job`] until an in-place update ([`Allocation::update_in_place`]) gives it

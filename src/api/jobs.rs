@@ -76,7 +76,7 @@ impl From<SandboxError> for ApiError {
 /// Refuses a job that the node cannot run as written: a read-write mount of a read-only static
 /// volume (dynamic volumes are read-write; missing ones are waited for), by the planner's host
 /// volume rule (`plan::volumes`). CSI volumes are waited for and claimed when the allocation
-/// starts (`alloc::csi`).
+/// starts (`alloc::runner::hooks`).
 pub(super) fn check_volumes(agent: &Agent, job: &Job) -> Result<(), ApiError> {
     let read_only = |source: &str| agent.volumes.lookup(source).map(|v| v.read_only);
     crate::plan::volumes::check_writable(job, read_only)

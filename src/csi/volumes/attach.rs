@@ -6,7 +6,7 @@
 //! calls and records each success with [`CsiVolumeManager::record_step`] before the next call, so
 //! an agent restarted in between neither repeats a call nor forgets to undo it.
 //!
-//! Protocol: the allocation's gate thread (`alloc::csi`) calls [`CsiVolumeManager::mount_alloc`]
+//! Protocol: the allocation's gate thread (`alloc::runner::hooks`) calls [`CsiVolumeManager::mount_alloc`]
 //! (plugin calls on the caller's thread, each with the volume call timeout, cancelled by the
 //! agent's shutdown) and, when the allocation is over, [`CsiVolumeManager::unmount_alloc`], which
 //! only queues the allocation. The `csi-unmount` thread ([`CsiVolumeManager::start_unmounter`],

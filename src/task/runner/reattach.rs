@@ -19,7 +19,7 @@ pub enum Pickup {
     /// its run, its end recorded, its restart delay waited out, or started.
     Restored,
     /// As `Restored`, for a task (not a poststop task) of a stopped allocation whose gate carries
-    /// on the stop (`alloc::stop`): a run that still runs is re-attached and watched until the
+    /// on the stop (`alloc::runner::stop`): a run that still runs is re-attached and watched until the
     /// stop kills it in its turn, one that ended is recorded, and the task never starts a run
     /// again. Where it would start, restart or wait out a restart delay, it ends killed: the stop
     /// kills only what runs, and what does not run stays dead.

@@ -25,7 +25,7 @@ use nodeward::jobspec::{
     TaskGroup,
 };
 use nodeward::task::events::{TaskEvent, PLUGIN_HEALTHY, PLUGIN_UNHEALTHY, RESTARTING};
-use nodeward::task::hooks::{HookRequest, RunHandle, TaskContext, TaskHook};
+use nodeward::task::hooks::{HookRequest, Interrupt, RunHandle, TaskContext, TaskHook};
 use nodeward::thread::Never;
 
 const PLUGIN: &str = env!("CARGO_BIN_EXE_nodeward-csi-test-plugin");
@@ -301,7 +301,9 @@ impl Setup {
             "unix:///agent/inherited.sock".to_string(),
         );
         env.extend(self.ctx.task.env.clone());
-        self.hook.prestart(&self.ctx, &mut env).expect("prestart");
+        self.hook
+            .prestart(&self.ctx, &mut env, &Interrupt::never())
+            .expect("prestart");
         env
     }
 

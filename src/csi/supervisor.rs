@@ -46,7 +46,7 @@ use super::registry::PluginRegistry;
 use super::{ControllerInfo, CsiInfo, NodeInfo, PluginCapabilities, PluginKind, PluginRecord};
 use crate::jobspec::CsiPluginConfig;
 use crate::task::events::{now_nanos, now_rfc3339, TaskEvent};
-use crate::task::hooks::{HookError, RunHandle, TaskContext, TaskHook};
+use crate::task::hooks::{HookError, Interrupt, RunHandle, TaskContext, TaskHook};
 use crate::thread::{Never, Worker};
 use crate::util::duration;
 
@@ -289,6 +289,7 @@ impl TaskHook for CsiPluginHook {
         &self,
         _task: &TaskContext,
         env: &mut BTreeMap<String, String>,
+        _stop: &Interrupt,
     ) -> Result<Vec<String>, HookError> {
         // Registration refuses such an id; this holds for a job recorded by an older agent too:
         // the id is joined into the staging path, which is created and chmod'ed.

@@ -13,10 +13,15 @@
 //! - `prestart` runs before every start, on the runner thread; it may add environment variables.
 //!   It answers notes on what it had to repair (a link a task put where nodeward keeps a directory
 //!   of its own), each a `Task Setup` event. An error is a `Setup Failure` event and the task
-//!   fails without running.
+//!   fails without running. It may block (a template waiting for its data): every wait goes
+//!   through its [`Interrupt`], which a kill of the task or the agent's shutdown ends at once;
+//!   it then answers [`HookError::interrupted`], and the task ends killed (kill) or is left
+//!   `pending` to start with the next agent (shutdown), never failed.
 //! - `poststart` runs after every successful start with a [`RunHandle`] for that run. Long work
 //!   (the CSI supervisor) goes on a thread of the hook's own; it must end when
-//!   [`RunHandle::done`] or [`RunHandle::shutdown`] disconnects.
+//!   [`RunHandle::done`] or [`RunHandle::shutdown`] disconnects. Through the handle it may ask
+//!   the runner to record an event, restart the run, or signal the task (a template's
+//!   `change_mode = "signal"`).
 //! - `exited` runs after every run ends, before the restart decision, after `done` disconnected.
 //! - `stop` runs exactly once, when the task is dead for good or the agent shuts down.
 
@@ -24,6 +29,7 @@ use crossbeam_channel::{Receiver, Sender};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::jobspec::{Job, Task};
 use crate::task::events::TaskEvent;
@@ -100,6 +106,8 @@ pub struct HookError {
     /// ([`TaskHook::name`]): a part of a hook that is a hook of its own in Nomad
     /// (`dispatch_payload`, written by the task directory's hook).
     pub hook: Option<&'static str>,
+    /// A blocking prestart gave up because its [`Interrupt`] fired: no failure of the task.
+    interrupted: bool,
 }
 
 impl HookError {
@@ -107,7 +115,21 @@ impl HookError {
         HookError {
             message: message.into(),
             hook: None,
+            interrupted: false,
         }
+    }
+
+    /// What a blocking prestart answers once its [`Interrupt`] fired ([`Awaited::Interrupted`]).
+    pub fn interrupted() -> HookError {
+        HookError {
+            message: "interrupted by a stop of the task or the agent".to_string(),
+            hook: None,
+            interrupted: true,
+        }
+    }
+
+    pub fn is_interrupted(&self) -> bool {
+        self.interrupted
     }
 
     /// The same failure, named as Nomad's hook `hook` in the `Task hook failed` event.
@@ -123,15 +145,83 @@ impl HookError {
     }
 }
 
+/// What a blocking prestart waits with: it fires when the task is killed or the agent shuts
+/// down, so that no prestart holds a stop up.
+#[derive(Clone)]
+pub struct Interrupt {
+    killed: Receiver<Never>,
+    shutdown: Receiver<Never>,
+}
+
+/// How an [`Interrupt::wait`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Awaited<T> {
+    /// The awaited channel yielded this value.
+    Ready(T),
+    /// Every sender of the awaited channel is gone.
+    Closed,
+    /// The timeout passed first.
+    TimedOut,
+    /// The task was killed or the agent shuts down: answer [`HookError::interrupted`].
+    Interrupted,
+}
+
+impl Interrupt {
+    /// Fires when either channel disconnects: the task's kill and the agent's shutdown.
+    pub fn new(killed: Receiver<Never>, shutdown: Receiver<Never>) -> Interrupt {
+        Interrupt { killed, shutdown }
+    }
+
+    /// One that never fires: for a prestart called outside a task runner (a test of a hook).
+    pub fn never() -> Interrupt {
+        Interrupt::new(crossbeam_channel::never(), crossbeam_channel::never())
+    }
+
+    /// Whether it fired.
+    pub fn fired(&self) -> bool {
+        use crossbeam_channel::TryRecvError::Disconnected;
+        matches!(self.killed.try_recv(), Err(Disconnected))
+            || matches!(self.shutdown.try_recv(), Err(Disconnected))
+    }
+
+    /// Waits for `awaited` to yield, at most `timeout` (`None`: as long as it takes), unless it
+    /// fires first; it is looked at first, so a wait that begins after a stop never blocks.
+    pub fn wait<T>(&self, awaited: &Receiver<T>, timeout: Option<Duration>) -> Awaited<T> {
+        if self.fired() {
+            return Awaited::Interrupted;
+        }
+        let deadline = match timeout {
+            Some(t) => crossbeam_channel::after(t),
+            None => crossbeam_channel::never(),
+        };
+        crossbeam_channel::select! {
+            recv(awaited) -> v => match v {
+                Ok(v) => Awaited::Ready(v),
+                Err(_) => Awaited::Closed,
+            },
+            recv(deadline) -> _ => Awaited::TimedOut,
+            recv(self.killed) -> _ => Awaited::Interrupted,
+            recv(self.shutdown) -> _ => Awaited::Interrupted,
+        }
+    }
+
+    /// Sleeps `delay` unless it fires first; `false` when it fired.
+    pub fn sleep(&self, delay: Duration) -> bool {
+        let never = crossbeam_channel::never::<()>();
+        self.wait(&never, Some(delay)) == Awaited::TimedOut
+    }
+}
+
 pub trait TaskHook: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// Before every start. May add to the task's environment; answers what it repaired, for the
-    /// task's events.
+    /// task's events. May block, waiting only through `stop` (see the module doc).
     fn prestart(
         &self,
         _task: &TaskContext,
         _env: &mut BTreeMap<String, String>,
+        _stop: &Interrupt,
     ) -> Result<Vec<String>, HookError> {
         Ok(Vec::new())
     }
@@ -180,6 +270,15 @@ pub enum HookRequest {
     },
     /// Record an event now, if `run_id` is still the current run and not being killed.
     Emit { run_id: u64, event: Box<TaskEvent> },
+    /// Send `signal` (its number; `name` as the event shows it) to the run `run_id`, with a
+    /// `Signaling` event giving `reason`, as an operator's `alloc signal` does; dropped if that
+    /// run is over or being killed.
+    Signal {
+        run_id: u64,
+        signal: i32,
+        name: String,
+        reason: String,
+    },
 }
 
 /// One run of a task, as seen by a hook's background work.
@@ -246,6 +345,17 @@ impl RunHandle {
         let _ = self.requests.send(HookRequest::Emit {
             run_id: self.run_id,
             event: Box::new(event),
+        });
+    }
+
+    /// Asks the runner to send `signal` (named `name`) to this run, recording a `Signaling`
+    /// event with `reason`. Dropped if the run is over or a kill began.
+    pub fn signal(&self, signal: i32, name: &str, reason: &str) {
+        let _ = self.requests.send(HookRequest::Signal {
+            run_id: self.run_id,
+            signal,
+            name: name.to_string(),
+            reason: reason.to_string(),
         });
     }
 

@@ -22,7 +22,7 @@ use nodeward_keeper::beneath::Kind;
 use crossbeam_channel::Receiver;
 
 use crate::jobspec::{VolumeMount, VolumeRequest};
-use crate::task::hooks::{HookError, TaskContext, TaskHook};
+use crate::task::hooks::{HookError, Interrupt, TaskContext, TaskHook};
 use crate::task::taskdir::open_parent_beneath;
 
 /// A host volume as allocations see it.
@@ -213,6 +213,7 @@ impl TaskHook for VolumeMountHook {
         &self,
         task: &TaskContext,
         env: &mut BTreeMap<String, String>,
+        _stop: &Interrupt,
     ) -> Result<Vec<String>, HookError> {
         let mut notes = Vec::new();
         let container = task.task.driver == crate::jobspec::docker::NAME;

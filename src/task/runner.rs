@@ -3,8 +3,11 @@
 //! Protocol:
 //! - Commands ([`TaskCommand`]: kill, restart, signal) arrive on the runner's command channel from
 //!   the API. Dropping every sender of that channel counts as a kill.
-//! - Hooks' background work (the CSI supervisor) sends [`HookRequest`]s tagged with the run they
-//!   belong to; a request for a run that is over, or that arrives once a kill began, is dropped.
+//! - Hooks' background work (the CSI supervisor) sends [`HookRequest`]s (an event, a restart, a
+//!   signal) tagged with the run they belong to; a request for a run that is over, or that
+//!   arrives once a kill began, is dropped.
+//! - A prestart hook that blocks waits through an [`Interrupt`] made of the task's kill and the
+//!   agent's shutdown: a kill then ends the task killed, a shutdown leaves it `pending`.
 //! - The driver (see [`crate::driver`]) sends one exit status per run on the [`RunningTask`]'s exit
 //!   channel; the runner hands each finished run back to [`Driver::destroy`].
 //! - The agent's shutdown channel disconnects when the agent stops: the runner leaves the task
@@ -31,15 +34,17 @@ use crate::state::StateStore;
 use crate::task::events::{
     nanos_rfc3339, now_nanos, now_rfc3339, TaskEvent, TaskState, TaskStatus,
 };
-use crate::task::hooks::{HookError, HookRequest, RunHandle, TaskContext, TaskHook};
+use crate::task::hooks::{HookRequest, RunHandle, TaskContext, TaskHook};
 use crate::task::restart::{Decision, RestartTracker, RunEnd};
 use crate::thread::{Never, Worker};
 use crate::util::short_id;
 
 mod kill;
 mod reattach;
+mod start;
 pub use reattach::Pickup;
 use reattach::Resume;
+use start::NotStarted;
 
 /// A command from the API to a task.
 #[derive(Debug, Clone)]
@@ -319,8 +324,11 @@ impl TaskRunner {
                         Waited::Shutdown(exit) => return self.shut_down(exit),
                         Waited::Detached => return self.run_stop_hooks(),
                     },
-                    Err(Some(end)) => (end, None),
-                    Err(None) => return self.finish_dead(false),
+                    Err(NotStarted::Driver(end)) => (end, None),
+                    Err(NotStarted::HookFailed) => return self.finish_dead(false),
+                    Err(NotStarted::Killed) => return self.finish_killed(),
+                    // Left `pending`: the next agent starts it.
+                    Err(NotStarted::Shutdown) => return self.run_stop_hooks(),
                 },
             };
             if let Some(exit) = exit {
@@ -383,64 +391,6 @@ impl TaskRunner {
             s.last_restart = Some(now_rfc3339());
             s.restart_at = None;
         });
-    }
-
-    /// A hook `name` failed before a start: Nomad's `Task hook failed` event (`<hook>: <error>`),
-    /// then the `Setup Failure` that fails the task.
-    fn hook_failed(&self, name: &str, e: &HookError) {
-        let at = now_nanos();
-        self.emit(TaskEvent::hook_failed(at, name, &e.message));
-        self.emit(TaskEvent::setup_failure(at, &e.message, true));
-    }
-
-    /// Runs the prestart hooks and starts a run. `Err(Some(end))`: the driver could not start
-    /// it; `Err(None)`: a hook failed and the task is dead.
-    fn start_run(&mut self) -> Result<RunningTask, Option<RunEnd>> {
-        let passed = self.deps.task_env.clone();
-        let mut env = crate::task::env::base_env(&self.ctx, &passed);
-        for hook in &self.hooks {
-            let (task, alloc, name) = (&self.ctx.task.name, &self.ctx.alloc_id, hook.name());
-            let notes = hook.prestart(&self.ctx, &mut env).map_err(|e| {
-                let name = e.hook_name(name);
-                log::warn!("task {task} of alloc {alloc}: {name} hook failed: {e}");
-                self.hook_failed(name, &e);
-                None
-            })?;
-            for note in notes {
-                log::warn!("task {task} of alloc {alloc}: {name} hook: {note}");
-                self.emit(TaskEvent::task_setup_note(now_nanos(), &note));
-            }
-        }
-        let mut spec = crate::task::env::start_spec(&self.ctx, env, &passed);
-        if let Some(container) = spec.container.as_mut() {
-            let binds = crate::task::hooks::container_binds(&self.hooks, &self.ctx);
-            container.binds.extend(binds.map_err(|(name, e)| {
-                self.hook_failed(name, &e);
-                None
-            })?);
-        } else if self.ctx.task.driver == driver::exec::NAME {
-            // Bound in its root by the keeper, as a container's are by the engine.
-            spec.binds = crate::task::hooks::container_binds(&self.hooks, &self.ctx).map_err(
-                |(name, e)| {
-                    self.hook_failed(name, &e);
-                    None
-                },
-            )?;
-        }
-        let (state, store) = (self.state.clone(), self.deps.store.clone());
-        spec.cancel = Some([self.killed.clone(), self.deps.shutdown.clone()]);
-        spec.progress = Some(driver::Progress(Arc::new(move |message: &str| {
-            state.lock().push(TaskEvent::driver(now_nanos(), message));
-            store.save_soon();
-        })));
-        let started = match self.ended.take() {
-            Some(previous) => self.driver.restart(previous, &spec),
-            None => self.driver.start(&spec),
-        };
-        started.map_err(|e| {
-            self.emit(TaskEvent::driver_failure(now_nanos(), &e.to_string()));
-            Some(RunEnd::StartFailed)
-        })
     }
 
     /// The `Terminated` event of a run, at the time the task really ended.
@@ -578,6 +528,12 @@ impl TaskRunner {
                 },
                 recv(self.hook_rx) -> req => match req {
                     Ok(HookRequest::Emit { run_id: r, event }) if r == run_id => self.emit(*event),
+                    Ok(HookRequest::Signal { run_id: r, signal, name, reason }) if r == run_id => {
+                        self.emit(TaskEvent::signaling(now_nanos(), &name, &reason));
+                        if let Err(e) = self.driver.signal(process, signal) {
+                            log::warn!("cannot signal task {}: {e}", task.name);
+                        }
+                    }
                     Ok(HookRequest::Restart { run_id: r, events, failure }) if r == run_id => {
                         done_tx = None;
                         for e in events {
@@ -685,6 +641,7 @@ impl TaskRunner {
 mod tests {
     use super::*;
     use crate::state::StateStore;
+    use crate::task::hooks::{Awaited, HookError, Interrupt};
 
     /// Panics in `poststart`, once the task's shell has written its PID.
     struct PanickingHook(std::path::PathBuf);
@@ -703,16 +660,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_panicking_runner_stops_its_task_and_marks_it_failed() {
-        let dir = std::env::temp_dir().join(format!("nw-runner-{}", uuid::Uuid::new_v4()));
+    /// A raw_exec task `t` that runs `script` with `sh -c` in a fresh data directory, the
+    /// context and the dependencies of its runner, and the sender of their shutdown channel.
+    fn raw_exec_task(name: &str, script: &str) -> (TaskContext, RunnerDeps, Sender<Never>) {
+        let dir = std::env::temp_dir().join(format!("nw-{name}-{}", uuid::Uuid::new_v4()));
         let (store, _) = StateStore::open(&dir, false).unwrap();
-        let pidfile = dir.join("pid");
         let hcl = format!(
             "job \"j\" {{\n group \"g\" {{\n  task \"t\" {{\n   driver = \"raw_exec\"\n   \
-             config {{\n    command = \"sh\"\n    args = [\"-c\", \"echo $$ > {}.tmp && mv {0}.tmp {0} && exec sleep 300\"]\n   \
+             config {{\n    command = \"sh\"\n    args = [\"-c\", {}]\n   \
              }}\n  }}\n }}\n}}\n",
-            pidfile.display()
+            serde_json::to_string(script).unwrap()
         );
         let job = Arc::new(crate::jobspec::hcl::parse_job(&hcl).unwrap().job);
         let ctx = TaskContext {
@@ -734,7 +691,7 @@ mod tests {
         // No task directory hook here: the keeper refuses a start without a log directory.
         std::fs::create_dir_all(&ctx.task_dir).unwrap();
         std::fs::create_dir_all(ctx.log_dir()).unwrap();
-        let (_shutdown_tx, shutdown) = bounded::<Never>(0);
+        let (shutdown_tx, shutdown) = bounded::<Never>(0);
         let keeper = driver::KeeperClient::open(&dir, keeper_program()).unwrap();
         let deps = RunnerDeps {
             drivers: Drivers::new(vec![Arc::new(driver::RawExec::new(keeper))]),
@@ -744,6 +701,16 @@ mod tests {
             task_env: Default::default(),
             changed: None,
         };
+        (ctx, deps, shutdown_tx)
+    }
+
+    #[test]
+    fn a_panicking_runner_stops_its_task_and_marks_it_failed() {
+        let pidfile = std::env::temp_dir().join(format!("nw-pid-{}", uuid::Uuid::new_v4()));
+        let p = pidfile.display();
+        let script = format!("echo $$ > {p}.tmp && mv {p}.tmp {p} && exec sleep 300");
+        let (ctx, deps, _shutdown_tx) = raw_exec_task("runner", &script);
+        let dir = ctx.data_dir.clone();
         let state = Arc::new(Mutex::new(TaskState::default()));
         let hook: Arc<dyn TaskHook> = Arc::new(PanickingHook(pidfile.clone()));
         let mut handle = spawn(ctx, vec![hook], state.clone(), deps, Pickup::New).unwrap();
@@ -773,6 +740,159 @@ mod tests {
             "the task's process was left running unsupervised"
         );
         let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_file(&pidfile);
+    }
+
+    /// Blocks in `prestart` until its interrupt fires, telling the test when it began to wait.
+    struct WaitingHook {
+        waiting: Sender<()>,
+        answered: Sender<Awaited<()>>,
+    }
+
+    impl TaskHook for WaitingHook {
+        fn name(&self) -> &'static str {
+            "waiting"
+        }
+
+        fn prestart(
+            &self,
+            _task: &TaskContext,
+            _env: &mut BTreeMap<String, String>,
+            stop: &Interrupt,
+        ) -> Result<Vec<String>, HookError> {
+            let (_keep, nothing) = unbounded::<()>();
+            self.waiting.send(()).unwrap();
+            let waited = stop.wait(&nothing, None);
+            let interrupted = waited == Awaited::Interrupted;
+            self.answered.send(waited).unwrap();
+            if interrupted {
+                Err(HookError::interrupted())
+            } else {
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// A task whose runner waits in [`WaitingHook`]'s prestart: its handle, its state, the
+    /// sender of its shutdown channel, and what the hook's wait answers.
+    struct Waiting(
+        TaskRunnerHandle,
+        Arc<Mutex<TaskState>>,
+        Sender<Never>,
+        Receiver<Awaited<()>>,
+    );
+
+    fn waiting_task(name: &str) -> Waiting {
+        let (ctx, deps, shutdown_tx) = raw_exec_task(name, "exec sleep 300");
+        let (waiting, began) = unbounded();
+        let (answered, answer) = unbounded();
+        let hook: Arc<dyn TaskHook> = Arc::new(WaitingHook { waiting, answered });
+        let state = Arc::new(Mutex::new(TaskState::default()));
+        let handle = spawn(ctx, vec![hook], state.clone(), deps, Pickup::New).unwrap();
+        began
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the prestart hook never began to wait");
+        Waiting(handle, state, shutdown_tx, answer)
+    }
+
+    #[test]
+    fn a_kill_interrupts_a_blocking_prestart_and_the_task_ends_killed_not_failed() {
+        let Waiting(mut handle, state, _shutdown_tx, answer) = waiting_task("prestart-kill");
+        handle.send(TaskCommand::Kill {
+            group_delay_ends: None,
+        });
+        assert_eq!(
+            answer.recv_timeout(Duration::from_secs(60)),
+            Ok(Awaited::Interrupted)
+        );
+        handle.join();
+        let s = state.lock().clone();
+        assert_eq!(s.state, TaskStatus::Dead);
+        assert!(!s.failed, "{s:?}");
+        let types: Vec<_> = s.events.iter().map(|e| e.event_type.as_str()).collect();
+        assert_eq!(
+            types.last(),
+            Some(&crate::task::events::KILLED),
+            "{types:?}"
+        );
+        assert!(
+            !types.contains(&crate::task::events::SETUP_FAILURE),
+            "{types:?}"
+        );
+        assert_eq!(s.pid, None, "no run was started");
+    }
+
+    #[test]
+    fn a_shutdown_interrupts_a_blocking_prestart_and_leaves_the_task_pending() {
+        let Waiting(mut handle, state, shutdown_tx, answer) = waiting_task("prestart-shutdown");
+        drop(shutdown_tx);
+        assert_eq!(
+            answer.recv_timeout(Duration::from_secs(60)),
+            Ok(Awaited::Interrupted)
+        );
+        handle.join();
+        let s = state.lock().clone();
+        assert_eq!(s.state, TaskStatus::Pending, "{s:?}");
+        assert!(!s.failed, "{s:?}");
+        assert_eq!(s.pid, None, "no run was started");
+    }
+
+    /// Asks, once the task wrote its PID, for SIGUSR1 through the hook request path.
+    struct SignalingHook(std::path::PathBuf);
+
+    impl TaskHook for SignalingHook {
+        fn name(&self) -> &'static str {
+            "signaling"
+        }
+
+        fn poststart(&self, _task: &TaskContext, run: RunHandle) {
+            let pidfile = self.0.clone();
+            std::thread::spawn(move || {
+                while !pidfile.exists() && !run.is_over() {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                run.signal(libc::SIGUSR1, "SIGUSR1", "template with change_mode signal");
+            });
+        }
+    }
+
+    #[test]
+    fn a_hook_signal_request_reaches_the_task_with_its_event() {
+        let base = std::env::temp_dir().join(format!("nw-sig-{}", uuid::Uuid::new_v4()));
+        let (pidfile, got) = (base.with_extension("pid"), base.with_extension("got"));
+        let script = format!(
+            "trap 'echo usr1 > {g}; exit 0' USR1; echo $$ > {p}.tmp && mv {p}.tmp {p}; \
+             while :; do sleep 0.05; done",
+            g = got.display(),
+            p = pidfile.display()
+        );
+        let (ctx, deps, _shutdown_tx) = raw_exec_task("signal", &script);
+        let hook: Arc<dyn TaskHook> = Arc::new(SignalingHook(pidfile.clone()));
+        let state = Arc::new(Mutex::new(TaskState::default()));
+        let mut handle = spawn(ctx, vec![hook], state.clone(), deps, Pickup::New).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !got.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        handle.send(TaskCommand::Kill {
+            group_delay_ends: None,
+        });
+        handle.join();
+        assert_eq!(std::fs::read_to_string(&got).unwrap_or_default(), "usr1\n");
+        let s = state.lock().clone();
+        let signaled = s
+            .events
+            .iter()
+            .find(|e| e.event_type == crate::task::events::SIGNALING)
+            .unwrap_or_else(|| panic!("no Signaling event: {:?}", s.events));
+        assert_eq!(signaled.task_signal, "SIGUSR1");
+        assert_eq!(
+            signaled.task_signal_reason,
+            "template with change_mode signal"
+        );
+        for f in [&pidfile, &got] {
+            let _ = std::fs::remove_file(f);
+        }
     }
 
     /// The keeper binary of this build (`cargo test` builds it with the other binaries).

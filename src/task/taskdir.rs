@@ -18,7 +18,7 @@ use std::path::Path;
 
 use nodeward_keeper::beneath::{Dir, Replaced};
 
-use crate::task::hooks::{HookError, TaskContext, TaskHook};
+use crate::task::hooks::{HookError, Interrupt, TaskContext, TaskHook};
 
 pub struct TaskDirHook;
 
@@ -107,6 +107,7 @@ impl TaskHook for TaskDirHook {
         &self,
         task: &TaskContext,
         _env: &mut BTreeMap<String, String>,
+        _stop: &Interrupt,
     ) -> Result<Vec<String>, HookError> {
         let mut replaced = Vec::new();
         let root = open_alloc_root(&task.alloc_dir)?;
@@ -263,7 +264,7 @@ mod tests {
         };
         std::fs::create_dir_all(&dir).unwrap();
         let e = TaskDirHook
-            .prestart(&ctx, &mut BTreeMap::new())
+            .prestart(&ctx, &mut BTreeMap::new(), &Interrupt::never())
             .unwrap_err();
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(e.hook_name(TaskDirHook.name()), "dispatch_payload");

@@ -1,7 +1,8 @@
 //! cgroups (resources.md, "cgroups"): a task's memory limit is enforced and its OOM kill reported,
 //! and every process a task left behind dies with it, across an agent restart too. Real agent,
-//! real keeper, real tasks in real (v1 or v2) cgroups; each test prints a SKIPPED line where the
-//! machine has none it may use.
+//! real keeper, real tasks in real (v1 or v2) cgroups; each test needs root (they are `#[ignore]`d,
+//! and scripts/test.sh selects them as root) and prints a SKIPPED line where the machine has no
+//! cgroups it may use.
 
 use crate::common::*;
 use nodeward::resources::{format_cpuset, parse_cpuset};
@@ -16,12 +17,10 @@ fn marker() -> String {
     unique_marker(900_000)
 }
 
-/// An agent whose node has cgroups, or `None` after the SKIPPED line.
+/// An agent whose node has cgroups (it needs root), or `None` after the SKIPPED line when the
+/// machine has none it may use.
 fn agent_with_cgroups(test: &str, dir: &Path) -> Option<(TestAgent, String)> {
-    if !is_root() {
-        println!("SKIPPED {test}: cgroups need root");
-        return None;
-    }
+    require_root();
     let agent = TestAgent::start_in(dir, "");
     let id = agent.get("/v1/nodes")[0]["ID"]
         .as_str()
@@ -106,6 +105,7 @@ fn pid_in(pidfile: &Path) -> i32 {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_task_over_its_memory_limit_is_oom_killed_and_reported() {
     let test = "a_task_over_its_memory_limit_is_oom_killed_and_reported";
     let dir = TempDir::new("cg-oom");
@@ -143,6 +143,7 @@ fn a_task_over_its_memory_limit_is_oom_killed_and_reported() {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_task_runs_in_its_cgroup_and_what_it_leaves_behind_dies_with_it() {
     let test = "a_task_runs_in_its_cgroup_and_what_it_leaves_behind_dies_with_it";
     let dir = TempDir::new("cg-exit");
@@ -224,11 +225,13 @@ fn stop_kills_the_whole_tree(test: &str, restart: bool) {
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn stopping_a_task_kills_every_process_in_its_cgroup() {
     stop_kills_the_whole_tree("stopping_a_task_kills_every_process_in_its_cgroup", false);
 }
 
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn cgroups_and_their_limits_survive_an_agent_restart() {
     stop_kills_the_whole_tree("cgroups_and_their_limits_survive_an_agent_restart", true);
 }
@@ -237,6 +240,7 @@ fn cgroups_and_their_limits_survive_an_agent_restart() {
 /// cgroup's `cpuset.cpus` is that CPU, and its processes may run on that CPU only
 /// (`Cpus_allowed_list`, what the kernel enforces).
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_task_with_cores_runs_on_its_own_cpu() {
     let test = "a_task_with_cores_runs_on_its_own_cpu";
     let dir = TempDir::new("cg-cores");
@@ -352,6 +356,7 @@ job "{name}" {{
 /// one is moved off the CPU a new `cores = 1` task gets, one started after an agent crash and
 /// restart is kept off it too, and both get every CPU back once the cores task stops.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn tasks_without_cores_are_kept_off_the_cpus_others_hold() {
     let test = "tasks_without_cores_are_kept_off_the_cpus_others_hold";
     if std::thread::available_parallelism().unwrap().get() < 2 {
@@ -411,16 +416,14 @@ fn tasks_without_cores_are_kept_off_the_cpus_others_hold() {
 /// `client { reserved { cores = "0" } }` keeps every task off CPU 0: a task without cores runs
 /// on the others, and a `cores = 1` task gets one of them.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn reserved_cores_are_kept_from_every_task() {
     let test = "reserved_cores_are_kept_from_every_task";
     if std::thread::available_parallelism().unwrap().get() < 2 {
         println!("SKIPPED {test}: needs two CPUs");
         return;
     }
-    if !is_root() {
-        println!("SKIPPED {test}: cgroups need root");
-        return;
-    }
+    require_root();
     let dir = TempDir::new("cg-reserved");
     let agent = TestAgent::start_in(dir.path(), "client {\n  reserved { cores = \"0\" }\n}\n");
     let nodes = agent.get("/v1/nodes");
@@ -455,6 +458,7 @@ fn reserved_cores_are_kept_from_every_task() {
 /// fork, then `setsid`) and holds 64 MiB is counted in its task's RSS, which the task's own
 /// `/proc` tree (a `sleep`) could not show.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_tasks_stats_count_what_its_escaped_children_hold() {
     let test = "a_tasks_stats_count_what_its_escaped_children_hold";
     let dir = TempDir::new("cg-stats");
@@ -537,6 +541,7 @@ impl Drop for Thaw {
 /// waits for that `execve`, with it, leaving every task of the node unwatched. Here the main
 /// task's cgroup is made and frozen while its prestart task runs; the main task then starts.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_cgroup_left_frozen_does_not_hold_the_next_start() {
     let test = "a_cgroup_left_frozen_does_not_hold_the_next_start";
     let dir = TempDir::new("cg-frozen");

@@ -4,9 +4,10 @@
 //! starts, the reverse when it stops, claims that make a second writer wait, a plugin that is not
 //! there yet, a plugin whose NodePublish fails, an agent killed while a task uses a volume, and
 //! a plugin of Python's grpcio publishing through the same path, and a docker task's container
-//! bind (with the suite's private dockerd; SKIPPED without one). As root a raw_exec task gets a
+//! bind (with the suite's private dockerd). As root a raw_exec task gets a
 //! bind mount at its destination, checked in the mount table too.
-//! Every test needs root (bind mounts); without it each prints a SKIPPED line.
+//! Every test needs root (bind mounts): they are `#[ignore]`d, and scripts/test.sh selects them as
+//! root.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,14 +17,6 @@ use crate::csi_volumes::{csi_spec, PluginAgent};
 
 const WAIT: Duration = Duration::from_secs(60);
 const USAGE: &str = "rw-file-system-single-node-writer";
-
-fn skip(test: &str) -> bool {
-    if is_root() {
-        return false;
-    }
-    println!("SKIPPED {test}: bind mounts need root");
-    true
-}
 
 /// The mount points of this mount namespace (the agent's and the plugin's) under `dir`, one
 /// entry per mount.
@@ -137,10 +130,9 @@ fn stop_job(p: &PluginAgent, job: &str) {
 /// unpublished, unstaged and its claim released; a second job reads the data back; the volume
 /// is then deleted.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_volume_written_by_one_job_is_read_by_the_next_and_deleted() {
-    if skip("a_volume_written_by_one_job_is_read_by_the_next_and_deleted") {
-        return;
-    }
+    require_root();
     let p = PluginAgent::start("csi-flow", "", "");
     create_volume(&p, "data");
     let writer = p.agent.run_hcl(&job(
@@ -229,10 +221,9 @@ fn a_volume_written_by_one_job_is_read_by_the_next_and_deleted() {
 /// `single-node-writer` takes one writer: a second job waits `pending` with Nomad's reason and
 /// starts once the first one's claim is released.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_second_writer_waits_for_the_first_to_stop() {
-    if skip("a_second_writer_waits_for_the_first_to_stop") {
-        return;
-    }
+    require_root();
     let p = PluginAgent::start("csi-writers", "", "");
     create_volume(&p, "data");
     let first = p.agent.run_hcl(&job("first", "data", "exec sleep 3600"));
@@ -266,10 +257,9 @@ fn a_second_writer_waits_for_the_first_to_stop() {
 /// A job whose volume's plugin is not on the node waits with Nomad's reason and starts once a
 /// plugin task for it is healthy.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_job_waits_for_its_plugin_and_starts_once_it_is_healthy() {
-    if skip("a_job_waits_for_its_plugin_and_starts_once_it_is_healthy") {
-        return;
-    }
+    require_root();
     let p = PluginAgent::start("csi-plugin-wait", "", "");
     create_volume(&p, "data");
     stop_job(&p, "hostpath");
@@ -306,10 +296,9 @@ fn a_job_waits_for_its_plugin_and_starts_once_it_is_healthy() {
 /// A plugin whose NodePublish fails: the allocation fails with Nomad's words and the plugin's
 /// message, and what was done before (the stage) is undone: nothing stays mounted, the claim goes.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_failing_node_publish_fails_the_allocation_and_leaves_nothing_mounted() {
-    if skip("a_failing_node_publish_fails_the_allocation_and_leaves_nothing_mounted") {
-        return;
-    }
+    require_root();
     let p = PluginAgent::start(
         "csi-publish-fails",
         "",
@@ -338,10 +327,9 @@ fn a_failing_node_publish_fails_the_allocation_and_leaves_nothing_mounted() {
 /// volume is mounted exactly once, and the task never noticed (same PID, still running, no
 /// restart); stopping it then takes the volume down.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_published_volume_survives_an_agent_kill_and_the_task_keeps_running() {
-    if skip("a_published_volume_survives_an_agent_kill_and_the_task_keeps_running") {
-        return;
-    }
+    require_root();
     let mut p = PluginAgent::start("csi-mount-kill", "", "");
     create_volume(&p, "data");
     let user = p.agent.run_hcl(&job(
@@ -414,11 +402,10 @@ fn a_published_volume_survives_an_agent_kill_and_the_task_keeps_running() {
 /// `publish`) run as the plugin task: the agent creates a volume through it, publishes it into
 /// a job's task (a real bind mount the plugin makes), and unpublishes it when the job stops.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_volume_is_published_through_a_python_grpc_plugin() {
     let test = "a_volume_is_published_through_a_python_grpc_plugin";
-    if skip(test) {
-        return;
-    }
+    require_root();
     let has_grpc = std::process::Command::new("python3")
         .args(["-c", "import grpc"])
         .stdout(std::process::Stdio::null())
@@ -508,10 +495,9 @@ job "py" {{
 /// killed meanwhile: the next agent resumes it once a plugin task is back, and only then releases
 /// the claim.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_pending_unpublish_resumes_after_an_agent_kill() {
-    if skip("a_pending_unpublish_resumes_after_an_agent_kill") {
-        return;
-    }
+    require_root();
     let mut p = PluginAgent::start("csi-unpublish-resume", "", "");
     create_volume(&p, "data");
     let user = p.agent.run_hcl(&job("user", "data", "exec sleep 3600"));
@@ -552,14 +538,10 @@ fn a_pending_unpublish_resumes_after_an_agent_kill() {
 /// destination: what it writes there is in the volume, and the volume is taken down when the
 /// task is over.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_docker_task_writes_into_a_published_volume() {
-    let test = "a_docker_task_writes_into_a_published_volume";
-    if skip(test) {
-        return;
-    }
-    let Some(env) = crate::common::docker::engine_or_skip(test) else {
-        return;
-    };
+    require_root();
+    let env = crate::common::docker::required_engine();
     let config = format!(
         "plugin \"docker\" {{\n  config {{ endpoint = \"{}\" }}\n}}\n",
         env.host
@@ -598,10 +580,9 @@ fn a_docker_task_writes_into_a_published_volume() {
 /// running task: the task keeps its mount, nothing is published or staged again when the plugin
 /// is back, and stopping the job still takes the volume down through the new plugin process.
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_plugin_restart_keeps_published_volumes() {
-    if skip("a_plugin_restart_keeps_published_volumes") {
-        return;
-    }
+    require_root();
     let restart = r#"restart {
       attempts = 3
       delay    = "1s"
@@ -658,10 +639,9 @@ fn a_plugin_restart_keeps_published_volumes() {
 /// read-only request makes the bind itself read-only in the mount table, though the
 /// `volume_mount` does not say `read_only` (as in Nomad, either makes the mount read-only).
 #[test]
+#[ignore = "needs root: scripts/test.sh runs it as root"]
 fn a_restarted_task_keeps_one_read_only_bind() {
-    if skip("a_restarted_task_keeps_one_read_only_bind") {
-        return;
-    }
+    require_root();
     let p = PluginAgent::start("csi-bind-restart", "", "");
     create_volume(&p, "data");
     let script = "if [ -f ${NOMAD_ALLOC_DIR}/ran ]; then exec sleep 3600; fi; \

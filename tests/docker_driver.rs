@@ -1,9 +1,9 @@
 //! The docker driver through the real agent against the suite's private dockerd
 //! (`tests/common/docker.rs`): seed 1's own jobspec, a containerised CSI plugin, exits, OOM,
-//! logs, and the agent killed under a running container. Without a private dockerd (not root)
-//! every test prints SKIPPED.
+//! logs, and the agent killed under a running container. Every test needs the private dockerd:
+//! they are `#[ignore]`d, and scripts/test.sh, which starts it as root, selects them.
 
-use crate::common::docker::{engine_or_skip, DockerEnv, CSI_PLUGIN_IMAGE};
+use crate::common::docker::{required_engine, DockerEnv, CSI_PLUGIN_IMAGE};
 use crate::common::*;
 use serde_json::Value;
 use std::time::Duration;
@@ -18,13 +18,13 @@ fn plugin_config(env: &DockerEnv) -> String {
     )
 }
 
-/// The private engine (or `None`, after a SKIPPED line) and an agent configured for it, with
-/// `extra` appended to its configuration, in a temporary directory tagged `tag`.
-fn docker_agent(test: &str, tag: &str, extra: &str) -> Option<(DockerEnv, TempDir, TestAgent)> {
-    let env = engine_or_skip(test)?;
+/// The private engine and an agent configured for it, with `extra` appended to its
+/// configuration, in a temporary directory tagged `tag`.
+fn docker_agent(tag: &str, extra: &str) -> (DockerEnv, TempDir, TestAgent) {
+    let env = required_engine();
     let dir = TempDir::new(tag);
     let agent = TestAgent::start_in(dir.path(), &format!("{}{extra}", plugin_config(&env)));
-    Some((env, dir, agent))
+    (env, dir, agent)
 }
 
 /// A batch job `name` of one docker task `t` that runs `script` with busybox's `sh` and is never
@@ -70,14 +70,9 @@ fn wait_state(agent: &TestAgent, alloc: &str, task: &str, state: &str) -> Value 
 /// Seed 1's jobspec as the seed writes it (docker.md "Seed 1, unchanged"), with a restart policy
 /// short enough for a test: the seed's events and texts, the 5 s deadline, the 137 exit.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn seed_1s_jobspec_runs_unchanged_in_a_container() {
-    let Some((env, _dir, agent)) = docker_agent(
-        "seed_1s_jobspec_runs_unchanged_in_a_container",
-        "dk-seed",
-        "",
-    ) else {
-        return;
-    };
+    let (env, _dir, agent) = docker_agent("dk-seed", "");
     let job = agent.run_hcl(
         r#"
 job "plugin" {
@@ -142,14 +137,9 @@ job "plugin" {
 /// The repo's CSI test plugin in an image: the socket directory is bound at mount_dir, the
 /// plugin listens on CSI_ENDPOINT inside, the agent probes the host side and registers it.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_containerised_csi_plugin_becomes_healthy_and_registered() {
-    let Some((env, _dir, agent)) = docker_agent(
-        "a_containerised_csi_plugin_becomes_healthy_and_registered",
-        "dk-csi",
-        "",
-    ) else {
-        return;
-    };
+    let (env, _dir, agent) = docker_agent("dk-csi", "");
     let image = env.csi_plugin_image();
     assert_eq!(image, CSI_PLUGIN_IMAGE);
     let job = agent.run_hcl(&format!(
@@ -198,14 +188,9 @@ job "csi" {{
 /// A container that writes to both streams and exits 3: its exit and message, its logs in the
 /// task's files, the container removed.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_container_that_exits_3_reports_it_and_keeps_its_logs() {
-    let Some((env, _dir, agent)) = docker_agent(
-        "a_container_that_exits_3_reports_it_and_keeps_its_logs",
-        "dk-exit",
-        "",
-    ) else {
-        return;
-    };
+    let (env, _dir, agent) = docker_agent("dk-exit", "");
     let script = "echo out $NOMAD_TASK_DIR $NOMAD_ALLOC_DIR; echo err >&2; test -d /local && test -d /secrets && exit 3";
     let job = agent.run_hcl(&batch_sh("exit3", script, ""));
     let alloc = agent.alloc_id(&job);
@@ -234,12 +219,9 @@ fn a_container_that_exits_3_reports_it_and_keeps_its_logs() {
 /// `CpusetCpus`, and the container's processes may run there only (`Cpus_allowed_list`), which
 /// is also its `NOMAD_CPU_CORES`.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_container_with_cores_runs_on_its_own_cpu() {
-    let Some((env, _dir, agent)) =
-        docker_agent("a_container_with_cores_runs_on_its_own_cpu", "dk-cores", "")
-    else {
-        return;
-    };
+    let (env, _dir, agent) = docker_agent("dk-cores", "");
     let script = "echo \"cores=$NOMAD_CPU_CORES\"; grep Cpus_allowed_list /proc/self/status";
     let job = agent.run_hcl(&batch_sh(
         "pinned",
@@ -260,12 +242,9 @@ fn a_container_with_cores_runs_on_its_own_cpu() {
 
 /// A container over its memory limit is killed by the kernel: `OOM Killed`.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_container_over_its_memory_is_oom_killed() {
-    let Some((env, _dir, agent)) =
-        docker_agent("a_container_over_its_memory_is_oom_killed", "dk-oom", "")
-    else {
-        return;
-    };
+    let (env, _dir, agent) = docker_agent("dk-oom", "");
     let job = agent.run_hcl(&batch_sh(
         "oom",
         "x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done",
@@ -291,14 +270,9 @@ fn a_container_over_its_memory_is_oom_killed() {
 /// the same container every time, no new Started, Restarts 0, and every line in the task's log
 /// once and in order.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn agent_kills_leave_the_container_running_and_its_logs_whole() {
-    let Some((env, _dir, mut agent)) = docker_agent(
-        "agent_kills_leave_the_container_running_and_its_logs_whole",
-        "dk-kill",
-        "",
-    ) else {
-        return;
-    };
+    let (env, _dir, mut agent) = docker_agent("dk-kill", "");
     let job = agent.run_hcl(
         r#"
 job "lines" {
@@ -374,14 +348,9 @@ job "lines" {
 /// A container that exits 7 while no agent runs: the next agent reports exit code 7 at the time
 /// the container really ended, then applies the restart policy.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_container_that_exits_while_the_agent_is_down_reports_its_exit() {
-    let Some((env, _dir, mut agent)) = docker_agent(
-        "a_container_that_exits_while_the_agent_is_down_reports_its_exit",
-        "dk-away",
-        "",
-    ) else {
-        return;
-    };
+    let (env, _dir, mut agent) = docker_agent("dk-away", "");
     let job = agent.run_hcl(&batch_sh(
         "away",
         "while [ ! -e /local/go ]; do usleep 50000; done; exit 7",
@@ -417,19 +386,17 @@ fn a_container_that_exits_while_the_agent_is_down_reports_its_exit() {
 
 /// A host volume's `volume_mount` is bound at its destination in the container.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_host_volume_is_bound_into_the_container() {
     let volume = TempDir::new("dk-vol-data");
     let data = volume.path().to_path_buf();
-    let Some((env, _dir, agent)) = docker_agent(
-        "a_host_volume_is_bound_into_the_container",
+    let (env, _dir, agent) = docker_agent(
         "dk-vol",
         &format!(
             "client {{\n  host_volume \"data\" {{\n    path = \"{}\"\n  }}\n}}\n",
             data.display()
         ),
-    ) else {
-        return;
-    };
+    );
     let job = agent.run_hcl(
         r#"
 job "vol" {
@@ -470,20 +437,18 @@ job "vol" {
 /// interpolated with the container's environment: the volume is at `/alloc/volume0` inside it.
 /// One that interpolates to a path with `..` fails the task with a Setup Failure naming both.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn an_interpolated_volume_destination_is_the_containers_path() {
     let volume = TempDir::new("dk-vmi-data");
     let data = volume.path().to_path_buf();
     std::fs::write(data.join("in"), "from host\n").unwrap();
-    let Some((env, _dir, agent)) = docker_agent(
-        "an_interpolated_volume_destination_is_the_containers_path",
+    let (env, _dir, agent) = docker_agent(
         "dk-vmi",
         &format!(
             "client {{\n  host_volume \"data\" {{\n    path = \"{}\"\n  }}\n}}\n",
             data.display()
         ),
-    ) else {
-        return;
-    };
+    );
     let job = |name: &str, destination: &str| {
         batch_sh(
             name,
@@ -522,14 +487,9 @@ fn an_interpolated_volume_destination_is_the_containers_path() {
 /// The docker config is interpolated as the task's command is, with the container's values, as
 /// Nomad interpolates a driver's whole config: `work_dir`, `hostname` and a label's value.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn the_docker_config_is_interpolated_with_the_containers_values() {
-    let Some((env, _dir, agent)) = docker_agent(
-        "the_docker_config_is_interpolated_with_the_containers_values",
-        "dk-interp",
-        "",
-    ) else {
-        return;
-    };
+    let (env, _dir, agent) = docker_agent("dk-interp", "");
     let script = "pwd && hostname && while [ ! -e /local/go ]; do sleep 0.1; done";
     let hcl = batch_sh("interp", script, "").replace(
         "command = \"sh\"",
@@ -556,14 +516,9 @@ fn the_docker_config_is_interpolated_with_the_containers_values() {
 /// An image the engine does not have is pulled: `Downloading image`, and a pull that fails is a
 /// Driver Failure with the engine's message, counted by the restart policy.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn an_image_that_cannot_be_pulled_is_a_driver_failure() {
-    let Some((env, _dir, agent)) = docker_agent(
-        "an_image_that_cannot_be_pulled_is_a_driver_failure",
-        "dk-pull",
-        "",
-    ) else {
-        return;
-    };
+    let (env, _dir, agent) = docker_agent("dk-pull", "");
     // A registry on a loopback port nothing listens on: the pull fails at once, offline too.
     let (port, _refusing) = refused_port();
     let job = agent.run_hcl(&format!(
@@ -700,10 +655,9 @@ impl Drop for OwnEngine {
 /// attribute), the agent stays up and the task is not marked dead; dockerd back: healthy again,
 /// the same container watched, and a stop still stops it.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn the_agent_rides_out_a_dockerd_restart() {
-    let Some(_env) = engine_or_skip("the_agent_rides_out_a_dockerd_restart") else {
-        return;
-    };
+    let _env = required_engine();
     // A short path: the engine's socket must fit in 107 bytes.
     let short = std::path::PathBuf::from(format!("/tmp/nwdk{}", std::process::id()));
     std::fs::create_dir_all(&short).unwrap();
@@ -804,12 +758,9 @@ job "ride" {
 /// `alloc signal` reaches the container's process; `alloc restart` replaces the container, and
 /// the old one is removed.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn signal_and_restart_reach_the_container() {
-    let Some((env, _dir, agent)) =
-        docker_agent("signal_and_restart_reach_the_container", "dk-sig", "")
-    else {
-        return;
-    };
+    let (env, _dir, agent) = docker_agent("dk-sig", "");
     let job = agent.run_hcl(
         r#"
 job "sig" {
@@ -872,12 +823,9 @@ job "sig" {
 /// A job stopped while its image is being pulled from a registry that never answers: the pull
 /// is cancelled and the task ends, long before the pull's own 10-minute deadline.
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_stop_cancels_an_image_pull_in_progress() {
-    let Some((env, _dir, agent)) =
-        docker_agent("a_stop_cancels_an_image_pull_in_progress", "dk-pcan", "")
-    else {
-        return;
-    };
+    let (env, _dir, agent) = docker_agent("dk-pcan", "");
     // A "registry" that takes the connection and never says a word.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = silent.local_addr().unwrap().port();
@@ -923,18 +871,16 @@ job "hang" {{
 /// (`NOMAD_PORT_http` inside), the host port (the one of a one-port dynamic range) answers
 /// through the engine's docker-proxy (the private engine runs with `--iptables=false`).
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_docker_task_answers_on_its_published_host_port() {
     let test = "a_docker_task_answers_on_its_published_host_port";
     let host_port = free_port();
-    let Some((env, _dir, agent)) = docker_agent(
-        test,
+    let (env, _dir, agent) = docker_agent(
         "dk-ports",
         &format!(
             "client {{\n  min_dynamic_port = {host_port}\n  max_dynamic_port = {host_port}\n}}\n"
         ),
-    ) else {
-        return;
-    };
+    );
     if !env
         .docker(&["network", "inspect", "bridge"])
         .status

@@ -44,10 +44,9 @@ fn parts(f: &Frame) -> (Stream, i64, String) {
 }
 
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn negotiates_the_api_version_and_reads_the_version() {
-    let Some(env) = engine_or_skip("negotiates_the_api_version_and_reads_the_version") else {
-        return;
-    };
+    let env = required_engine();
     let v = env.engine.version().unwrap();
     let newest = ApiVersion::parse(&v.api_version).unwrap();
     let oldest = v.min_api_version.as_deref().and_then(ApiVersion::parse);
@@ -61,10 +60,9 @@ fn negotiates_the_api_version_and_reads_the_version() {
 }
 
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn images_present_and_missing() {
-    let Some(env) = engine_or_skip("images_present_and_missing") else {
-        return;
-    };
+    let env = required_engine();
     assert!(env.engine.image_exists("busybox:1").unwrap());
     assert!(!env.engine.image_exists("nodeward-test-missing:1").unwrap());
     let err = env.engine.image_exists("Not An Image").unwrap_err();
@@ -72,11 +70,9 @@ fn images_present_and_missing() {
 }
 
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_pull_with_no_registry_fails_fast_with_the_engines_message() {
-    let Some(env) = engine_or_skip("a_pull_with_no_registry_fails_fast_with_the_engines_message")
-    else {
-        return;
-    };
+    let env = required_engine();
     // A registry on a loopback port nothing listens on: the engine's pull fails with no traffic
     // leaving the machine.
     let (port, _refusing) = refused_port();
@@ -114,10 +110,9 @@ fn a_pull_with_no_registry_fails_fast_with_the_engines_message() {
 }
 
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_container_exits_with_its_code_and_its_output_demuxed() {
-    let Some(env) = engine_or_skip("a_container_exits_with_its_code_and_its_output_demuxed") else {
-        return;
-    };
+    let env = required_engine();
     let c = env.run(
         &unique_name("exit"),
         &busybox(&["sh", "-c", "echo out; echo err >&2; exit 3"]),
@@ -163,10 +158,9 @@ fn a_container_exits_with_its_code_and_its_output_demuxed() {
 }
 
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_container_never_started_waits_and_follows_to_nothing() {
-    let Some(env) = engine_or_skip("a_container_never_started_waits_and_follows_to_nothing") else {
-        return;
-    };
+    let env = required_engine();
     let c = env.create(&unique_name("created"), &busybox(&["sleep", "1000"]));
     let engine = env.engine.clone();
     let id = c.id.clone();
@@ -184,11 +178,9 @@ fn a_container_never_started_waits_and_follows_to_nothing() {
 }
 
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn sigterm_through_the_engines_init_exits_143_and_a_second_kill_is_not_running() {
-    let test = "sigterm_through_the_engines_init_exits_143_and_a_second_kill_is_not_running";
-    let Some(env) = engine_or_skip(test) else {
-        return;
-    };
+    let env = required_engine();
     // Without an init, `sleep` would be the container's PID 1, which the kernel shields from
     // signals it has no handler for; the engine's init forwards SIGTERM to it.
     let mut config = busybox(&["sleep", "1000"]);
@@ -214,10 +206,9 @@ fn sigterm_through_the_engines_init_exits_143_and_a_second_kill_is_not_running()
 }
 
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn an_oom_killed_container_says_so() {
-    let Some(env) = engine_or_skip("an_oom_killed_container_says_so") else {
-        return;
-    };
+    let env = required_engine();
     if !std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists()
         && !std::path::Path::new("/sys/fs/cgroup/memory.max").exists()
         && !std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
@@ -242,11 +233,9 @@ fn an_oom_killed_container_says_so() {
 }
 
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_wait_and_a_log_follow_closed_from_another_thread_are_cancelled() {
-    let test = "a_wait_and_a_log_follow_closed_from_another_thread_are_cancelled";
-    let Some(env) = engine_or_skip(test) else {
-        return;
-    };
+    let env = required_engine();
     let c = env.run(
         &unique_name("cancel"),
         &busybox(&["sh", "-c", "echo started; exec sleep 1000"]),
@@ -275,10 +264,9 @@ fn a_wait_and_a_log_follow_closed_from_another_thread_are_cancelled() {
 }
 
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn logs_since_is_inclusive_at_nanosecond_resolution() {
-    let Some(env) = engine_or_skip("logs_since_is_inclusive_at_nanosecond_resolution") else {
-        return;
-    };
+    let env = required_engine();
     // Three quick lines (most often within one second), a line of 40,000 bytes, and a last one
     // without a newline.
     let script = "echo l1; echo l2; echo l3; \
@@ -331,10 +319,9 @@ fn logs_since_is_inclusive_at_nanosecond_resolution() {
 }
 
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn stats_of_a_running_container() {
-    let Some(env) = engine_or_skip("stats_of_a_running_container") else {
-        return;
-    };
+    let env = required_engine();
     let mut config = busybox(&["sleep", "1000"]);
     config.host_config.memory = Some(64 << 20);
     config.host_config.init = Some(true);
@@ -349,10 +336,9 @@ fn stats_of_a_running_container() {
 }
 
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn names_in_use_missing_containers_and_labels() {
-    let Some(env) = engine_or_skip("names_in_use_missing_containers_and_labels") else {
-        return;
-    };
+    let env = required_engine();
     let name = unique_name("name");
     let alloc = uuid::Uuid::new_v4().to_string();
     let mut config = busybox(&["sleep", "1000"]);
@@ -404,10 +390,9 @@ fn names_in_use_missing_containers_and_labels() {
 }
 
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn a_published_port_answers_on_the_host_in_bridge_mode() {
-    let Some(env) = engine_or_skip("a_published_port_answers_on_the_host_in_bridge_mode") else {
-        return;
-    };
+    let env = required_engine();
     // An engine started with --bridge=none has no bridge network: a container of network mode
     // "bridge" then gets a loopback only and publishes nothing (docs/docker.md).
     if !env
@@ -449,11 +434,9 @@ fn a_published_port_answers_on_the_host_in_bridge_mode() {
 }
 
 #[test]
+#[ignore = "needs the private dockerd scripts/test.sh starts as root"]
 fn the_csi_test_plugin_image_serves_its_socket_through_a_bind_mount() {
-    let test = "the_csi_test_plugin_image_serves_its_socket_through_a_bind_mount";
-    let Some(env) = engine_or_skip(test) else {
-        return;
-    };
+    let env = required_engine();
     let image = env.csi_plugin_image();
     let dir = TempDir::new("dkcsi");
     let mut config = CreateContainer {

@@ -1,6 +1,6 @@
 //! The test suite's private dockerd: `scripts/test.sh` starts one (`scripts/docker-env.sh`) when
-//! it runs as root and exports its endpoint as `NODEWARD_TEST_DOCKER_HOST`; without it the
-//! docker tests print a `SKIPPED` line. The image `busybox:1` is built when the engine starts;
+//! it runs as root and exports its endpoint as `NODEWARD_TEST_DOCKER_HOST`; the docker tests are
+//! `#[ignore]`d, so a run without it counts them as ignored ([`required_engine`]). The image `busybox:1` is built when the engine starts;
 //! `nodeward-csi-test-plugin:1` is built here, once per test process, from the CSI test plugin
 //! binary this very build made ([`DockerEnv::csi_plugin_image`]).
 
@@ -26,7 +26,7 @@ pub struct DockerEnv {
     pub engine: Engine,
 }
 
-/// The private dockerd, or `None` when there is none (the caller prints its `SKIPPED` line).
+/// The private dockerd, or `None` when there is none.
 /// An endpoint that is set but does not answer fails the test: a broken environment must not
 /// look like a skipped one.
 pub fn engine() -> Option<DockerEnv> {
@@ -38,15 +38,17 @@ pub fn engine() -> Option<DockerEnv> {
     Some(DockerEnv { host, engine })
 }
 
-/// [`engine`], printing `SKIPPED <test>: ...` when there is none.
-pub fn engine_or_skip(test: &str) -> Option<DockerEnv> {
-    let env = engine();
-    if env.is_none() {
-        println!(
-            "SKIPPED {test}: no private dockerd (scripts/test.sh starts one when run as root)"
-        );
-    }
-    env
+/// [`engine`], failing the test when there is none. The docker tests are `#[ignore]`d with that
+/// reason, so a run without the engine counts them as ignored; `scripts/test.sh` selects them as
+/// root, where it starts the engine, and one selected without it fails here.
+pub fn required_engine() -> DockerEnv {
+    engine().unwrap_or_else(|| {
+        panic!(
+            "{} needs the private dockerd (NODEWARD_TEST_DOCKER_HOST): scripts/test.sh starts one \
+             when it runs as root, and says above why it did not",
+            super::test_name()
+        )
+    })
 }
 
 /// A container a test made: removed (forced) when dropped.

@@ -555,9 +555,29 @@ pub fn fill_disk(dir: &Path) -> PathBuf {
     filler
 }
 
-/// Whether this process runs as root; tests that need root print a SKIPPED line when not.
+/// Whether this process runs as root.
 pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
+}
+
+/// The name of the running test (the test harness names each test's thread after it).
+pub fn test_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_string()
+}
+
+/// Fails the test unless this process runs as root. A test that needs root is `#[ignore]`d with
+/// that reason, so a run without root counts it as ignored rather than passed; `scripts/test.sh`
+/// selects the ignored tests (`--include-ignored`) when it runs as root. One selected without
+/// root fails here: it must not pass having checked nothing.
+pub fn require_root() {
+    assert!(
+        is_root(),
+        "{} needs root: run it as root (scripts/test.sh does), or leave it ignored",
+        test_name()
+    );
 }
 
 /// `extra` with the garbage collector's disk and inode thresholds at 100 % unless it sets them:

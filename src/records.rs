@@ -213,6 +213,66 @@ impl TaskStatus {
     }
 }
 
+/// An allocation's client status, Nomad's rule over its tasks' states
+/// ([`crate::alloc::client_status`]); spelled as Nomad spells it only at the API edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientStatus {
+    Pending,
+    Running,
+    Complete,
+    Failed,
+}
+
+impl ClientStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientStatus::Pending => "pending",
+            ClientStatus::Running => "running",
+            ClientStatus::Complete => "complete",
+            ClientStatus::Failed => "failed",
+        }
+    }
+
+    /// Pending or running: not ended.
+    pub fn is_live(self) -> bool {
+        matches!(self, ClientStatus::Pending | ClientStatus::Running)
+    }
+}
+
+/// Compared with Nomad's spelling, as the API shows it.
+impl PartialEq<&str> for ClientStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// A job's status (Nomad's `pending`, `running`, `dead`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    Pending,
+    Running,
+    Dead,
+}
+
+impl JobStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Pending => "pending",
+            JobStatus::Running => "running",
+            JobStatus::Dead => "dead",
+        }
+    }
+}
+
+/// Compared with Nomad's spelling, as the API shows it.
+impl PartialEq<&str> for JobStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// One task's state as the API shows it and the state file keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "PascalCase", default)]

@@ -60,7 +60,7 @@ fn child_running(reg: &Registry, parent: &str) -> bool {
     reg.allocs.values().any(|a| {
         a.job.parent_id == parent
             && a.desired() == DesiredStatus::Run
-            && matches!(a.client_status(), "pending" | "running")
+            && a.client_status().is_live()
     }) || reg
         .jobs
         .values()

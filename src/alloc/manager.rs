@@ -27,7 +27,7 @@ use super::AllocError;
 use crate::jobspec::{validate::signal_number, Job};
 use crate::plan::evals as eval_records;
 use crate::plan::NetworkSettings;
-use crate::records::{DesiredStatus, JobRecord};
+use crate::records::{ClientStatus, DesiredStatus, JobRecord, JobStatus};
 use crate::state::{Snapshot, StateFile, StateStore};
 use crate::task::events::now_nanos;
 use crate::task::hooks::HookFactory;
@@ -124,10 +124,9 @@ pub struct Registered {
 #[derive(Debug, Clone)]
 pub struct JobSummary {
     pub record: JobRecord,
-    /// `pending`, `running` or `dead`.
-    pub status: &'static str,
-    /// Group → client status (`pending`, `running`, `failed`, `complete`) → allocations.
-    pub groups: BTreeMap<String, BTreeMap<&'static str, u32>>,
+    pub status: JobStatus,
+    /// Group → client status → allocations.
+    pub groups: BTreeMap<String, BTreeMap<ClientStatus, u32>>,
     /// Group → allocations not placed yet, waiting for the node to fit them.
     pub queued: BTreeMap<String, u32>,
 }
@@ -466,7 +465,7 @@ impl AllocManager {
 
     fn summary(&self, record: JobRecord) -> JobSummary {
         let allocs = self.allocs_of(&record.job.id);
-        let mut groups = BTreeMap::<String, BTreeMap<&'static str, u32>>::new();
+        let mut groups = BTreeMap::<String, BTreeMap<ClientStatus, u32>>::new();
         for a in &allocs {
             let e = groups.entry(a.group.clone()).or_default();
             *e.entry(a.client_status()).or_default() += 1;
@@ -667,17 +666,24 @@ impl AllocManager {
 /// Nomad's job status: `dead` when stopped or nothing of it should still run or wait to be
 /// placed (`queued`), else `running` when an allocation runs, else `pending`; a periodic or
 /// parameterized job (a template) is `running` until stopped, whatever its children do.
-fn job_status(record: &JobRecord, allocs: &[Arc<Allocation>], queued: bool) -> &'static str {
+fn job_status(record: &JobRecord, allocs: &[Arc<Allocation>], queued: bool) -> JobStatus {
     if record.job.periodic.is_some() || record.job.parameterized_job.is_some() {
-        return if record.stop { "dead" } else { "running" };
+        return if record.stop {
+            JobStatus::Dead
+        } else {
+            JobStatus::Running
+        };
     }
     let live = queued || allocs.iter().any(|a| a.is_running_or_pending());
     if record.stop || !live {
-        "dead"
-    } else if allocs.iter().any(|a| a.client_status() == "running") {
-        "running"
+        JobStatus::Dead
+    } else if allocs
+        .iter()
+        .any(|a| a.client_status() == ClientStatus::Running)
+    {
+        JobStatus::Running
     } else {
-        "pending"
+        JobStatus::Pending
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::jobspec::network::AllocatedPort;
 use crate::jobspec::{Job, TaskGroup};
-use crate::records::{AllocRecord, DesiredStatus};
+use crate::records::{AllocRecord, ClientStatus, DesiredStatus};
 use crate::task::events::{TaskState, TaskStatus};
 use crate::task::runner::TaskRunnerHandle;
 use crate::thread::Worker;
@@ -100,7 +100,7 @@ pub struct LockedTasks<'a> {
 
 impl LockedTasks<'_> {
     /// Nomad's allocation status from these states.
-    pub fn client_status(&self) -> &'static str {
+    pub fn client_status(&self) -> ClientStatus {
         let tasks = self.tasks.iter().map(|(_, t)| &**t);
         ordered_status(self.ordered, tasks)
     }
@@ -267,15 +267,14 @@ impl Allocation {
     }
 
     /// Nomad's rule: failed, else pending, else running, else complete.
-    pub fn client_status(&self) -> &'static str {
+    pub fn client_status(&self) -> ClientStatus {
         self.lock_tasks().client_status()
     }
 
     /// Whether it is to run and has not ended (pending or running): what an in-place update
     /// moves, what keeps its job alive.
     pub fn is_running_or_pending(&self) -> bool {
-        self.desired() == DesiredStatus::Run
-            && matches!(self.client_status(), "pending" | "running")
+        self.desired() == DesiredStatus::Run && self.client_status().is_live()
     }
 
     /// The allocation as the state file keeps it; `is_current`: the job it belongs to now
@@ -307,7 +306,7 @@ impl Allocation {
 /// [`client_status`] of an allocation; when its tasks are `ordered`, a task that waits for its
 /// turn (it never ran) does not hold a running allocation at `pending`, as in Nomad, where the
 /// tasks of an allocation that runs something show it `running`.
-fn ordered_status<'a>(ordered: bool, tasks: impl Iterator<Item = &'a TaskState>) -> &'static str {
+fn ordered_status<'a>(ordered: bool, tasks: impl Iterator<Item = &'a TaskState>) -> ClientStatus {
     let tasks: Vec<&TaskState> = tasks.collect();
     let waits = |t: &TaskState| {
         ordered && t.state == TaskStatus::Pending && t.started_at.is_none() && t.events.is_empty()
@@ -321,7 +320,7 @@ fn ordered_status<'a>(ordered: bool, tasks: impl Iterator<Item = &'a TaskState>)
     )
 }
 
-pub fn client_status(tasks: impl Iterator<Item = (TaskStatus, bool)>) -> &'static str {
+pub fn client_status(tasks: impl Iterator<Item = (TaskStatus, bool)>) -> ClientStatus {
     let (mut failed, mut pending, mut running, mut dead) = (false, false, false, false);
     for (state, f) in tasks {
         match state {
@@ -332,15 +331,15 @@ pub fn client_status(tasks: impl Iterator<Item = (TaskStatus, bool)>) -> &'stati
         }
     }
     if failed {
-        "failed"
+        ClientStatus::Failed
     } else if pending {
-        "pending"
+        ClientStatus::Pending
     } else if running {
-        "running"
+        ClientStatus::Running
     } else if dead {
-        "complete"
+        ClientStatus::Complete
     } else {
-        "pending"
+        ClientStatus::Pending
     }
 }
 

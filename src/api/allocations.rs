@@ -188,7 +188,7 @@ impl Serialize for AllocAnswer<'_> {
             "ClientDescription",
             status.pending_reason.as_deref().unwrap_or(""),
         )?;
-        m.serialize_field("ClientStatus", tasks.client_status())?;
+        m.serialize_field("ClientStatus", tasks.client_status().as_str())?;
         m.serialize_field("CreateTime", &a.create_time)?;
         m.serialize_field("DesiredStatus", &status.desired)?;
         m.serialize_field("ID", &a.id)?;

@@ -15,6 +15,7 @@ use crate::agent::Agent;
 use crate::alloc::JobSummary;
 use crate::hcl::eval::VarFile;
 use crate::jobspec::{self, Job, JobType};
+use crate::records::ClientStatus;
 use crate::sandbox::{Evaluation, Sandbox, SandboxError};
 
 impl From<jobspec::JobspecError> for ApiError {
@@ -102,13 +103,12 @@ fn enforced_index(body: &[u8]) -> Result<Option<u64>, ApiError> {
 }
 
 /// Nomad's name for the allocations of a client status in a job summary.
-fn summary_key(client_status: &str) -> &'static str {
+fn summary_key(client_status: ClientStatus) -> &'static str {
     match client_status {
-        "pending" => "Starting",
-        "running" => "Running",
-        "failed" => "Failed",
-        "complete" => "Complete",
-        _ => "Lost",
+        ClientStatus::Pending => "Starting",
+        ClientStatus::Running => "Running",
+        ClientStatus::Failed => "Failed",
+        ClientStatus::Complete => "Complete",
     }
 }
 
@@ -152,7 +152,7 @@ fn summary_counts(s: &JobSummary) -> BTreeMap<&str, BTreeMap<&'static str, u32>>
         .map(|(group, counts)| {
             let mut keyed = BTreeMap::<&'static str, u32>::new();
             for (status, n) in counts {
-                *keyed.entry(summary_key(status)).or_default() += n;
+                *keyed.entry(summary_key(*status)).or_default() += n;
             }
             (group.as_str(), keyed)
         })
@@ -181,7 +181,7 @@ impl<'a> JobStub<'a> {
             parameterized: job.parameterized_job.is_some(),
             parent_id: &job.parent_id,
             periodic: job.periodic.is_some(),
-            status: s.status,
+            status: s.status.as_str(),
             stop: s.record.stop,
             submit_time: s.record.submit_time,
             job_type: &job.job_type,
@@ -198,7 +198,7 @@ fn job_detail(s: &JobSummary) -> Result<Response, ApiError> {
     // Left out of the job's own JSON at their defaults; the API shows them as Nomad does.
     v["Datacenters"] = json!(s.record.job.datacenters);
     v["NodePool"] = json!(s.record.job.node_pool);
-    v["Status"] = json!(s.status);
+    v["Status"] = json!(s.status.as_str());
     v["Stop"] = json!(s.record.stop);
     v["Version"] = json!(s.record.version);
     v["SubmitTime"] = json!(s.record.submit_time);

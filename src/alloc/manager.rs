@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::evals;
-use super::model::Allocation;
+use super::model::{job_status, Allocation};
 use super::placement::{NodeSource, PlacementFailure};
 use super::runner::stop::{self, join_gates, stop_alloc, stopped_record};
 use super::AllocError;
@@ -660,30 +660,6 @@ impl AllocManager {
                 }
             }
         }
-    }
-}
-
-/// Nomad's job status: `dead` when stopped or nothing of it should still run or wait to be
-/// placed (`queued`), else `running` when an allocation runs, else `pending`; a periodic or
-/// parameterized job (a template) is `running` until stopped, whatever its children do.
-fn job_status(record: &JobRecord, allocs: &[Arc<Allocation>], queued: bool) -> JobStatus {
-    if record.job.periodic.is_some() || record.job.parameterized_job.is_some() {
-        return if record.stop {
-            JobStatus::Dead
-        } else {
-            JobStatus::Running
-        };
-    }
-    let live = queued || allocs.iter().any(|a| a.is_running_or_pending());
-    if record.stop || !live {
-        JobStatus::Dead
-    } else if allocs
-        .iter()
-        .any(|a| a.client_status() == ClientStatus::Running)
-    {
-        JobStatus::Running
-    } else {
-        JobStatus::Pending
     }
 }
 

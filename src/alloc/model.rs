@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::jobspec::network::AllocatedPort;
 use crate::jobspec::{Job, TaskGroup};
-use crate::records::{AllocRecord, ClientStatus, DesiredStatus};
+use crate::records::{AllocRecord, ClientStatus, DesiredStatus, JobRecord, JobStatus};
 use crate::task::events::{TaskState, TaskStatus};
 use crate::task::runner::TaskRunnerHandle;
 use crate::thread::Worker;
@@ -306,6 +306,34 @@ impl Allocation {
 /// [`client_status`] of an allocation; when its tasks are `ordered`, a task that waits for its
 /// turn (it never ran) does not hold a running allocation at `pending`, as in Nomad, where the
 /// tasks of an allocation that runs something show it `running`.
+/// Nomad's job status: `dead` when stopped or nothing of it should still run or wait to be
+/// placed (`queued`), else `running` when an allocation runs, else `pending`; a periodic or
+/// parameterized job (a template) is `running` until stopped, whatever its children do.
+pub(super) fn job_status(
+    record: &JobRecord,
+    allocs: &[Arc<Allocation>],
+    queued: bool,
+) -> JobStatus {
+    if record.job.periodic.is_some() || record.job.parameterized_job.is_some() {
+        return if record.stop {
+            JobStatus::Dead
+        } else {
+            JobStatus::Running
+        };
+    }
+    let live = queued || allocs.iter().any(|a| a.is_running_or_pending());
+    if record.stop || !live {
+        JobStatus::Dead
+    } else if allocs
+        .iter()
+        .any(|a| a.client_status() == ClientStatus::Running)
+    {
+        JobStatus::Running
+    } else {
+        JobStatus::Pending
+    }
+}
+
 fn ordered_status<'a>(ordered: bool, tasks: impl Iterator<Item = &'a TaskState>) -> ClientStatus {
     let tasks: Vec<&TaskState> = tasks.collect();
     let waits = |t: &TaskState| {

@@ -10,14 +10,19 @@
 //! - `DELETE /v1/volume/csi/:id[?force=true]` (deregister) and `DELETE /v1/volume/csi/:id/delete`
 //!   (the plugin's `DeleteVolume`) → `{"VolumeID": "<id>"}`.
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::ids;
 use super::router::{ApiError, Response, Router};
 use crate::agent::Agent;
 use crate::csi::volumes::spec::{self, ParsedCsiVolume};
-use crate::csi::volumes::{ClaimMode, CsiVolumeError, CsiVolumeManager, CsiVolumeView};
+use crate::csi::volumes::{
+    ClaimMode, CsiClaimRecord, CsiVolumeError, CsiVolumeManager, CsiVolumeView,
+};
+use crate::records::{CsiCapability, CsiMountOptions, CsiTopologyRequest, Topology};
 
 /// The caller's mistakes (a bad spec, an unknown or unhealthy plugin, an ID taken, a volume in
 /// use) are 400, unknown IDs 404, a call cancelled by the shutdown 503, failures of plugins or of
@@ -102,7 +107,10 @@ pub fn register(volumes: &CsiVolumeManager, id: &str, body: &[u8]) -> Result<Val
 }
 
 fn answer(view: &CsiVolumeView, warnings: &[String]) -> Value {
-    json!({ "Volumes": [volume_json(view)], "Warnings": warnings.join("\n") })
+    to_value(Written {
+        volumes: [Volume::of(view)],
+        warnings: warnings.join("\n"),
+    })
 }
 
 /// `GET /v1/volumes?type=csi`: Nomad's `CSIVolListStub`s, ordered by ID.
@@ -117,18 +125,18 @@ pub fn get(volumes: &CsiVolumeManager, id: &str) -> Result<Value, ApiError> {
     Ok(volume_json(&view))
 }
 
-/// `DELETE /v1/volume/csi/:id[?force=true]`: forgets the volume, without its plugin.
+/// `DELETE /v1/volume/csi/:id[?force=true]`: forgets a volume no allocation claims.
 pub fn deregister(volumes: &CsiVolumeManager, id: &str, force: bool) -> Result<Value, ApiError> {
     let id = volume_id(id, &volumes.ids())?;
     let id = volumes.deregister(&id, force)?;
-    Ok(json!({ "VolumeID": id }))
+    Ok(to_value(Gone { volume_id: id }))
 }
 
 /// `DELETE /v1/volume/csi/:id/delete`: the plugin's `DeleteVolume`, then forgets the volume.
 pub fn delete(volumes: &CsiVolumeManager, id: &str) -> Result<Value, ApiError> {
     let id = volume_id(id, &volumes.ids())?;
     let id = volumes.delete(&id)?;
-    Ok(json!({ "VolumeID": id }))
+    Ok(to_value(Gone { volume_id: id }))
 }
 
 /// Resolves a volume ID or a unique prefix of one ([`ids::CSI_VOLUME`]).
@@ -136,22 +144,61 @@ pub fn volume_id(prefix: &str, ids: &[String]) -> Result<String, ApiError> {
     ids::resolve(prefix, ids, &ids::CSI_VOLUME)
 }
 
+/// A typed answer as a JSON value (every object's keys in name order, as these answers have
+/// always had them).
+fn to_value(answer: impl Serialize) -> Value {
+    serde_json::to_value(answer).unwrap_or(Value::Null)
+}
+
+/// The answer of a create or a register.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Written<'a> {
+    volumes: [Volume<'a>; 1],
+    warnings: String,
+}
+
+/// The answer of a deregister or a delete.
+#[derive(Serialize)]
+struct Gone {
+    #[serde(rename = "VolumeID")]
+    volume_id: String,
+}
+
 /// The plugin health fields both shapes share.
-fn plugin_fields(v: &CsiVolumeView, out: &mut Map<String, Value>) {
-    let p = v.plugin.clone().unwrap_or_default();
-    let provider = if p.provider.is_empty() {
-        &v.record.provider
-    } else {
-        &p.provider
-    };
-    out.insert("Schedulable".into(), v.schedulable().into());
-    out.insert("PluginID".into(), v.record.plugin_id.clone().into());
-    out.insert("Provider".into(), provider.clone().into());
-    out.insert("ControllerRequired".into(), p.controller_required.into());
-    out.insert("ControllersHealthy".into(), p.controllers_healthy.into());
-    out.insert("ControllersExpected".into(), p.controllers_expected.into());
-    out.insert("NodesHealthy".into(), p.nodes_healthy.into());
-    out.insert("NodesExpected".into(), p.nodes_expected.into());
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct PluginFields<'a> {
+    schedulable: bool,
+    #[serde(rename = "PluginID")]
+    plugin_id: &'a str,
+    provider: String,
+    controller_required: bool,
+    controllers_healthy: usize,
+    controllers_expected: usize,
+    nodes_healthy: usize,
+    nodes_expected: usize,
+}
+
+impl<'a> PluginFields<'a> {
+    fn of(v: &'a CsiVolumeView) -> PluginFields<'a> {
+        let p = v.plugin.clone().unwrap_or_default();
+        let provider = if p.provider.is_empty() {
+            v.record.provider.clone()
+        } else {
+            p.provider
+        };
+        PluginFields {
+            schedulable: v.schedulable(),
+            plugin_id: &v.record.plugin_id,
+            provider,
+            controller_required: p.controller_required,
+            controllers_healthy: p.controllers_healthy,
+            controllers_expected: p.controllers_expected,
+            nodes_healthy: p.nodes_healthy,
+            nodes_expected: p.nodes_expected,
+        }
+    }
 }
 
 fn modes(v: &CsiVolumeView) -> (&'static str, &'static str) {
@@ -161,98 +208,178 @@ fn modes(v: &CsiVolumeView) -> (&'static str, &'static str) {
 }
 
 /// A volume of `GET /v1/volumes?type=csi`: Nomad's `CSIVolListStub`.
-fn stub_json(v: &CsiVolumeView) -> Value {
-    let r = &v.record;
-    let (access, attach) = modes(v);
-    let readers = r
-        .claims
-        .iter()
-        .filter(|c| c.mode == ClaimMode::Read)
-        .count();
-    let mut out = Map::new();
-    out.insert("ID".into(), r.id.clone().into());
-    out.insert("Namespace".into(), r.namespace.clone().into());
-    out.insert("Name".into(), r.name.clone().into());
-    out.insert("ExternalID".into(), r.external_id.clone().into());
-    out.insert("Topologies".into(), json!(r.topologies));
-    out.insert("AccessMode".into(), access.into());
-    out.insert("AttachmentMode".into(), attach.into());
-    out.insert("CurrentReaders".into(), readers.into());
-    out.insert("CurrentWriters".into(), (r.claims.len() - readers).into());
-    plugin_fields(v, &mut out);
-    out.insert("CreateIndex".into(), 0.into());
-    out.insert("ModifyIndex".into(), 0.into());
-    Value::Object(out)
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Stub<'a> {
+    #[serde(rename = "ID")]
+    id: &'a str,
+    namespace: &'a str,
+    name: &'a str,
+    #[serde(rename = "ExternalID")]
+    external_id: &'a str,
+    topologies: &'a [Topology],
+    access_mode: &'static str,
+    attachment_mode: &'static str,
+    current_readers: usize,
+    current_writers: usize,
+    #[serde(flatten)]
+    plugin: PluginFields<'a>,
+    /// nodeward keeps no Raft indexes: always 0.
+    create_index: u64,
+    modify_index: u64,
+}
+
+impl<'a> Stub<'a> {
+    fn of(v: &'a CsiVolumeView) -> Stub<'a> {
+        let r = &v.record;
+        let (access_mode, attachment_mode) = modes(v);
+        let readers = r
+            .claims
+            .iter()
+            .filter(|c| c.mode == ClaimMode::Read)
+            .count();
+        Stub {
+            id: &r.id,
+            namespace: &r.namespace,
+            name: &r.name,
+            external_id: &r.external_id,
+            topologies: &r.topologies,
+            access_mode,
+            attachment_mode,
+            current_readers: readers,
+            current_writers: r.claims.len() - readers,
+            plugin: PluginFields::of(v),
+            create_index: 0,
+            modify_index: 0,
+        }
+    }
+}
+
+/// A claim as a volume shows it, in `ReadAllocs`, `WriteAllocs` and `Allocations`.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct ClaimAlloc<'a> {
+    #[serde(rename = "ID")]
+    id: &'a str,
+    #[serde(rename = "JobID")]
+    job_id: &'a str,
+    task_group: &'a str,
+}
+
+impl<'a> ClaimAlloc<'a> {
+    fn of(c: &'a CsiClaimRecord) -> ClaimAlloc<'a> {
+        ClaimAlloc {
+            id: &c.alloc_id,
+            job_id: &c.job_id,
+            task_group: &c.task_group,
+        }
+    }
+}
+
+/// One volume: Nomad's `CSIVolume`.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Volume<'a> {
+    #[serde(rename = "ID")]
+    id: &'a str,
+    name: &'a str,
+    #[serde(rename = "ExternalID")]
+    external_id: &'a str,
+    namespace: &'a str,
+    topologies: &'a [Topology],
+    access_mode: &'static str,
+    attachment_mode: &'static str,
+    mount_options: &'a Option<CsiMountOptions>,
+    /// Each value reads `[REDACTED]`.
+    secrets: BTreeMap<&'a str, &'static str>,
+    parameters: &'a BTreeMap<String, String>,
+    context: &'a BTreeMap<String, String>,
+    capacity: u64,
+    requested_capacity_min: u64,
+    requested_capacity_max: u64,
+    requested_capabilities: &'a [CsiCapability],
+    requested_topologies: &'a Option<CsiTopologyRequest>,
+    #[serde(rename = "CloneID")]
+    clone_id: &'static str,
+    #[serde(rename = "SnapshotID")]
+    snapshot_id: &'static str,
+    read_allocs: BTreeMap<&'a str, ClaimAlloc<'a>>,
+    write_allocs: BTreeMap<&'a str, ClaimAlloc<'a>>,
+    allocations: Vec<ClaimAlloc<'a>>,
+    #[serde(flatten)]
+    plugin: PluginFields<'a>,
+    provider_version: String,
+    /// Nomad's field; nodeward never sets it.
+    resource_exhausted: Option<()>,
+    create_index: u64,
+    modify_index: u64,
+    create_time: i64,
+    modify_time: i64,
+}
+
+impl<'a> Volume<'a> {
+    fn of(v: &'a CsiVolumeView) -> Volume<'a> {
+        let r = &v.record;
+        let (access_mode, attachment_mode) = modes(v);
+        let claims_of = |mode: ClaimMode| {
+            r.claims
+                .iter()
+                .filter(|c| c.mode == mode)
+                .map(|c| (c.alloc_id.as_str(), ClaimAlloc::of(c)))
+                .collect()
+        };
+        let provider_version = v
+            .plugin
+            .as_ref()
+            .map(|p| p.version.clone())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| r.provider_version.clone());
+        Volume {
+            id: &r.id,
+            name: &r.name,
+            external_id: &r.external_id,
+            namespace: &r.namespace,
+            topologies: &r.topologies,
+            access_mode,
+            attachment_mode,
+            mount_options: &r.mount_options,
+            secrets: r
+                .secrets
+                .keys()
+                .map(|k| (k.as_str(), "[REDACTED]"))
+                .collect(),
+            parameters: &r.parameters,
+            context: &r.context,
+            capacity: r.capacity,
+            requested_capacity_min: r.requested_capacity_min,
+            requested_capacity_max: r.requested_capacity_max,
+            requested_capabilities: &r.requested_capabilities,
+            requested_topologies: &r.requested_topologies,
+            clone_id: "",
+            snapshot_id: "",
+            read_allocs: claims_of(ClaimMode::Read),
+            write_allocs: claims_of(ClaimMode::Write),
+            allocations: r.claims.iter().map(ClaimAlloc::of).collect(),
+            plugin: PluginFields::of(v),
+            provider_version,
+            resource_exhausted: None,
+            create_index: 0,
+            modify_index: 0,
+            create_time: r.create_time,
+            modify_time: r.modify_time,
+        }
+    }
 }
 
 /// One volume: Nomad's `CSIVolume`, with its claims as `ReadAllocs`, `WriteAllocs` and
 /// `Allocations`. Secrets are never shown: each value reads `[REDACTED]`.
 pub fn volume_json(v: &CsiVolumeView) -> Value {
-    let r = &v.record;
-    let (access, attach) = modes(v);
-    let alloc = |c: &crate::csi::volumes::CsiClaimRecord| json!({ "ID": c.alloc_id, "JobID": c.job_id, "TaskGroup": c.task_group });
-    let claims_of = |mode: ClaimMode| {
-        Value::Object(
-            r.claims
-                .iter()
-                .filter(|c| c.mode == mode)
-                .map(|c| (c.alloc_id.clone(), alloc(c)))
-                .collect(),
-        )
-    };
-    let secrets: Map<String, Value> = r
-        .secrets
-        .keys()
-        .map(|k| (k.clone(), Value::String("[REDACTED]".into())))
-        .collect();
-    let mut out = Map::new();
-    out.insert("ID".into(), r.id.clone().into());
-    out.insert("Name".into(), r.name.clone().into());
-    out.insert("ExternalID".into(), r.external_id.clone().into());
-    out.insert("Namespace".into(), r.namespace.clone().into());
-    out.insert("Topologies".into(), json!(r.topologies));
-    out.insert("AccessMode".into(), access.into());
-    out.insert("AttachmentMode".into(), attach.into());
-    out.insert("MountOptions".into(), json!(r.mount_options));
-    out.insert("Secrets".into(), Value::Object(secrets));
-    out.insert("Parameters".into(), json!(r.parameters));
-    out.insert("Context".into(), json!(r.context));
-    out.insert("Capacity".into(), r.capacity.into());
-    out.insert(
-        "RequestedCapacityMin".into(),
-        r.requested_capacity_min.into(),
-    );
-    out.insert(
-        "RequestedCapacityMax".into(),
-        r.requested_capacity_max.into(),
-    );
-    out.insert(
-        "RequestedCapabilities".into(),
-        json!(r.requested_capabilities),
-    );
-    out.insert("RequestedTopologies".into(), json!(r.requested_topologies));
-    out.insert("CloneID".into(), "".into());
-    out.insert("SnapshotID".into(), "".into());
-    out.insert("ReadAllocs".into(), claims_of(ClaimMode::Read));
-    out.insert("WriteAllocs".into(), claims_of(ClaimMode::Write));
-    out.insert(
-        "Allocations".into(),
-        Value::Array(r.claims.iter().map(alloc).collect()),
-    );
-    plugin_fields(v, &mut out);
-    let version = v
-        .plugin
-        .as_ref()
-        .map(|p| p.version.clone())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| r.provider_version.clone());
-    out.insert("ProviderVersion".into(), version.into());
-    out.insert("ResourceExhausted".into(), Value::Null);
-    out.insert("CreateIndex".into(), 0.into());
-    out.insert("ModifyIndex".into(), 0.into());
-    out.insert("CreateTime".into(), r.create_time.into());
-    out.insert("ModifyTime".into(), r.modify_time.into());
-    Value::Object(out)
+    to_value(Volume::of(v))
+}
+
+/// A volume of `GET /v1/volumes?type=csi`: Nomad's `CSIVolListStub`.
+fn stub_json(v: &CsiVolumeView) -> Value {
+    to_value(Stub::of(v))
 }
 
 #[cfg(test)]
@@ -262,6 +389,7 @@ mod tests {
     use crate::csi::volumes::registry::tests::record;
     use crate::csi::volumes::{CsiAccessMode, CsiClaimRecord};
     use crate::records::AttachmentMode;
+    use serde_json::json;
 
     #[test]
     fn a_volume_in_nomads_shape_without_its_secrets() {

@@ -2,7 +2,8 @@
 //! `GET /v1/plugin/csi/:id`, and the node's `CSINodePlugins` / `CSIControllerPlugins` for
 //! `GET /v1/node/:id`, encoded as Nomad's JSON from the plugin registry's views.
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -31,21 +32,16 @@ pub fn routes(r: &mut Router, agent: Arc<Agent>) {
 /// Nomad's `CSIInfo`.
 pub fn node_plugins_json(plugins: &PluginRegistry) -> Value {
     let view = plugins.node_plugins();
-    json!({
-        "CSINodePlugins": infos_json(view.nodes),
-        "CSIControllerPlugins": infos_json(view.controllers),
+    to_value(NodePlugins {
+        csi_node_plugins: view.nodes,
+        csi_controller_plugins: view.controllers,
     })
 }
 
 /// `GET /v1/plugins?type=csi`: Nomad's `CSIPluginListStub`s, ordered by ID.
 pub fn plugins_json(plugins: &PluginRegistry) -> Value {
-    Value::Array(
-        plugins
-            .summaries()
-            .iter()
-            .map(|s| Value::Object(stub(s)))
-            .collect(),
-    )
+    let summaries = plugins.summaries();
+    to_value(summaries.iter().map(Stub::of).collect::<Vec<_>>())
 }
 
 /// `GET /v1/plugin/csi/:id`: Nomad's `CSIPlugin`, with `Nodes` and `Controllers` keyed by this
@@ -53,61 +49,101 @@ pub fn plugins_json(plugins: &PluginRegistry) -> Value {
 pub fn plugin_json(plugins: &PluginRegistry, plugin_id: &str) -> Option<Value> {
     let detail = plugins.plugin(plugin_id)?;
     let node_id = plugins.node_id();
-    let on_this_node =
-        |info: Option<CsiInfo>| Map::from_iter(info.map(|i| (node_id.to_string(), info_json(&i))));
-    let allocations: Vec<Value> = detail
+    let on_this_node = |info: Option<CsiInfo>| -> BTreeMap<&str, CsiInfo> {
+        info.map(|i| (node_id, i)).into_iter().collect()
+    };
+    let allocations = detail
         .allocations
         .iter()
-        .map(|a| {
-            json!({
-                "ID": a.alloc_id,
-                "JobID": a.job_id,
-                "TaskGroup": a.task_group,
-                "TaskName": a.task_name,
-                "NodeID": node_id,
-                "Healthy": a.healthy,
-            })
+        .map(|a| PluginAlloc {
+            id: &a.alloc_id,
+            job_id: &a.job_id,
+            task_group: &a.task_group,
+            task_name: &a.task_name,
+            node_id,
+            healthy: a.healthy,
         })
         .collect();
-    // Nomad's CSIPlugin is the list stub with these fields added.
-    let mut plugin = stub(&detail.summary);
-    plugin.insert("Version".into(), json!(detail.summary.version));
-    plugin.insert(
-        "Controllers".into(),
-        Value::Object(on_this_node(detail.controller)),
-    );
-    plugin.insert("Nodes".into(), Value::Object(on_this_node(detail.node)));
-    plugin.insert("Allocations".into(), Value::Array(allocations));
-    Some(Value::Object(plugin))
+    Some(to_value(Plugin {
+        stub: Stub::of(&detail.summary),
+        version: &detail.summary.version,
+        controllers: on_this_node(detail.controller),
+        nodes: on_this_node(detail.node),
+        allocations,
+    }))
 }
 
-fn info_json(info: &CsiInfo) -> Value {
-    serde_json::to_value(info).unwrap_or(Value::Null)
+/// A typed answer as the JSON value the callers compose (every object's keys in name order).
+fn to_value(answer: impl Serialize) -> Value {
+    serde_json::to_value(answer).unwrap_or(Value::Null)
 }
 
-fn infos_json(infos: BTreeMap<String, CsiInfo>) -> Map<String, Value> {
-    infos
-        .into_iter()
-        .map(|(id, info)| (id, info_json(&info)))
-        .collect()
+#[derive(Serialize)]
+struct NodePlugins {
+    #[serde(rename = "CSINodePlugins")]
+    csi_node_plugins: BTreeMap<String, CsiInfo>,
+    #[serde(rename = "CSIControllerPlugins")]
+    csi_controller_plugins: BTreeMap<String, CsiInfo>,
 }
 
 /// Nomad's `CSIPluginListStub` of one plugin.
-fn stub(s: &PluginSummary) -> Map<String, Value> {
-    [
-        ("ID", json!(s.id)),
-        ("Provider", json!(s.provider)),
-        ("ControllerRequired", json!(s.controller_required)),
-        ("ControllersHealthy", json!(s.controllers_healthy)),
-        ("ControllersExpected", json!(s.controllers_expected)),
-        ("NodesHealthy", json!(s.nodes_healthy)),
-        ("NodesExpected", json!(s.nodes_expected)),
-        ("CreateIndex", json!(0)),
-        ("ModifyIndex", json!(0)),
-    ]
-    .into_iter()
-    .map(|(key, value)| (key.to_string(), value))
-    .collect()
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Stub<'a> {
+    #[serde(rename = "ID")]
+    id: &'a str,
+    provider: &'a str,
+    controller_required: bool,
+    controllers_healthy: usize,
+    controllers_expected: usize,
+    nodes_healthy: usize,
+    nodes_expected: usize,
+    /// nodeward keeps no Raft indexes: always 0, as the list has always shown.
+    create_index: u64,
+    modify_index: u64,
+}
+
+impl<'a> Stub<'a> {
+    fn of(s: &'a PluginSummary) -> Stub<'a> {
+        Stub {
+            id: &s.id,
+            provider: &s.provider,
+            controller_required: s.controller_required,
+            controllers_healthy: s.controllers_healthy,
+            controllers_expected: s.controllers_expected,
+            nodes_healthy: s.nodes_healthy,
+            nodes_expected: s.nodes_expected,
+            create_index: 0,
+            modify_index: 0,
+        }
+    }
+}
+
+/// Nomad's `CSIPlugin`: the list stub with these fields added.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Plugin<'a> {
+    #[serde(flatten)]
+    stub: Stub<'a>,
+    version: &'a str,
+    controllers: BTreeMap<&'a str, CsiInfo>,
+    nodes: BTreeMap<&'a str, CsiInfo>,
+    allocations: Vec<PluginAlloc<'a>>,
+}
+
+/// An allocation serving a plugin, in `GET /v1/plugin/csi/:id`.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct PluginAlloc<'a> {
+    #[serde(rename = "ID")]
+    id: &'a str,
+    #[serde(rename = "JobID")]
+    job_id: &'a str,
+    task_group: &'a str,
+    task_name: &'a str,
+    #[serde(rename = "NodeID")]
+    node_id: &'a str,
+    healthy: bool,
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! 26k req/s, docs/load.md). The job an allocation answer carries is encoded once per
 //! registration ([`JobEncodings`]) and shared by its allocations.
 
+use super::answers::{Empty, EvalId};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -284,19 +285,19 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
     r.post("/v1/client/allocation/:id/restart", move |req| {
         let body = RestartRequest::from_body(req.body())?;
         a.allocs.restart(&alloc_id(&a, req)?, body.task())?;
-        Response::json(json!({}))
+        Response::json(Empty {})
     });
     let a = agent.clone();
     r.post("/v1/client/allocation/:id/signal", move |req| {
         let body = SignalRequest::from_body(req.body())?;
         a.allocs
             .signal(&alloc_id(&a, req)?, &body.signal, body.task())?;
-        Response::json(json!({}))
+        Response::json(Empty {})
     });
     let a = agent.clone();
     let stop = Arc::new(move |req: &Request| {
         let eval = a.allocs.stop(&alloc_id(&a, req)?)?;
-        Response::json(json!({"EvalID": eval}))
+        Response::json(EvalId { eval_id: eval })
     });
     let post = stop.clone();
     r.post("/v1/allocation/:id/stop", move |req| post(req));

@@ -15,6 +15,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::answers::VolumeId;
 use super::ids;
 use super::router::{ApiError, Response, Router};
 use crate::agent::Agent;
@@ -129,14 +130,14 @@ pub fn get(volumes: &CsiVolumeManager, id: &str) -> Result<Value, ApiError> {
 pub fn deregister(volumes: &CsiVolumeManager, id: &str, force: bool) -> Result<Value, ApiError> {
     let id = volume_id(id, &volumes.ids())?;
     let id = volumes.deregister(&id, force)?;
-    Ok(to_value(Gone { volume_id: id }))
+    Ok(to_value(VolumeId { volume_id: id }))
 }
 
 /// `DELETE /v1/volume/csi/:id/delete`: the plugin's `DeleteVolume`, then forgets the volume.
 pub fn delete(volumes: &CsiVolumeManager, id: &str) -> Result<Value, ApiError> {
     let id = volume_id(id, &volumes.ids())?;
     let id = volumes.delete(&id)?;
-    Ok(to_value(Gone { volume_id: id }))
+    Ok(to_value(VolumeId { volume_id: id }))
 }
 
 /// Resolves a volume ID or a unique prefix of one ([`ids::CSI_VOLUME`]).
@@ -156,13 +157,6 @@ fn to_value(answer: impl Serialize) -> Value {
 struct Written<'a> {
     volumes: [Volume<'a>; 1],
     warnings: String,
-}
-
-/// The answer of a deregister or a delete.
-#[derive(Serialize)]
-struct Gone {
-    #[serde(rename = "VolumeID")]
-    volume_id: String,
 }
 
 /// The plugin health fields both shapes share.

@@ -9,7 +9,6 @@
 //! non-terminal allocation is a 400 whose reason starts with Nomad's words.
 
 use serde::Serialize;
-use serde_json::json;
 use std::sync::Arc;
 
 use super::allocations::alloc_id;
@@ -48,7 +47,7 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
     let a = agent.clone();
     let one = Arc::new(move |req: &Request| {
         a.gc.collect(&alloc_id(&a, req)?)?;
-        Response::json(json!({}))
+        Response::json(super::answers::Empty {})
     });
     let post = one.clone();
     r.put("/v1/client/allocation/:id/gc", move |req| one(req));

@@ -300,6 +300,6 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
         // The stopped allocations' resources are free (a stopped allocation asks for none, as
         // in Nomad's scheduler): what waits for room is placed now, not at the next check.
         a.allocs.reevaluate();
-        Response::json(json!({"EvalID": eval}))
+        Response::json(super::answers::EvalId { eval_id: eval })
     });
 }

@@ -18,6 +18,7 @@
 pub mod admission;
 pub mod agent;
 pub mod allocations;
+pub mod answers;
 pub mod csi_volumes;
 pub mod dispatch;
 pub mod evaluations;

@@ -3,13 +3,15 @@
 //! (records, views, typed errors) as Nomad's JSON and an HTTP status. Also the node's
 //! `HostVolumes` for `GET /v1/node/:id`.
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::ids;
 use super::router::{ApiError, Response, Router};
 use crate::agent::Agent;
-use crate::records::{VolumeRecord, VolumeState};
+use crate::records::{Capability, VolumeRecord, VolumeState};
 use crate::volume::spec::{self, ParsedVolume};
 use crate::volume::{VolumeError, VolumeManager, VolumeView};
 
@@ -84,7 +86,19 @@ fn answer(volumes: &VolumeManager, id: &str, warnings: &[String]) -> Value {
         .view(id)
         .map(|v| volume_json(&v))
         .unwrap_or(Value::Null);
-    json!({ "Volume": volume, "Warnings": warnings.join("\n") })
+    serde_json::to_value(Written {
+        volume,
+        warnings: warnings.join("\n"),
+    })
+    .unwrap_or_default()
+}
+
+/// The answer of a create or a register.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Written {
+    volume: Value,
+    warnings: String,
 }
 
 /// `GET /v1/volumes?type=host`: the stubs, sorted by name.
@@ -110,7 +124,8 @@ pub fn get(volumes: &VolumeManager, id: &str) -> Result<Value, ApiError> {
 pub fn delete(volumes: &VolumeManager, id: &str, force: bool) -> Result<Value, ApiError> {
     let id = volume_id(id, &volumes.ids())?;
     let id = volumes.delete(&id, force)?;
-    Ok(json!({ "VolumeID": id }))
+    serde_json::to_value(super::answers::VolumeId { volume_id: id })
+        .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 /// `HostVolumes` of `GET /v1/node/:id`: Nomad's `ClientHostVolumeConfig` by volume name.
@@ -126,36 +141,90 @@ pub fn volume_id(prefix: &str, ids: &[String]) -> Result<String, ApiError> {
 
 /// A volume of `GET /v1/volumes`: Nomad's `HostVolumeStub`.
 fn stub_json(r: &VolumeRecord, state: VolumeState) -> Value {
-    json!({
-        "ID": r.id, "Name": r.name, "Namespace": r.namespace,
-        "PluginID": r.plugin_id, "NodeID": r.node_id, "NodePool": r.node_pool,
-        "CapacityBytes": r.capacity_bytes, "State": state.as_str(),
+    serde_json::to_value(Stub {
+        id: &r.id,
+        name: &r.name,
+        namespace: &r.namespace,
+        plugin_id: &r.plugin_id,
+        node_id: &r.node_id,
+        node_pool: &r.node_pool,
+        capacity_bytes: r.capacity_bytes,
+        state: state.as_str(),
     })
+    .unwrap_or_default()
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Stub<'a> {
+    #[serde(rename = "ID")]
+    id: &'a str,
+    name: &'a str,
+    namespace: &'a str,
+    #[serde(rename = "PluginID")]
+    plugin_id: &'a str,
+    #[serde(rename = "NodeID")]
+    node_id: &'a str,
+    node_pool: &'a str,
+    capacity_bytes: u64,
+    state: &'static str,
 }
 
 /// One volume: Nomad's `HostVolume`, with the allocations that use it.
 fn volume_json(v: &VolumeView) -> Value {
     let r = &v.record;
-    let allocs: Vec<Value> = v.allocations.iter().map(|a| json!({ "ID": a })).collect();
-    json!({
-        "ID": r.id,
-        "Name": r.name,
-        "Namespace": r.namespace,
-        "PluginID": r.plugin_id,
-        "NodeID": r.node_id,
-        "NodePool": r.node_pool,
-        "RequestedCapacityMinBytes": r.requested_capacity_min_bytes,
-        "RequestedCapacityMaxBytes": r.requested_capacity_max_bytes,
-        "RequestedCapabilities": r.requested_capabilities,
-        "Parameters": r.parameters,
-        "HostPath": r.host_path,
-        "CapacityBytes": r.capacity_bytes,
-        "State": v.state.as_str(),
-        "StatusDescription": v.status,
-        "CreateTime": r.create_time,
-        "ModifyTime": r.modify_time,
-        "Allocations": allocs,
+    serde_json::to_value(Volume {
+        id: &r.id,
+        name: &r.name,
+        namespace: &r.namespace,
+        plugin_id: &r.plugin_id,
+        node_id: &r.node_id,
+        node_pool: &r.node_pool,
+        requested_capacity_min_bytes: r.requested_capacity_min_bytes,
+        requested_capacity_max_bytes: r.requested_capacity_max_bytes,
+        requested_capabilities: &r.requested_capabilities,
+        parameters: &r.parameters,
+        host_path: &r.host_path,
+        capacity_bytes: r.capacity_bytes,
+        state: v.state.as_str(),
+        status_description: &v.status,
+        create_time: r.create_time,
+        modify_time: r.modify_time,
+        allocations: v.allocations.iter().map(|id| VolumeAlloc { id }).collect(),
     })
+    .unwrap_or_default()
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Volume<'a> {
+    #[serde(rename = "ID")]
+    id: &'a str,
+    name: &'a str,
+    namespace: &'a str,
+    #[serde(rename = "PluginID")]
+    plugin_id: &'a str,
+    #[serde(rename = "NodeID")]
+    node_id: &'a str,
+    node_pool: &'a str,
+    requested_capacity_min_bytes: u64,
+    requested_capacity_max_bytes: u64,
+    requested_capabilities: &'a [Capability],
+    parameters: &'a BTreeMap<String, String>,
+    host_path: &'a str,
+    capacity_bytes: u64,
+    state: &'static str,
+    status_description: &'a str,
+    create_time: i64,
+    modify_time: i64,
+    allocations: Vec<VolumeAlloc<'a>>,
+}
+
+/// An allocation that uses a volume.
+#[derive(Serialize)]
+struct VolumeAlloc<'a> {
+    #[serde(rename = "ID")]
+    id: &'a str,
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! `NodeClass`, `NodePool`, `Attributes` and `Meta` are what constraints are checked against.
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -90,26 +90,90 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
 
 /// Nomad's `NodeResources` (structs.NodeResources): CPU shares are the total MHz.
 fn node_resources_json(r: &NodeResources, config: &crate::config::AgentConfig) -> Value {
-    json!({
-        "Cpu": {
-            "CpuShares": r.cpu_mhz,
-            "TotalCpuCores": r.total_cores,
-            "ReservableCpuCores": r.cores,
+    serde_json::to_value(NodeResourcesAnswer {
+        cpu: NodeCpu {
+            cpu_shares: r.cpu_mhz,
+            total_cpu_cores: r.total_cores,
+            reservable_cpu_cores: &r.cores,
         },
-        "Memory": { "MemoryMB": r.memory_mb },
-        "Disk": { "DiskMB": r.disk_mb },
-        "Networks": [],
-        "MinDynamicPort": config.min_dynamic_port,
-        "MaxDynamicPort": config.max_dynamic_port,
+        memory: MemoryMb {
+            memory_mb: r.memory_mb,
+        },
+        disk: DiskMb { disk_mb: r.disk_mb },
+        networks: [],
+        min_dynamic_port: config.min_dynamic_port,
+        max_dynamic_port: config.max_dynamic_port,
     })
+    .unwrap_or_default()
 }
 
 /// Nomad's `ReservedResources` (structs.NodeReservedResources).
 fn reserved_resources_json(r: &ReservedResources) -> Value {
-    json!({
-        "Cpu": { "CpuShares": r.cpu_mhz, "ReservedCpuCores": r.cores },
-        "Memory": { "MemoryMB": r.memory_mb },
-        "Disk": { "DiskMB": r.disk_mb },
-        "Networks": { "ReservedHostPorts": "" },
+    serde_json::to_value(ReservedAnswer {
+        cpu: ReservedCpu {
+            cpu_shares: r.cpu_mhz,
+            reserved_cpu_cores: &r.cores,
+        },
+        memory: MemoryMb {
+            memory_mb: r.memory_mb,
+        },
+        disk: DiskMb { disk_mb: r.disk_mb },
+        networks: ReservedNetworks {
+            reserved_host_ports: "",
+        },
     })
+    .unwrap_or_default()
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct NodeResourcesAnswer<'a> {
+    cpu: NodeCpu<'a>,
+    memory: MemoryMb,
+    disk: DiskMb,
+    networks: [(); 0],
+    min_dynamic_port: u16,
+    max_dynamic_port: u16,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct NodeCpu<'a> {
+    cpu_shares: u64,
+    total_cpu_cores: u32,
+    reservable_cpu_cores: &'a [u32],
+}
+
+#[derive(Serialize)]
+struct MemoryMb {
+    #[serde(rename = "MemoryMB")]
+    memory_mb: u64,
+}
+
+#[derive(Serialize)]
+struct DiskMb {
+    #[serde(rename = "DiskMB")]
+    disk_mb: u64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct ReservedAnswer<'a> {
+    cpu: ReservedCpu<'a>,
+    memory: MemoryMb,
+    disk: DiskMb,
+    networks: ReservedNetworks,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct ReservedCpu<'a> {
+    cpu_shares: u64,
+    reserved_cpu_cores: &'a [u32],
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct ReservedNetworks {
+    reserved_host_ports: &'static str,
 }

@@ -142,21 +142,17 @@ pub fn volume_id(prefix: &str, ids: &[String]) -> Result<String, ApiError> {
 /// A volume of `GET /v1/volumes`: Nomad's `HostVolumeStub`.
 fn stub_json(r: &VolumeRecord, state: VolumeState) -> Value {
     serde_json::to_value(Stub {
-        id: &r.id,
-        name: &r.name,
-        namespace: &r.namespace,
-        plugin_id: &r.plugin_id,
-        node_id: &r.node_id,
-        node_pool: &r.node_pool,
+        identity: Identity::of(r),
         capacity_bytes: r.capacity_bytes,
         state: state.as_str(),
     })
     .unwrap_or_default()
 }
 
+/// What both shapes of a volume begin with: who it is and where.
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
-struct Stub<'a> {
+struct Identity<'a> {
     #[serde(rename = "ID")]
     id: &'a str,
     name: &'a str,
@@ -166,6 +162,26 @@ struct Stub<'a> {
     #[serde(rename = "NodeID")]
     node_id: &'a str,
     node_pool: &'a str,
+}
+
+impl<'a> Identity<'a> {
+    fn of(r: &'a VolumeRecord) -> Identity<'a> {
+        Identity {
+            id: &r.id,
+            name: &r.name,
+            namespace: &r.namespace,
+            plugin_id: &r.plugin_id,
+            node_id: &r.node_id,
+            node_pool: &r.node_pool,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Stub<'a> {
+    #[serde(flatten)]
+    identity: Identity<'a>,
     capacity_bytes: u64,
     state: &'static str,
 }
@@ -174,12 +190,7 @@ struct Stub<'a> {
 fn volume_json(v: &VolumeView) -> Value {
     let r = &v.record;
     serde_json::to_value(Volume {
-        id: &r.id,
-        name: &r.name,
-        namespace: &r.namespace,
-        plugin_id: &r.plugin_id,
-        node_id: &r.node_id,
-        node_pool: &r.node_pool,
+        identity: Identity::of(r),
         requested_capacity_min_bytes: r.requested_capacity_min_bytes,
         requested_capacity_max_bytes: r.requested_capacity_max_bytes,
         requested_capabilities: &r.requested_capabilities,
@@ -198,15 +209,8 @@ fn volume_json(v: &VolumeView) -> Value {
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
 struct Volume<'a> {
-    #[serde(rename = "ID")]
-    id: &'a str,
-    name: &'a str,
-    namespace: &'a str,
-    #[serde(rename = "PluginID")]
-    plugin_id: &'a str,
-    #[serde(rename = "NodeID")]
-    node_id: &'a str,
-    node_pool: &'a str,
+    #[serde(flatten)]
+    identity: Identity<'a>,
     requested_capacity_min_bytes: u64,
     requested_capacity_max_bytes: u64,
     requested_capabilities: &'a [Capability],

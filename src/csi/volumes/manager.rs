@@ -30,40 +30,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::CsiVolumeError;
-use super::registry::{self, Claimed, Registry};
+use super::registry::{Claimed, CsiVolumeView, Registry};
 use super::request;
 use super::spec::CsiVolumeSpec;
 use crate::csi::client::{CsiClient, VOLUME_CALL_TIMEOUT};
-use crate::csi::registry::{PluginRegistry, PluginSummary};
-use crate::records::{
-    AttachmentMode, CsiAccessMode, CsiClaimRecord, CsiVolumeRecord, PluginRecord, Topology,
-};
+use crate::csi::registry::PluginRegistry;
+use crate::records::{CsiClaimRecord, CsiVolumeRecord, PluginRecord, Topology};
 use crate::state::{Key, KeyedSnapshot, Section, Snapshot, StateFile, StateStore};
 use crate::task::events::now_nanos;
 use crate::thread::Never;
-
-/// One volume as the API shows it: its record and its plugin's health on this node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CsiVolumeView {
-    pub record: CsiVolumeRecord,
-    /// `None` when the plugin is not registered on this node (any more).
-    pub plugin: Option<PluginSummary>,
-}
-
-impl CsiVolumeView {
-    /// Nomad's `Schedulable`: the plugin has a healthy node side, and a healthy controller when
-    /// it requires one.
-    pub fn schedulable(&self) -> bool {
-        self.plugin.as_ref().is_some_and(|p| {
-            p.nodes_healthy > 0 && (!p.controller_required || p.controllers_healthy > 0)
-        })
-    }
-
-    /// The access and attachment modes of its claims, `None` while unclaimed.
-    pub fn modes(&self) -> Option<(CsiAccessMode, AttachmentMode)> {
-        registry::current_modes(&self.record)
-    }
-}
 
 /// The node's CSI volumes. Create it with [`CsiVolumeManager::new`]; it registers itself with the
 /// state store so that every save includes the volumes.
@@ -541,7 +516,7 @@ mod tests {
     use crate::csi::registry::tests::record as plugin_record;
     use crate::csi::volumes::spec::{RawCapability, RawCsiVolume};
     use crate::csi::volumes::{ClaimMode, CsiAccessMode};
-    use crate::records::PluginKind;
+    use crate::records::{AttachmentMode, PluginKind};
 
     fn spec(id: &str, plugin: &str, external: &str) -> CsiVolumeSpec {
         RawCsiVolume {

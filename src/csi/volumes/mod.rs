@@ -26,5 +26,6 @@ pub mod spec;
 
 pub use crate::records::{ClaimMode, CsiAccessMode, CsiClaimRecord, CsiVolumeRecord};
 pub use error::CsiVolumeError;
-pub use manager::{CsiVolumeManager, CsiVolumeView};
+pub use manager::CsiVolumeManager;
+pub use registry::CsiVolumeView;
 pub use spec::{CsiVolumeSpec, ParsedCsiVolume, RawCsiVolume};

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::manager::CsiVolumeView;
+use super::registry::CsiVolumeView;
 use crate::jobspec::VolumeRequest;
 use crate::records::{AttachmentMode, ClaimMode, CsiAccessMode, CsiClaimRecord};
 

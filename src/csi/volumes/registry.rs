@@ -17,7 +17,31 @@
 use std::collections::BTreeMap;
 
 use super::error::CsiVolumeError;
+use crate::csi::registry::PluginSummary;
 use crate::records::{AttachmentMode, ClaimMode, CsiAccessMode, CsiClaimRecord, CsiVolumeRecord};
+
+/// One volume as the API shows it: its record and its plugin's health on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsiVolumeView {
+    pub record: CsiVolumeRecord,
+    /// `None` when the plugin is not registered on this node (any more).
+    pub plugin: Option<PluginSummary>,
+}
+
+impl CsiVolumeView {
+    /// Nomad's `Schedulable`: the plugin has a healthy node side, and a healthy controller when
+    /// it requires one.
+    pub fn schedulable(&self) -> bool {
+        self.plugin.as_ref().is_some_and(|p| {
+            p.nodes_healthy > 0 && (!p.controller_required || p.controllers_healthy > 0)
+        })
+    }
+
+    /// The access and attachment modes of its claims, `None` while unclaimed.
+    pub fn modes(&self) -> Option<(CsiAccessMode, AttachmentMode)> {
+        current_modes(&self.record)
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Entry {

@@ -4,7 +4,9 @@
 //! `resources::stats`, one function per source: a task's process tree in `/proc`, a docker
 //! container's engine stats.
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -27,30 +29,83 @@ fn mhz_per_core(agent: &Agent) -> f64 {
 }
 
 /// Nomad's `ResourceUsage` of one reading.
-fn resource_usage(u: &Usage) -> Value {
+fn resource_usage(u: &Usage) -> ResourceUsage {
     let r = &u.reading;
-    json!({
-        "MemoryStats": {
-            "RSS": r.rss,
-            "Cache": r.cache,
-            "Swap": r.swap,
-            "Usage": r.usage,
-            "MaxUsage": r.max_usage,
-            "KernelUsage": 0,
-            "KernelMaxUsage": 0,
-            "Measured": r.memory_measured,
+    ResourceUsage {
+        memory_stats: MemoryStats {
+            rss: r.rss,
+            cache: r.cache,
+            swap: r.swap,
+            usage: r.usage,
+            max_usage: r.max_usage,
+            kernel_usage: 0,
+            kernel_max_usage: 0,
+            measured: r.memory_measured,
         },
-        "CpuStats": {
-            "SystemMode": u.system_percent,
-            "UserMode": u.user_percent,
-            "TotalTicks": u.total_ticks,
-            "ThrottledPeriods": r.throttled_periods,
-            "ThrottledTime": r.throttled_time,
-            "Percent": u.percent,
-            "Measured": r.cpu_measured,
+        cpu_stats: CpuStats {
+            system_mode: u.system_percent,
+            user_mode: u.user_percent,
+            total_ticks: u.total_ticks,
+            throttled_periods: r.throttled_periods,
+            throttled_time: r.throttled_time,
+            percent: u.percent,
+            measured: r.cpu_measured,
         },
-        "DeviceStats": [],
-    })
+        device_stats: [],
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct ResourceUsage {
+    memory_stats: MemoryStats,
+    cpu_stats: CpuStats,
+    device_stats: [(); 0],
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct MemoryStats {
+    #[serde(rename = "RSS")]
+    rss: u64,
+    cache: u64,
+    swap: u64,
+    usage: u64,
+    max_usage: u64,
+    kernel_usage: u64,
+    kernel_max_usage: u64,
+    measured: &'static [&'static str],
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct CpuStats {
+    system_mode: f64,
+    user_mode: f64,
+    total_ticks: f64,
+    throttled_periods: u64,
+    throttled_time: u64,
+    percent: f64,
+    measured: &'static [&'static str],
+}
+
+/// One task's part of Nomad's `AllocResourceUsage`.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct TaskUsage {
+    resource_usage: ResourceUsage,
+    timestamp: i64,
+    /// Nomad's per-process usage, which nodeward does not report.
+    pids: Option<()>,
+}
+
+/// Nomad's `AllocResourceUsage`.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct AllocUsage {
+    resource_usage: ResourceUsage,
+    tasks: BTreeMap<String, TaskUsage>,
+    timestamp: i64,
 }
 
 /// The sum of the tasks' usages (Nomad's allocation `ResourceUsage`).
@@ -130,7 +185,7 @@ fn alloc_stats(agent: &Agent, id: &str) -> Result<Value, ApiError> {
         .filter(|(_, s)| s.state == TaskStatus::Running)
         .map(|(name, s)| (name.to_string(), s.handle.clone(), s.pid))
         .collect();
-    let mut tasks = serde_json::Map::new();
+    let mut tasks = BTreeMap::new();
     let mut usages = Vec::new();
     for (name, handle, pid) in running {
         let reading: Option<Reading> = match (&handle, pid) {
@@ -154,7 +209,11 @@ fn alloc_stats(agent: &Agent, id: &str) -> Result<Value, ApiError> {
         );
         tasks.insert(
             name,
-            json!({"ResourceUsage": resource_usage(&u), "Timestamp": now_nanos(), "Pids": null}),
+            TaskUsage {
+                resource_usage: resource_usage(&u),
+                timestamp: now_nanos(),
+                pids: None,
+            },
         );
         usages.push(u);
     }
@@ -164,11 +223,11 @@ fn alloc_stats(agent: &Agent, id: &str) -> Result<Value, ApiError> {
         .stats
         .tasks
         .retain(|k| k.split('/').next().is_some_and(|a| live.contains(a)));
-    Ok(json!({
-        "ResourceUsage": resource_usage(&sum(&usages)),
-        "Tasks": tasks,
-        "Timestamp": now_nanos(),
-    }))
+    to_value(AllocUsage {
+        resource_usage: resource_usage(&sum(&usages)),
+        tasks,
+        timestamp: now_nanos(),
+    })
 }
 
 fn host_stats(agent: &Agent) -> Result<Value, ApiError> {
@@ -177,12 +236,7 @@ fn host_stats(agent: &Agent) -> Result<Value, ApiError> {
         .host
         .read(&agent.config.data_dir, mhz_per_core(agent))
         .map_err(|e| ApiError::Internal(format!("reading the host's stats: {e}")))?;
-    let cpus: Vec<Value> = h
-        .cpus
-        .iter()
-        .map(|c| json!({"CPU": c.name, "User": c.user, "System": c.system, "Idle": c.idle, "Total": c.total}))
-        .collect();
-    let disks: Vec<Value> = h
+    let disks: Vec<DiskStats> = h
         .disk
         .iter()
         .map(|d| {
@@ -191,32 +245,97 @@ fn host_stats(agent: &Agent) -> Result<Value, ApiError> {
             } else {
                 d.disk.used as f64 / d.disk.size as f64 * 100.0
             };
-            json!({
-                "Device": d.device,
-                "Mountpoint": d.mountpoint,
-                "Size": d.disk.size,
-                "Used": d.disk.used,
-                "Available": d.disk.available,
-                "UsedPercent": used_pct,
-                "InodesUsedPercent": d.disk.inodes_used_percent_x100 as f64 / 100.0,
-            })
+            DiskStats {
+                device: &d.device,
+                mountpoint: &d.mountpoint,
+                size: d.disk.size,
+                used: d.disk.used,
+                available: d.disk.available,
+                used_percent: used_pct,
+                inodes_used_percent: d.disk.inodes_used_percent_x100 as f64 / 100.0,
+            }
         })
         .collect();
-    Ok(json!({
-        "Memory": {
-            "Total": h.memory.total,
-            "Available": h.memory.available,
-            "Used": h.memory.used,
-            "Free": h.memory.free,
+    to_value(HostStatsAnswer {
+        memory: HostMemoryAnswer {
+            total: h.memory.total,
+            available: h.memory.available,
+            used: h.memory.used,
+            free: h.memory.free,
         },
-        "CPU": cpus,
-        "CPUTicksConsumed": h.cpu_ticks_consumed,
-        "DiskStats": disks,
-        "AllocDirStats": disks.first(),
-        "DeviceStats": [],
-        "Uptime": h.uptime_seconds,
-        "Timestamp": now_nanos(),
-    }))
+        cpu: h.cpus.iter().map(HostCpuAnswer::of).collect(),
+        cpu_ticks_consumed: h.cpu_ticks_consumed,
+        alloc_dir_stats: disks.first(),
+        disk_stats: &disks,
+        device_stats: [],
+        uptime: h.uptime_seconds,
+        timestamp: now_nanos(),
+    })
+}
+
+/// A typed answer as the JSON value the route sends.
+fn to_value(answer: impl Serialize) -> Result<Value, ApiError> {
+    serde_json::to_value(answer).map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// Nomad's `HostStats`.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct HostStatsAnswer<'a> {
+    memory: HostMemoryAnswer,
+    #[serde(rename = "CPU")]
+    cpu: Vec<HostCpuAnswer<'a>>,
+    #[serde(rename = "CPUTicksConsumed")]
+    cpu_ticks_consumed: f64,
+    disk_stats: &'a [DiskStats<'a>],
+    alloc_dir_stats: Option<&'a DiskStats<'a>>,
+    device_stats: [(); 0],
+    uptime: u64,
+    timestamp: i64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct HostMemoryAnswer {
+    total: u64,
+    available: u64,
+    used: u64,
+    free: u64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct HostCpuAnswer<'a> {
+    #[serde(rename = "CPU")]
+    cpu: &'a str,
+    user: f64,
+    system: f64,
+    idle: f64,
+    total: f64,
+}
+
+impl<'a> HostCpuAnswer<'a> {
+    fn of(c: &'a crate::resources::stats::HostCpu) -> HostCpuAnswer<'a> {
+        HostCpuAnswer {
+            cpu: &c.name,
+            user: c.user,
+            system: c.system,
+            idle: c.idle,
+            total: c.total,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct DiskStats<'a> {
+    device: &'a str,
+    mountpoint: &'a std::path::Path,
+    size: u64,
+    used: u64,
+    available: u64,
+    used_percent: f64,
+    inodes_used_percent: f64,
 }
 
 pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {

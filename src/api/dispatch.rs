@@ -3,8 +3,7 @@
 //! `POST /v1/job/:id/dispatch` (dispatch a parameterized job: `{"Payload": base64, "Meta": {}}`).
 
 use base64::Engine as _;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -53,11 +52,11 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
         let id = ids::resolve(req.param("id"), a.allocs.job_ids(), &ID)?;
         let launched = a.allocs.launch_periodic(&id, now_secs(), true)?;
         // A child of this second exists already (a second force within it): no evaluation.
-        Response::json(json!({
-            "EvalID": launched.as_ref().map(|l| l.eval_id.as_str()).unwrap_or(""),
-            "EvalCreateIndex": 0,
-            "Index": 0,
-        }))
+        Response::json(Forced {
+            eval_create_index: 0,
+            eval_id: launched.as_ref().map_or("", |l| l.eval_id.as_str()),
+            index: 0,
+        })
     });
     let a = agent.clone();
     r.post("/v1/job/:id/dispatch", move |req: &Request| {
@@ -65,12 +64,39 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
         let request = DispatchBody::parse(req.body())?;
         let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
         let launched = a.allocs.dispatch(&id, request, now_secs(), suffix)?;
-        Response::json(json!({
-            "DispatchedJobID": launched.job_id,
-            "EvalID": launched.eval_id,
-            "EvalCreateIndex": 0,
-            "JobCreateIndex": 0,
-            "Index": 0,
-        }))
+        Response::json(Dispatched {
+            dispatched_job_id: &launched.job_id,
+            eval_create_index: 0,
+            eval_id: &launched.eval_id,
+            index: 0,
+            job_create_index: 0,
+        })
     });
+}
+
+// Each answer's fields in name order, as they have always been sent. nodeward keeps no Raft
+// indexes: they are 0.
+
+/// `POST /v1/job/:id/periodic/force`: the launched child's evaluation, `""` when a child of this
+/// second exists already.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Forced<'a> {
+    eval_create_index: u64,
+    #[serde(rename = "EvalID")]
+    eval_id: &'a str,
+    index: u64,
+}
+
+/// `POST /v1/job/:id/dispatch`.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Dispatched<'a> {
+    #[serde(rename = "DispatchedJobID")]
+    dispatched_job_id: &'a str,
+    eval_create_index: u64,
+    #[serde(rename = "EvalID")]
+    eval_id: &'a str,
+    index: u64,
+    job_create_index: u64,
 }

@@ -9,7 +9,8 @@
 //! Nomad nests some objects differently (its `Constraint` or `Network` objects, say): the
 //! names can differ, what changed is the same.
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -39,38 +40,143 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
             None => None,
         };
         let stopped = plan.existing.as_ref().is_some_and(|r| r.stop);
-        let updates: Map<String, Value> = plan
-            .groups
-            .iter()
-            .map(|(g, u)| (g.clone(), desired_updates(u)))
-            .collect();
-        Response::json(json!({
-            "Annotations": {"DesiredTGUpdates": updates, "PreemptedAllocs": null},
-            "FailedTGAllocs": super::evaluations::failed_tg_allocs(&plan.failures, &a.config.datacenter),
-            "JobModifyIndex": plan.modify_index,
-            "CreatedEvals": null,
-            "Diff": job_diff(old.as_ref(), stopped, &new, &plan.groups),
-            "NextPeriodicLaunch": null,
-            "Warnings": parsed.warnings.join("\n"),
-        }))
+        let answer = PlanAnswer {
+            annotations: PlanAnnotations {
+                desired_tg_updates: plan
+                    .groups
+                    .iter()
+                    .map(|(g, u)| (g.as_str(), DesiredUpdates::of(u)))
+                    .collect(),
+                preempted_allocs: None,
+            },
+            failed_tg_allocs: super::evaluations::failed_tg_allocs(
+                &plan.failures,
+                &a.config.datacenter,
+            ),
+            job_modify_index: plan.modify_index,
+            created_evals: None,
+            diff: job_diff(old.as_ref(), stopped, &new, &plan.groups),
+            next_periodic_launch: None,
+            warnings: parsed.warnings.join("\n"),
+        };
+        // Every object's keys in name order, as the answer has always had them.
+        Response::json(serde_json::to_value(answer).map_err(|e| ApiError::Internal(e.to_string()))?)
     });
     let post = plan.clone();
     r.put("/v1/job/:id/plan", move |req| plan(req));
     r.post("/v1/job/:id/plan", move |req| post(req));
 }
 
+/// Nomad's `JobPlanResponse`.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct PlanAnswer<'a> {
+    annotations: PlanAnnotations<'a>,
+    #[serde(rename = "FailedTGAllocs")]
+    failed_tg_allocs: Value,
+    job_modify_index: u64,
+    created_evals: Option<()>,
+    diff: Value,
+    next_periodic_launch: Option<()>,
+    warnings: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct PlanAnnotations<'a> {
+    #[serde(rename = "DesiredTGUpdates")]
+    desired_tg_updates: BTreeMap<&'a str, DesiredUpdates>,
+    preempted_allocs: Option<()>,
+}
+
 /// Nomad's `DesiredUpdates` of one group.
-fn desired_updates(u: &GroupUpdates) -> Value {
-    json!({
-        "Ignore": u.ignore,
-        "Place": u.place,
-        "Migrate": 0,
-        "Stop": u.stop,
-        "InPlaceUpdate": u.in_place,
-        "DestructiveUpdate": u.destructive,
-        "Canary": 0,
-        "Preemptions": 0,
-    })
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct DesiredUpdates {
+    ignore: u64,
+    place: u64,
+    migrate: u64,
+    stop: u64,
+    in_place_update: u64,
+    destructive_update: u64,
+    canary: u64,
+    preemptions: u64,
+}
+
+impl DesiredUpdates {
+    fn of(u: &GroupUpdates) -> DesiredUpdates {
+        DesiredUpdates {
+            ignore: u.ignore.into(),
+            place: u.place.into(),
+            migrate: 0,
+            stop: u.stop.into(),
+            in_place_update: u.in_place.into(),
+            destructive_update: u.destructive.into(),
+            canary: 0,
+            preemptions: 0,
+        }
+    }
+}
+
+/// One field of Nomad's diff.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct FieldDiff {
+    #[serde(rename = "Type")]
+    kind: &'static str,
+    name: String,
+    old: String,
+    new: String,
+    annotations: Option<()>,
+}
+
+/// One object of Nomad's diff, with what changed inside it.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct ObjectDiff {
+    #[serde(rename = "Type")]
+    kind: &'static str,
+    name: String,
+    fields: Vec<FieldDiff>,
+    objects: Vec<ObjectDiff>,
+}
+
+/// A task of a group's diff.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct TaskDiff {
+    #[serde(rename = "Type")]
+    kind: &'static str,
+    name: String,
+    fields: Vec<FieldDiff>,
+    objects: Vec<ObjectDiff>,
+    annotations: Option<[&'static str; 1]>,
+}
+
+/// A group of the job's diff.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct GroupDiff {
+    #[serde(rename = "Type")]
+    kind: &'static str,
+    name: String,
+    fields: Vec<FieldDiff>,
+    objects: Vec<ObjectDiff>,
+    tasks: Vec<TaskDiff>,
+    updates: BTreeMap<&'static str, u32>,
+}
+
+/// Nomad's `JobDiff`.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct JobDiff {
+    #[serde(rename = "Type")]
+    kind: &'static str,
+    #[serde(rename = "ID")]
+    id: Value,
+    fields: Vec<FieldDiff>,
+    objects: Vec<ObjectDiff>,
+    task_groups: Vec<GroupDiff>,
 }
 
 /// Nomad's diff types.
@@ -115,30 +221,32 @@ fn job_diff(
             let updates = plan.get(&name).copied().unwrap_or_default();
             let gt = kind(o.as_ref(), n.as_ref());
             let (fields, objects) = object_diff(o.as_ref(), n.as_ref(), &["Tasks"]);
-            let tasks: Vec<Value> = pair(named(o.as_ref(), "Tasks"), named(n.as_ref(), "Tasks"))
+            let tasks = pair(named(o.as_ref(), "Tasks"), named(n.as_ref(), "Tasks"))
                 .into_iter()
-                .map(|(name, o, n)| task_diff(&name, o.as_ref(), n.as_ref(), &updates))
+                .map(|(name, o, n)| task_diff(name, o.as_ref(), n.as_ref(), &updates))
                 .collect();
-            json!({
-                "Type": gt,
-                "Name": name,
-                "Fields": fields,
-                "Objects": objects,
-                "Tasks": tasks,
-                "Updates": update_names(&updates),
-            })
+            GroupDiff {
+                kind: gt,
+                name,
+                fields,
+                objects,
+                tasks,
+                updates: update_names(&updates),
+            }
         })
         .collect::<Vec<_>>();
-    json!({
-        "Type": t,
-        "ID": new["ID"],
-        "Fields": fields,
-        "Objects": objects,
-        "TaskGroups": groups,
-    })
+    let diff = JobDiff {
+        kind: t,
+        id: new["ID"].clone(),
+        fields,
+        objects,
+        task_groups: groups,
+    };
+    // Every object's keys in name order, as the answer has always had them.
+    serde_json::to_value(diff).unwrap_or_default()
 }
 
-fn task_diff(name: &str, old: Option<&Value>, new: Option<&Value>, u: &GroupUpdates) -> Value {
+fn task_diff(name: String, old: Option<&Value>, new: Option<&Value>, u: &GroupUpdates) -> TaskDiff {
     let t = kind(old, new);
     let annotation = match t {
         ADDED => Some("forces create"),
@@ -148,17 +256,17 @@ fn task_diff(name: &str, old: Option<&Value>, new: Option<&Value>, u: &GroupUpda
         _ => None,
     };
     let (fields, objects) = object_diff(old, new, &[]);
-    json!({
-        "Type": t,
-        "Name": name,
-        "Fields": fields,
-        "Objects": objects,
-        "Annotations": annotation.map(|a| vec![a]),
-    })
+    TaskDiff {
+        kind: t,
+        name,
+        fields,
+        objects,
+        annotations: annotation.map(|a| [a]),
+    }
 }
 
 /// The diff's `Updates` of a group: Nomad's update type → allocations.
-fn update_names(u: &GroupUpdates) -> Map<String, Value> {
+fn update_names(u: &GroupUpdates) -> BTreeMap<&'static str, u32> {
     [
         ("create", u.place),
         ("destroy", u.stop),
@@ -168,7 +276,6 @@ fn update_names(u: &GroupUpdates) -> Map<String, Value> {
     ]
     .into_iter()
     .filter(|(_, n)| *n > 0)
-    .map(|(k, n)| (k.to_string(), json!(n)))
     .collect()
 }
 
@@ -192,14 +299,14 @@ fn pair(
     out
 }
 
-fn field(t: &str, name: &str, old: Option<&str>, new: Option<&str>) -> Value {
-    json!({
-        "Type": t,
-        "Name": name,
-        "Old": old.unwrap_or(""),
-        "New": new.unwrap_or(""),
-        "Annotations": null,
-    })
+fn field(kind: &'static str, name: &str, old: Option<&str>, new: Option<&str>) -> FieldDiff {
+    FieldDiff {
+        kind,
+        name: name.to_string(),
+        old: old.unwrap_or("").to_string(),
+        new: new.unwrap_or("").to_string(),
+        annotations: None,
+    }
 }
 
 /// A scalar as Nomad's diff writes it: a string as it is, anything else as JSON.
@@ -220,7 +327,7 @@ fn object_diff(
     old: Option<&Value>,
     new: Option<&Value>,
     skip: &[&str],
-) -> (Vec<Value>, Vec<Value>) {
+) -> (Vec<FieldDiff>, Vec<ObjectDiff>) {
     let empty = Map::new();
     let o = old.and_then(Value::as_object).unwrap_or(&empty);
     let n = new.and_then(Value::as_object).unwrap_or(&empty);
@@ -236,13 +343,13 @@ fn object_diff(
             if FLAT_MAPS.contains(&key.as_str()) {
                 entries_diff(key, ov, nv, &mut fields);
             } else {
-                let (f, ob) = object_diff(ov, nv, &[]);
-                objects.push(json!({
-                    "Type": kind(ov, nv),
-                    "Name": key,
-                    "Fields": f,
-                    "Objects": ob,
-                }));
+                let (fields, objects_in) = object_diff(ov, nv, &[]);
+                objects.push(ObjectDiff {
+                    kind: kind(ov, nv),
+                    name: key.clone(),
+                    fields,
+                    objects: objects_in,
+                });
             }
         } else if ov.is_some_and(Value::is_array) || nv.is_some_and(Value::is_array) {
             list_diff(key, ov, nv, &mut fields, &mut objects);
@@ -255,7 +362,7 @@ fn object_diff(
 }
 
 /// `Env[KEY]`-style fields of a map's entries.
-fn entries_diff(key: &str, old: Option<&Value>, new: Option<&Value>, fields: &mut Vec<Value>) {
+fn entries_diff(key: &str, old: Option<&Value>, new: Option<&Value>, fields: &mut Vec<FieldDiff>) {
     let empty = Map::new();
     let o = old.and_then(Value::as_object).unwrap_or(&empty);
     let n = new.and_then(Value::as_object).unwrap_or(&empty);
@@ -275,8 +382,8 @@ fn list_diff(
     key: &str,
     old: Option<&Value>,
     new: Option<&Value>,
-    fields: &mut Vec<Value>,
-    objects: &mut Vec<Value>,
+    fields: &mut Vec<FieldDiff>,
+    objects: &mut Vec<ObjectDiff>,
 ) {
     let none = Vec::new();
     let o = old.and_then(Value::as_array).unwrap_or(&none);
@@ -290,8 +397,13 @@ fn list_diff(
         if ov.is_some_and(|v| v.is_object() || v.is_array())
             || nv.is_some_and(|v| v.is_object() || v.is_array())
         {
-            let (f, ob) = object_diff(ov, nv, &[]);
-            objects.push(json!({"Type": kind(ov, nv), "Name": name, "Fields": f, "Objects": ob}));
+            let (fields, objects_in) = object_diff(ov, nv, &[]);
+            objects.push(ObjectDiff {
+                kind: kind(ov, nv),
+                name,
+                fields,
+                objects: objects_in,
+            });
         } else {
             let (os, ns) = (ov.map(scalar), nv.map(scalar));
             fields.push(field(kind(ov, nv), &name, os.as_deref(), ns.as_deref()));
@@ -302,6 +414,7 @@ fn list_diff(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn job(mark: &str) -> Value {
         json!({

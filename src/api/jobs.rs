@@ -4,7 +4,7 @@
 //! jobs in Nomad's JSON shape, from the allocation manager's [`JobSummary`].
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -192,19 +192,83 @@ impl<'a> JobStub<'a> {
 
 /// `GET /v1/job/:id`: the job as submitted with its status, every object's keys in name order.
 fn job_detail(s: &JobSummary) -> Result<Response, ApiError> {
-    let mut v =
-        serde_json::to_value(&s.record.job).map_err(|e| ApiError::Internal(e.to_string()))?;
-    v["Namespace"] = json!("default");
-    // Left out of the job's own JSON at their defaults; the API shows them as Nomad does.
-    v["Datacenters"] = json!(s.record.job.datacenters);
-    v["NodePool"] = json!(s.record.job.node_pool);
-    v["Status"] = json!(s.status.as_str());
-    v["Stop"] = json!(s.record.stop);
-    v["Version"] = json!(s.record.version);
-    v["SubmitTime"] = json!(s.record.submit_time);
-    // What `job run -check-index` checks (`alloc::plan`).
-    v["JobModifyIndex"] = json!(crate::alloc::modify_index(&s.record));
+    let internal = |e: serde_json::Error| ApiError::Internal(e.to_string());
+    let mut v = serde_json::to_value(&s.record.job).map_err(internal)?;
+    let job = &s.record.job;
+    let status = serde_json::to_value(JobStatusFields {
+        namespace: "default",
+        datacenters: &job.datacenters,
+        node_pool: &job.node_pool,
+        status: s.status.as_str(),
+        stop: s.record.stop,
+        version: s.record.version,
+        submit_time: s.record.submit_time,
+        job_modify_index: crate::alloc::modify_index(&s.record),
+    })
+    .map_err(internal)?;
+    if let (Some(v), Value::Object(status)) = (v.as_object_mut(), status) {
+        v.extend(status);
+    }
     Response::json(v)
+}
+
+/// What `GET /v1/job/:id` adds to the job's own JSON, or sets there.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct JobStatusFields<'a> {
+    namespace: &'static str,
+    /// Left out of the job's own JSON at their defaults; the API shows them as Nomad does.
+    datacenters: &'a [String],
+    node_pool: &'a str,
+    status: &'static str,
+    stop: bool,
+    version: u64,
+    submit_time: i64,
+    /// What `job run -check-index` checks (`alloc::plan`).
+    job_modify_index: u64,
+}
+
+/// The answer of a registration: Nomad's, with what `job run` prints of the evaluation.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Registered {
+    blocked_eval: String,
+    changed: bool,
+    #[serde(rename = "EvalID")]
+    eval_id: String,
+    #[serde(rename = "FailedTGAllocs")]
+    failed_tg_allocs: Value,
+    warnings: String,
+}
+
+/// Nomad's `JobValidateResponse`.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Validated {
+    driver_config_validated: bool,
+    error: String,
+    validation_errors: Vec<String>,
+    warnings: String,
+}
+
+/// `GET /v1/job/:id/summary`: Nomad's `JobSummary`.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct SummaryAnswer<'a> {
+    children: Children,
+    #[serde(rename = "JobID")]
+    job_id: &'a str,
+    namespace: &'static str,
+    summary: BTreeMap<&'a str, BTreeMap<&'static str, u32>>,
+}
+
+/// A job's children by status; nodeward counts none here, as it always answered.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Children {
+    dead: u32,
+    pending: u32,
+    running: u32,
 }
 
 pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
@@ -217,32 +281,35 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
         // Nomad's answer, with what `job run` prints of the evaluation: the groups this node
         // could not place (in Nomad's `Evaluation.FailedTGAllocs` shape) and the blocked
         // evaluation that waits for them.
-        Response::json(json!({
-            "EvalID": registered.eval_id,
-            "Warnings": parsed.warnings.join("\n"),
-            "Changed": registered.changed,
-            "FailedTGAllocs": super::evaluations::failed_tg_allocs(&registered.failures, &a.config.datacenter),
-            "BlockedEval": registered.blocked_eval.unwrap_or_default(),
-        }))
+        Response::json(Registered {
+            blocked_eval: registered.blocked_eval.unwrap_or_default(),
+            changed: registered.changed,
+            eval_id: registered.eval_id,
+            failed_tg_allocs: super::evaluations::failed_tg_allocs(
+                &registered.failures,
+                &a.config.datacenter,
+            ),
+            warnings: parsed.warnings.join("\n"),
+        })
     });
     let post = register.clone();
     // Nomad's `PUT /v1/validate/job`: the job's rules, without registering it. Malformed JSON is a
     // 400; a job that breaks a rule is an answer whose `Error` says which, in Nomad's shape.
     let validate = Arc::new(|req: &Request| {
         let answer = match jobspec::json::parse_job(req.body()) {
-            Ok(parsed) => json!({
-                "DriverConfigValidated": true,
-                "ValidationErrors": [],
-                "Error": "",
-                "Warnings": parsed.warnings.join("\n"),
-            }),
+            Ok(parsed) => Validated {
+                driver_config_validated: true,
+                error: String::new(),
+                validation_errors: Vec::new(),
+                warnings: parsed.warnings.join("\n"),
+            },
             Err(e @ jobspec::JobspecError::Syntax(_)) => return Err(e.into()),
-            Err(e) => json!({
-                "DriverConfigValidated": true,
-                "ValidationErrors": [e.to_string()],
-                "Error": format!("1 error occurred:\n\t* {e}\n\n"),
-                "Warnings": "",
-            }),
+            Err(e) => Validated {
+                driver_config_validated: true,
+                error: format!("1 error occurred:\n\t* {e}\n\n"),
+                validation_errors: vec![e.to_string()],
+                warnings: String::new(),
+            },
         };
         Response::json(answer)
     });
@@ -281,12 +348,16 @@ pub(super) fn routes(r: &mut Router, agent: &Arc<Agent>) {
         for (group, counts) in summary_counts(&s) {
             full.entry(group).or_default().extend(counts);
         }
-        Response::json(json!({
-            "JobID": s.record.job.id,
-            "Namespace": "default",
-            "Summary": full,
-            "Children": {"Pending": 0, "Running": 0, "Dead": 0},
-        }))
+        Response::json(SummaryAnswer {
+            children: Children {
+                dead: 0,
+                pending: 0,
+                running: 0,
+            },
+            job_id: &s.record.job.id,
+            namespace: "default",
+            summary: full,
+        })
     });
     let a = agent.clone();
     r.get("/v1/job/:id/allocations", move |req| {

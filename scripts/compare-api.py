@@ -5,7 +5,8 @@ A restructuring (issue 31: plan apart from apply, the allocation runner, the sch
 states) must not change what the API says. This script builds one state with the OLD binary
 (jobs of several kinds: a service with two allocations, a batch job that completes, a job that
 cannot be placed, a periodic and a parameterized template with a dispatched child, a job with a
-prestart task, a job waiting for a host volume, a host volume, JSON-only and HCL-only settings),
+prestart task, a task holding a core, a job waiting for a host volume, a host volume, JSON-only
+and HCL-only settings),
 then reads every read endpoint three times on that one data directory: with OLD, with OLD again
 (a control: what differs between two runs of the same binary is volatile, such as uptimes), and
 with NEW. Each agent start re-attaches to the same running tasks (live restore). It prints each
@@ -100,6 +101,16 @@ job "ordered" {
       driver = "raw_exec"
       config { command = "sleep"  args = ["3600"] }
       service { name = "main"  provider = "nomad" }
+    }
+  }
+}""",
+    "cores.hcl": """
+job "cores" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "sleep"  args = ["3600"] }
+      resources { cores = 1  memory = 16  memory_max = 32 }
     }
   }
 }""",

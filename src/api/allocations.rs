@@ -7,14 +7,14 @@
 //! 26k req/s, docs/load.md). The job an allocation answer carries is encoded once per
 //! registration ([`JobEncodings`]) and shared by its allocations.
 
-use super::answers::{Empty, EvalId};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use serde_json::value::RawValue;
-use std::collections::HashMap;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use super::answers::{Empty, EvalId};
 use super::ids::{self, ID};
 use super::router::{optional_json_body, ApiError, Request, Response, Router};
 use crate::agent::Agent;
@@ -114,7 +114,7 @@ impl JobEncodings {
         }
         let encoded: Arc<RawValue> = serde_json::to_value(&**job)
             .and_then(|mut v| {
-                v["Version"] = json!(version);
+                v["Version"] = Value::from(version);
                 serde_json::value::to_raw_value(&v)
             })
             .unwrap_or_else(|e| {
@@ -218,30 +218,75 @@ struct AllocatedResources<'a>(&'a Allocation, u64);
 impl Serialize for AllocatedResources<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let a = self.0;
-        let networks = network::allocated_networks(&a.group_spec().networks, &a.ports);
-        let mut v = json!({"Shared": {"Networks": networks, "Ports": a.ports}});
-        if !a.cores.is_empty() {
-            let tasks: serde_json::Map<String, serde_json::Value> = a
-                .group_spec()
-                .tasks
+        let tasks = (!a.cores.is_empty()).then(|| {
+            let tasks = &a.group_spec().tasks;
+            tasks
                 .iter()
                 .map(|t| {
                     let r = &t.resources;
-                    let cores = a.cores.get(&t.name).cloned().unwrap_or_default();
-                    let task = json!({
-                        "Cpu": {
-                            "CpuShares": crate::alloc::task_cpu_mhz(r, self.1),
-                            "ReservedCores": cores,
+                    let task = TaskResources {
+                        cpu: TaskCpu {
+                            cpu_shares: crate::alloc::task_cpu_mhz(r, self.1),
+                            reserved_cores: a.cores.get(&t.name).cloned().unwrap_or_default(),
                         },
-                        "Memory": {"MemoryMB": r.memory_mb, "MemoryMaxMB": r.memory_max_mb},
-                    });
+                        memory: TaskMemory {
+                            memory_mb: r.memory_mb,
+                            memory_max_mb: r.memory_max_mb,
+                        },
+                    };
                     (t.name.clone(), task)
                 })
-                .collect();
-            v["Tasks"] = serde_json::Value::Object(tasks);
-        }
-        v.serialize(s)
+                .collect()
+        });
+        let answer = Resources {
+            shared: Shared {
+                networks: network::allocated_networks(&a.group_spec().networks, &a.ports),
+                ports: &a.ports,
+            },
+            tasks,
+        };
+        // Every object's keys in name order, the networks' and ports' too, as always.
+        serde_json::to_value(answer)
+            .map_err(serde::ser::Error::custom)?
+            .serialize(s)
     }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Resources<'a> {
+    shared: Shared<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tasks: Option<BTreeMap<String, TaskResources>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct Shared<'a> {
+    networks: Vec<network::NetworkResource>,
+    ports: &'a [network::AllocatedPort],
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct TaskResources {
+    cpu: TaskCpu,
+    memory: TaskMemory,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+struct TaskCpu {
+    cpu_shares: u64,
+    reserved_cores: Vec<u32>,
+}
+
+#[derive(Serialize)]
+struct TaskMemory {
+    #[serde(rename = "MemoryMB")]
+    memory_mb: u32,
+    #[serde(rename = "MemoryMaxMB")]
+    memory_max_mb: u32,
 }
 
 /// A list of allocations (without their jobs), encoded.
@@ -310,6 +355,7 @@ mod tests {
     use crate::alloc::testing::{gated_job, manager};
     use crate::state::{Snapshot, StateFile};
     use crate::task::events::{now_nanos, TaskEvent, TaskStatus};
+    use serde_json::json;
     use serde_json::Value;
 
     const HERE: Here<'static> = Here {

@@ -11,7 +11,8 @@
 4. The scheduler's plan (src/plan/, when it exists) imports nothing that runs tasks: no `alloc`,
    `task`, `driver`, `api`, `agent` or `daemon`.
 
-It also prints how many `json!(` literals src/api/ still builds (typed responses replace them).
+5. src/api/ builds no `json!(` literal outside its tests: every answer is a typed Serialize
+   struct (issue 31 took the count from 75 to 0).
 
 Reads the sources as text (`crate::a::b` paths, `super::x`, `use crate::{a, b}` groups), outside
 their #[cfg(test)] modules. Prints every violation and exits 1 if there is one.
@@ -162,6 +163,9 @@ def main():
                     problems.append(f"{rel}: the plan imports crate::{'::'.join(path)}")
         if mod[0] == "api":
             api_json += code.count("json!(")
+            for n, line in enumerate(code.splitlines(), 1):
+                if "json!(" in line:
+                    problems.append(f"{rel}:{n}: a json! literal: answer a typed Serialize struct: {line.strip()}")
         if mod[0] not in HTTP_OK and not rel.startswith(HTTP_CLIENTS):
             for n, line in enumerate(code.splitlines(), 1):
                 if "json!(" in line:
@@ -193,7 +197,7 @@ def main():
         print(f"{len(problems)} layout problem(s); see docs/architecture.md")
         return 1
     print(f"layout: {len(files)} files, no import cycle, none over {MAX_LINES} lines, HTTP only in src/api/")
-    print(f"layout: src/api/ builds {api_json} json! literal(s)")
+    print(f"layout: src/api/ builds {api_json} json! literal(s): its answers are typed")
     return 0
 
 

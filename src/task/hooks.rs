@@ -374,3 +374,62 @@ impl RunHandle {
 pub trait HookFactory: Send + Sync {
     fn hooks_for(&self, task: &TaskContext) -> Vec<Arc<dyn TaskHook>>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::{bounded, unbounded};
+
+    /// An interrupt and the senders whose drop fires it: the task's kill, the agent's shutdown.
+    fn interrupt() -> (Interrupt, Sender<Never>, Sender<Never>) {
+        let (kill, killed) = bounded::<Never>(0);
+        let (stop, shutdown) = bounded::<Never>(0);
+        (Interrupt::new(killed, shutdown), kill, stop)
+    }
+
+    #[test]
+    fn a_wait_answers_the_value_the_close_or_the_timeout() {
+        let (stop, _kill, _shutdown) = interrupt();
+        let (tx, rx) = unbounded();
+        tx.send(7).unwrap();
+        assert_eq!(stop.wait(&rx, None), Awaited::Ready(7));
+        let long = Some(Duration::from_secs(600));
+        let (tx, rx) = unbounded::<u32>();
+        drop(tx);
+        assert_eq!(stop.wait(&rx, long), Awaited::Closed);
+        // Nothing can arrive: the timeout is the only way out, however long the machine takes.
+        let (_tx, rx) = unbounded::<u32>();
+        assert_eq!(stop.wait(&rx, Some(Duration::ZERO)), Awaited::TimedOut);
+        assert!(stop.sleep(Duration::ZERO));
+        assert!(!stop.fired());
+    }
+
+    #[test]
+    fn a_kill_or_a_shutdown_ends_a_wait_that_nothing_else_would() {
+        let (_tx, rx) = unbounded::<u32>();
+        for which in ["kill", "shutdown"] {
+            let (stop, kill, shutdown) = interrupt();
+            let waiter = {
+                let (stop, rx) = (stop.clone(), rx.clone());
+                std::thread::spawn(move || stop.wait(&rx, None))
+            };
+            if which == "kill" {
+                drop(kill);
+            } else {
+                drop(shutdown);
+            }
+            assert_eq!(waiter.join().unwrap(), Awaited::Interrupted, "{which}");
+            assert!(stop.fired(), "{which}");
+            // Once fired, a new wait or sleep returns at once.
+            assert_eq!(stop.wait(&rx, None), Awaited::Interrupted, "{which}");
+            assert!(!stop.sleep(Duration::from_secs(600)), "{which}");
+        }
+    }
+
+    #[test]
+    fn an_interrupted_error_is_told_apart_from_a_failure() {
+        assert!(HookError::interrupted().is_interrupted());
+        assert!(!HookError::new("boom").is_interrupted());
+        assert!(!Interrupt::never().fired());
+    }
+}

@@ -79,7 +79,7 @@ pub(in crate::alloc) fn missing_reason(source: &str) -> String {
 }
 
 /// True when the allocation's group asks for a CSI volume.
-pub(in crate::alloc) fn has_csi(alloc: &Allocation) -> bool {
+fn has_csi(alloc: &Allocation) -> bool {
     alloc.group_spec().volumes.values().any(|v| v.is_csi())
 }
 

@@ -11,12 +11,13 @@
 //!
 //! Protocol:
 //! - [`AllocManager::start_alloc`] starts the runners at once when nothing is to wait for or
-//!   order (no missing host volume, no CSI volume, no `lifecycle` block or leader). Otherwise it
+//!   order (no missing host volume, no hook that polls or holds what it sets up, such as the
+//!   CSI volumes', no `lifecycle` block or leader). Otherwise it
 //!   sets the pending reason and spawns the gate (through [`crate::thread::spawn_stoppable`]).
 //!   If the allocation was stopped meanwhile, it joins the gate itself (the stop found none to
 //!   join), unless the gate is to carry out the stop's order.
 //! - The gate runs the hooks' prerun ([`hooks`], in order) until all are ready; between tries it
-//!   selects over the hooks' wake channel (the volume manager's changes; disconnected: it
+//!   selects over every hook's wake channel (the volume manager's changes; one disconnected: it
 //!   returns), a [`hooks::CSI_POLL`] tick when a hook polls, its stop channel (the hooks'
 //!   postrun, then it returns) and the agent's shutdown (it returns). A failed prerun fails every
 //!   task that is not dead (`Setup Failure`), runs the postrun and returns.
@@ -44,7 +45,7 @@ mod order;
 pub(super) mod stop;
 mod tasks;
 
-use crossbeam_channel::{select, Receiver};
+use crossbeam_channel::{select, Receiver, Select};
 use std::sync::Arc;
 
 use self::hooks::{all_dead, missing_reason, AllocHook, Prerun};
@@ -72,7 +73,11 @@ impl AllocManager {
     pub(super) fn start_alloc(self: &Arc<Self>, alloc: &Arc<Allocation>, restored: bool) {
         let ordered = lifecycle::is_ordered(alloc.group_spec());
         let missing = self.missing_volume(alloc);
-        if missing.is_none() && !ordered && !hooks::has_csi(alloc) {
+        let hooks = self.alloc_hooks(alloc);
+        // Without a gate only when nothing is to wait for, order, poll or hand back: the hooks
+        // say what they need, so a new hook gets its gate without a rule here.
+        let gated = ordered || missing.is_some() || hooks.iter().any(|h| h.polls() || h.holds());
+        if !gated {
             return self.start_runners(alloc, restored, &self.engine.deps);
         }
         {
@@ -90,7 +95,6 @@ impl AllocManager {
         let spawned = crate::thread::spawn_stoppable(
             name,
             move |stop| {
-                let hooks = me.alloc_hooks(&a);
                 let runner = AllocRunner {
                     manager: me,
                     alloc: a,
@@ -105,7 +109,7 @@ impl AllocManager {
         let gate = match spawned {
             Ok(gate) => gate,
             Err(e) => {
-                log::error!("cannot start volume wait of alloc {}: {e}", alloc.id);
+                log::error!("cannot start the gate of alloc {}: {e}", alloc.id);
                 return;
             }
         };
@@ -122,6 +126,49 @@ impl AllocManager {
     }
 }
 
+/// How a waiting gate was woken.
+enum Woken {
+    /// A hook's wake channel or the poll tick: ask the hooks again.
+    Again,
+    /// The allocation's stop.
+    Stopped,
+    /// The agent's shutdown, or a wake channel whose source is gone.
+    Gone,
+}
+
+/// Waits for any hook's wake channel, the stop, the shutdown or the poll tick.
+fn wait(
+    wakes: &[Receiver<()>],
+    stop: &Receiver<Never>,
+    shutdown: &Receiver<Never>,
+    poll: &Receiver<std::time::Instant>,
+) -> Woken {
+    let mut sel = Select::new();
+    for wake in wakes {
+        sel.recv(wake);
+    }
+    let (at_stop, at_shutdown, at_poll) = (sel.recv(stop), sel.recv(shutdown), sel.recv(poll));
+    let op = sel.select();
+    match op.index() {
+        i if i == at_stop => {
+            let _ = op.recv(stop);
+            Woken::Stopped
+        }
+        i if i == at_shutdown => {
+            let _ = op.recv(shutdown);
+            Woken::Gone
+        }
+        i if i == at_poll => {
+            let _ = op.recv(poll);
+            Woken::Again
+        }
+        i => match op.recv(&wakes[i]) {
+            Ok(()) => Woken::Again,
+            Err(_) => Woken::Gone,
+        },
+    }
+}
+
 impl AllocRunner {
     /// Runs the hooks' prerun until the allocation may start, it is stopped, or the agent shuts
     /// down; then starts its tasks, in their order when they have one, and, when a hook holds
@@ -129,10 +176,6 @@ impl AllocRunner {
     fn run(self) {
         let alloc = &self.alloc;
         let wakes: Vec<Receiver<()>> = self.hooks.iter().filter_map(|h| h.wake()).collect();
-        let wake = wakes
-            .into_iter()
-            .next()
-            .unwrap_or_else(crossbeam_channel::never);
         let holds = self.hooks.iter().any(|h| h.holds());
         // Neither the plugin registry nor the claims signal their changes: poll them.
         let poll = if self.hooks.iter().any(|h| h.polls()) {
@@ -160,11 +203,10 @@ impl AllocRunner {
                     }
                 };
                 alloc.inner.lock().pending_reason = Some(reason);
-                select! {
-                    recv(wake) -> msg => if msg.is_err() { return },
-                    recv(self.stop) -> _ => return self.postrun(),
-                    recv(shutdown) -> _ => return,
-                    recv(poll) -> _ => {},
+                match wait(&wakes, &self.stop, shutdown, &poll) {
+                    Woken::Again => {}
+                    Woken::Stopped => return self.postrun(),
+                    Woken::Gone => return,
                 }
             }
         }
@@ -229,5 +271,41 @@ impl AllocRunner {
             }
         }
         self.postrun();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::{bounded, never, unbounded};
+
+    #[test]
+    fn a_waiting_gate_wakes_on_any_hooks_channel_and_ends_on_its_stop() {
+        let (first_tx, first) = unbounded::<()>();
+        let (second_tx, second) = unbounded::<()>();
+        let wakes = vec![first, second];
+        let (stop_tx, stop) = bounded::<Never>(0);
+        let (_shutdown_tx, shutdown) = bounded::<Never>(0);
+        let poll = never();
+        // The second hook's channel wakes it as the first one's does.
+        second_tx.send(()).unwrap();
+        assert!(matches!(
+            wait(&wakes, &stop, &shutdown, &poll),
+            Woken::Again
+        ));
+        first_tx.send(()).unwrap();
+        assert!(matches!(
+            wait(&wakes, &stop, &shutdown, &poll),
+            Woken::Again
+        ));
+        // A source gone (its sender dropped) ends the gate, whichever hook it was.
+        drop(second_tx);
+        assert!(matches!(wait(&wakes, &stop, &shutdown, &poll), Woken::Gone));
+        let wakes = vec![wakes[0].clone()];
+        drop(stop_tx);
+        assert!(matches!(
+            wait(&wakes, &stop, &shutdown, &poll),
+            Woken::Stopped
+        ));
     }
 }
